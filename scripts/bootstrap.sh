@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Idempotent set-up used by both README commands (make demo, make test):
+#   1. a virtual environment in .venv with Capstan and its dev dependencies (re-synced when pyproject.toml changes);
+#   2. PostgreSQL and Redis server packages from Debian when missing (the tests start their own instances);
+#   3. the Kubernetes control plane binaries, built from the Go module proxy and cached outside the work tree.
+# Every step prints what it does and exits non-zero with a reason when it cannot proceed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\033[1mbootstrap:\033[0m %s\n' "$*" >&2; }
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+  say "Python >= 3.11 is required (found: $("$PYTHON" --version 2>&1 || echo none)); set PYTHON=/path/to/python3.11"
+  exit 2
+fi
+
+# 1. Python environment.
+stamp=.venv/.capstan-deps
+want=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "creating/updating .venv (Python dependencies from PyPI)"
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip uv
+  .venv/bin/uv pip install -q --python .venv/bin/python -e '.[dev,bench]'
+  echo "$want" > "$stamp"
+fi
+
+# 2. Database and cache servers from Debian's packages (only the binaries; tests run their own instances).
+need=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null; then
+    say "missing ${need[*]}: install them with apt-get (needs root)"; exit 2
+  fi
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  say "installing ${need[*]} from Debian's packages"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # The packages start system services; Capstan's tests run their own instances on free ports.
+  for svc in postgresql redis-server; do $SUDO service "$svc" stop >/dev/null 2>&1 || true; done
+fi
+
+# 3. Control plane binaries (cached by version; a second run takes seconds).
+.venv/bin/capstan sandbox build

@@ -1,0 +1,1 @@
+"""Command-line entry points. Nothing below ``capstan.cli`` is imported by the core packages."""

@@ -1,0 +1,47 @@
+"""Logging set-up shared by every command: stderr, human-readable on a TTY, one JSON object per line otherwise.
+
+Nothing here runs at import time; the CLI calls :func:`configure_logging` once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record; extra attributes passed with ``extra=`` become fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and not key.startswith("_"):
+                payload[key] = value
+        if record.exc_info:
+            payload["exc"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str)
+
+
+def configure_logging(level: str = "INFO", *, json_output: bool | None = None) -> None:
+    """Route the ``capstan`` loggers to stderr; JSON unless stderr is a terminal (or as forced)."""
+    use_json = (not sys.stderr.isatty()) if json_output is None else json_output
+    handler = logging.StreamHandler(sys.stderr)
+    if use_json:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S"))
+    root = logging.getLogger("capstan")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
