@@ -1,0 +1,151 @@
+"""The router's YAML configuration, parsed strictly: an unknown plugin type or key fails at start.
+
+Example (``docs/route.md`` has the full reference)::
+
+    endpoints:
+      - {name: r0, url: "http://127.0.0.1:8100", models: [sim-llama]}
+    scheduler:
+      seed: 0
+      prefix: {kind: approximate, capacity_per_endpoint: 31250, stride: 4}
+      filters: [{type: health}, {type: model}]
+      scorers:
+        - {type: prefix, weight: 3}
+        - {type: queue, weight: 2}
+        - {type: kv-utilization, weight: 2}
+      picker: {type: max-score}
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from capstan.config import StrictModel
+
+
+class EndpointConfig(StrictModel):
+    name: str
+    url: str
+    models: list[str] = Field(default_factory=list)
+    role: str = "both"
+    kv_events: str | None = Field(
+        default=None,
+        description="ZMQ endpoint of this replica's KV-event publisher, e.g. tcp://127.0.0.1:5557",
+    )
+
+
+class HealthFilterConfig(StrictModel):
+    type: Literal["health"]
+
+
+class ModelFilterConfig(StrictModel):
+    type: Literal["model"]
+
+
+class RoleFilterConfig(StrictModel):
+    type: Literal["role"]
+    roles: list[str] = Field(default_factory=lambda: ["both", "decode"])
+
+
+FilterConfig = Annotated[
+    HealthFilterConfig | ModelFilterConfig | RoleFilterConfig, Field(discriminator="type")
+]
+
+
+class _WeightedScorer(StrictModel):
+    weight: float = Field(default=1.0, ge=0)
+
+
+class PrefixScorerConfig(_WeightedScorer):
+    type: Literal["prefix"]
+
+
+class QueueScorerConfig(_WeightedScorer):
+    type: Literal["queue"]
+
+
+class KVUtilizationScorerConfig(_WeightedScorer):
+    type: Literal["kv-utilization"]
+
+
+class InFlightScorerConfig(_WeightedScorer):
+    type: Literal["in-flight"]
+
+
+class PrefillCostScorerConfig(_WeightedScorer):
+    type: Literal["prefill-cost"]
+
+
+class SessionAffinityScorerConfig(_WeightedScorer):
+    type: Literal["session-affinity"]
+    header: str = "x-session-id"
+    max_sessions: int = Field(default=100_000, ge=1)
+
+
+ScorerConfig = Annotated[
+    PrefixScorerConfig
+    | QueueScorerConfig
+    | KVUtilizationScorerConfig
+    | InFlightScorerConfig
+    | PrefillCostScorerConfig
+    | SessionAffinityScorerConfig,
+    Field(discriminator="type"),
+]
+
+
+class PrefixIndexConfig(StrictModel):
+    kind: Literal["none", "approximate", "precise"] = "approximate"
+    capacity_per_endpoint: int = Field(
+        default=31250, ge=1, description="approximate: LRU entries per endpoint"
+    )
+    stride: int = Field(
+        default=4, ge=1, description="approximate: index every k-th block (k × block_size tokens)"
+    )
+    max_blocks_per_endpoint: int = Field(default=4_000_000, ge=1, description="precise: memory guard")
+
+
+class PickerConfig(StrictModel):
+    type: Literal["max-score", "random", "round-robin"] = "max-score"
+
+
+def _default_filters() -> list[FilterConfig]:
+    return [HealthFilterConfig(type="health"), ModelFilterConfig(type="model")]
+
+
+def _default_scorers() -> list[ScorerConfig]:
+    """llm-d's built-in default weights: prefix 3, queue 2, KV utilisation 2."""
+    return [
+        PrefixScorerConfig(type="prefix", weight=3),
+        QueueScorerConfig(type="queue", weight=2),
+        KVUtilizationScorerConfig(type="kv-utilization", weight=2),
+    ]
+
+
+class SchedulerConfig(StrictModel):
+    seed: int = 0
+    block_size: int = Field(default=16, ge=1)
+    prefix: PrefixIndexConfig = PrefixIndexConfig()
+    filters: list[FilterConfig] = Field(default_factory=_default_filters)
+    scorers: list[ScorerConfig] = Field(default_factory=_default_scorers)
+    picker: PickerConfig = PickerConfig()
+
+
+class ProxyConfig(StrictModel):
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
+    connect_timeout_s: float = Field(default=2.0, gt=0)
+    read_timeout_s: float = Field(
+        default=300.0, gt=0, description="between two chunks of an upstream response"
+    )
+    max_attempts: int = Field(
+        default=3, ge=1, description="endpoints tried when one fails before the first byte"
+    )
+    poll_interval_s: float = Field(default=0.075, ge=0.01, le=10)
+    poll_timeout_s: float = Field(default=0.5, gt=0)
+    unhealthy_after_failures: int = Field(default=2, ge=1)
+
+
+class RouteConfig(StrictModel):
+    endpoints: list[EndpointConfig] = Field(default_factory=list)
+    scheduler: SchedulerConfig = SchedulerConfig()
+    proxy: ProxyConfig = ProxyConfig()
