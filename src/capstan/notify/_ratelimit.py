@@ -1,0 +1,61 @@
+"""Token buckets and retry backoff: the pacing arithmetic of delivery, kept pure (time is passed in,
+randomness is a seeded generator) so the drainer and the local Slack receiver share it and tests can
+drive it step by step.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TokenBucket:
+    """``rate`` tokens per second, at most ``burst`` saved up; starts full."""
+
+    rate: float
+    burst: float
+    tokens: float = field(default=-1.0)
+    updated: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rate <= 0 or self.burst < 1:
+            raise ValueError("token bucket needs rate > 0 and burst >= 1")
+        if self.tokens < 0:
+            self.tokens = self.burst
+
+    def _refill(self, now: float) -> None:
+        if self.updated is not None and now > self.updated:
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        if self.updated is None or now > self.updated:
+            self.updated = now
+
+    def try_take(self, now: float) -> bool:
+        """Take one token if there is one."""
+        self._refill(now)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+    def wait_time(self, now: float) -> float:
+        """Seconds until a token is available (0 if one is)."""
+        self._refill(now)
+        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
+
+    def block_until(self, now: float, until: float) -> None:
+        """Empty the bucket so nothing is taken before ``until`` (used when a server says Retry-After)."""
+        self._refill(now)
+        self.tokens = min(self.tokens, 0.0) - max(0.0, until - now) * self.rate
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with full jitter: attempt n waits uniform(base*2^(n-1)/2, base*2^(n-1)), capped."""
+
+    base: float = 1.0
+    cap: float = 300.0
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        ceiling = min(self.cap, self.base * (2.0 ** max(0, attempt - 1)))
+        return ceiling / 2.0 + rng.random() * ceiling / 2.0

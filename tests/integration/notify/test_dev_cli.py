@@ -1,0 +1,48 @@
+"""`capstan dev slack` as a real child process, driven with slack_sdk."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from slack_sdk.webhook import WebhookClient
+
+from capstan.notify import DEV_WEBHOOK_PATH
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_dev_slack_command_serves_webhooks() -> None:
+    port = _free_port()
+    code = "import sys; from capstan.cli.dev import app; app(sys.argv[1:])"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "slack", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):  # up to ~20 s for the child to listen
+            try:
+                httpx.get(base + "/_admin/messages", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        response = WebhookClient(f"{base}/services/{DEV_WEBHOOK_PATH}", timeout=5).send(text="from cli")
+        assert response.status_code == 200
+        assert httpx.get(base + "/_admin/messages", timeout=5).json()["messages"][0]["text"] == "from cli"
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert f"{base}/services/{DEV_WEBHOOK_PATH}" in out

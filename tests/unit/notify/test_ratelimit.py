@@ -1,0 +1,54 @@
+"""Token bucket and backoff arithmetic."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from capstan.notify import Backoff, TokenBucket, blocks_problem
+
+pytestmark = pytest.mark.unit
+
+
+def test_bucket_allows_burst_then_rate() -> None:
+    bucket = TokenBucket(rate=1.0, burst=3)
+    assert [bucket.try_take(0.0) for _ in range(4)] == [True, True, True, False]
+    assert bucket.wait_time(0.0) == pytest.approx(1.0)
+    assert not bucket.try_take(0.5)
+    assert bucket.try_take(1.0)
+    assert not bucket.try_take(1.0)
+    assert bucket.try_take(10.0) and bucket.try_take(10.0) and bucket.try_take(10.0)
+    assert not bucket.try_take(10.0)
+
+
+def test_bucket_block_until_defers_the_next_token() -> None:
+    bucket = TokenBucket(rate=1.0, burst=5)
+    bucket.block_until(0.0, 30.0)
+    assert not bucket.try_take(29.5)
+    assert bucket.wait_time(29.5) == pytest.approx(1.5)
+    assert bucket.try_take(31.0)
+
+
+def test_bucket_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        TokenBucket(rate=0, burst=1)
+
+
+def test_backoff_is_seeded_bounded_and_growing() -> None:
+    backoff = Backoff(base=2.0, cap=60.0)
+    first = [backoff.delay(n, random.Random(7)) for n in range(1, 10)]
+    again = [backoff.delay(n, random.Random(7)) for n in range(1, 10)]
+    assert first == again
+    for n, delay in enumerate(first, start=1):
+        ceiling = min(60.0, 2.0 * 2 ** (n - 1))
+        assert ceiling / 2 <= delay <= ceiling
+
+
+def test_blocks_problem_names_the_block() -> None:
+    ok = [{"type": "section", "text": {"type": "mrkdwn", "text": "x" * 3000}}]
+    assert blocks_problem(ok) is None
+    long = [*ok, {"type": "section", "text": {"type": "mrkdwn", "text": "x" * 3001}}]
+    assert blocks_problem(long) == ("invalid_blocks", "blocks[1]: text must be less than 3001 characters")
+    assert blocks_problem({"type": "divider"}) == ("invalid_blocks_format", "blocks must be an array")
+    assert blocks_problem([{"type": "bogus"}]) == ("invalid_blocks", "blocks[0]: unknown block type 'bogus'")
