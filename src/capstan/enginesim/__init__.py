@@ -1,0 +1,46 @@
+"""A vLLM-compatible engine simulator: a pure engine model plus an HTTP/ZMQ shell that emulates vLLM replicas.
+
+Core (pure, clock-injected, used by the in-process discrete-event harness and by the HTTP server alike):
+
+* :class:`Engine` with :class:`EngineConfig` and a :class:`LatencyModel` (or a :class:`Preset`):
+  ``submit(EngineRequest, now)``, ``advance(now) -> list[Completion]``, ``next_event_time()``, ``load()``,
+  ``counters``, ``drain_kv_events()`` (``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared``).
+* Requests carry the prompt's full-block hashes from the shared contract in :mod:`capstan.kvcache`.
+
+See docs/enginesim.md for the model, the HTTP surface and the KV-event wire format.
+"""
+
+from capstan.enginesim._engine import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    Completion,
+    Engine,
+    EngineConfig,
+    EngineCounters,
+    EngineLoad,
+    EngineRequest,
+    KVEvent,
+    Progress,
+    RequestRejected,
+)
+from capstan.enginesim._latency import LatencyModel, Preset, get_preset, preset_names
+
+__all__ = [
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "Completion",
+    "Engine",
+    "EngineConfig",
+    "EngineCounters",
+    "EngineLoad",
+    "EngineRequest",
+    "KVEvent",
+    "LatencyModel",
+    "Preset",
+    "Progress",
+    "RequestRejected",
+    "get_preset",
+    "preset_names",
+]

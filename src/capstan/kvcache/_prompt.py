@@ -1,0 +1,70 @@
+"""The prompt of an OpenAI request body: the fixed chat template and the completions prompt."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+        ]
+        return " ".join(parts)
+    raise ValueError(f"message content must be a string or a list of parts, got {type(content).__name__}")
+
+
+def render_chat(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+    """Render chat messages with the fixed, prefix-stable template of the contract."""
+    out: list[str] = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):
+            raise ValueError(f"messages[{i}] must be an object")
+        role = msg.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"messages[{i}].role must be a non-empty string")
+        text = _content_text(msg.get("content"))
+        calls = msg.get("tool_calls")
+        if calls:
+            text = f"{text} {json.dumps(calls, sort_keys=True, separators=(',', ':'))}"
+        out.append(f" <|{role}|> {text} <|end|>")
+    if add_generation_prompt:
+        out.append(" <|assistant|>")
+    return "".join(out)
+
+
+def prompt_text(body: Mapping[str, Any]) -> str:
+    """The prompt text of a chat (``messages``) or completions (``prompt``) body. Raises ValueError if neither."""
+    if "messages" in body:
+        messages = body["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("'messages' must be a non-empty array")
+        return render_chat(messages)
+    if "prompt" in body:
+        prompt = body["prompt"]
+        if isinstance(prompt, str):
+            return prompt
+        if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+            return "".join(prompt)
+        raise ValueError(
+            "'prompt' must be a string or an array of strings here (token ids: prompt_token_ids)"
+        )
+    raise ValueError("the body has neither 'messages' nor 'prompt'")
+
+
+def prompt_token_ids(body: Mapping[str, Any]) -> list[int] | None:
+    """Token ids given directly as ``prompt: [int, ...]`` (OpenAI completions allows it), else None."""
+    prompt = body.get("prompt")
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
+    ):
+        return list(prompt)
+    return None
