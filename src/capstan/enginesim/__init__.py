@@ -5,38 +5,31 @@ Core (pure, clock-injected, used by the in-process discrete-event harness and by
 * :class:`Engine` with :class:`EngineConfig` and a :class:`LatencyModel` (or a :class:`Preset`):
   ``submit(EngineRequest, now)``, ``advance(now) -> list[Completion]``, ``next_event_time()``, ``load()``,
   ``counters``, ``drain_kv_events()`` (``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared``).
-* Requests carry the prompt's full-block hashes from the shared contract in :mod:`capstan.kvcache`.
+* Requests carry the prompt's full-block hashes, and KV events use the types and wire format, of the shared
+  contract in :mod:`capstan.kvcache`.
 
 See docs/enginesim.md for the model, the HTTP surface and the KV-event wire format.
 """
 
 from capstan.enginesim._engine import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
     Completion,
     Engine,
     EngineConfig,
     EngineCounters,
     EngineLoad,
     EngineRequest,
-    KVEvent,
     Progress,
     RequestRejected,
 )
 from capstan.enginesim._latency import LatencyModel, Preset, get_preset, preset_names
 
 __all__ = [
-    "AllBlocksCleared",
-    "BlockRemoved",
-    "BlockStored",
     "Completion",
     "Engine",
     "EngineConfig",
     "EngineCounters",
     "EngineLoad",
     "EngineRequest",
-    "KVEvent",
     "LatencyModel",
     "Preset",
     "Progress",

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from capstan.enginesim._latency import LatencyModel
-from capstan.kvcache import DEFAULT_BLOCK_SIZE
+from capstan.kvcache import DEFAULT_BLOCK_SIZE, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
 
 @dataclass(frozen=True)
@@ -99,29 +99,6 @@ class Progress:
     tokens: int
     cached_tokens: int
     finished: bool
-
-
-@dataclass(frozen=True)
-class BlockStored:
-    """Blocks that became cached, in chain order; ``parent_block_hash`` precedes the first (None at the root)."""
-
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-
-
-@dataclass(frozen=True)
-class BlockRemoved:
-    block_hashes: list[int]
-
-
-@dataclass(frozen=True)
-class AllBlocksCleared:
-    pass
-
-
-KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,21 @@ The contract, in order:
    token), so requests share text — and therefore 16-token block hashes — exactly as the trace says.
    :meth:`MooncakeText.block_hashes` computes the 16-token hashes straight from ``hash_ids`` (cached per id) for
    in-process simulation; it equals ``block_hashes(tokenizer.encode(prompt))``.
+5. **KV events** (:func:`encode_kv_batch` / :func:`decode_kv_batch`): vLLM's ``BlockStored``/``BlockRemoved``/
+   ``AllBlocksCleared`` msgpack batches, three ZMQ frames (topic ``kv@<host>:<port>@<model>``, 8-byte big-endian
+   sequence number, payload); see ``_events.py`` for the exact layout.
 """
 
+from capstan.kvcache._events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVEvent,
+    decode_kv_batch,
+    encode_kv_batch,
+    encode_seq,
+    kv_topic,
+)
 from capstan.kvcache._hashes import DEFAULT_BLOCK_SIZE, block_hashes, hash_block, root_hash
 from capstan.kvcache._mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeText
 from capstan.kvcache._prompt import prompt_text, prompt_token_ids, render_chat
@@ -40,10 +53,18 @@ __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "MOONCAKE_BLOCK_TOKENS",
     "VOCAB_SIZE",
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "KVEvent",
     "MooncakeText",
     "Tokenizer",
     "block_hashes",
+    "decode_kv_batch",
+    "encode_kv_batch",
+    "encode_seq",
     "hash_block",
+    "kv_topic",
     "prompt_text",
     "prompt_token_ids",
     "render_chat",

@@ -7,9 +7,6 @@ import random
 import pytest
 
 from capstan.enginesim import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
     Completion,
     Engine,
     EngineConfig,
@@ -17,7 +14,7 @@ from capstan.enginesim import (
     LatencyModel,
     RequestRejected,
 )
-from capstan.kvcache import block_hashes
+from capstan.kvcache import AllBlocksCleared, BlockRemoved, BlockStored, block_hashes
 
 pytestmark = pytest.mark.unit
 

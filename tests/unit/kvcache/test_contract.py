@@ -94,3 +94,36 @@ def test_mooncake_text_tokens_and_hashes_agree() -> None:
     assert a[32] != b[32]
     with pytest.raises(ValueError, match="needs 3 hash ids"):
         mt.prompt([0, 1], 1025)
+
+
+def test_kv_event_batch_layout_matches_vllm() -> None:
+    import msgpack
+
+    from capstan.kvcache import (
+        AllBlocksCleared,
+        BlockRemoved,
+        BlockStored,
+        decode_kv_batch,
+        encode_kv_batch,
+        encode_seq,
+        kv_topic,
+    )
+
+    events = [BlockStored([1, 2], None, list(range(32)), 16), BlockRemoved([1]), AllBlocksCleared()]
+    payload = encode_kv_batch(events, 12.5)
+    assert msgpack.unpackb(payload) == [
+        12.5,
+        [
+            ["BlockStored", [1, 2], None, list(range(32)), 16, None, "GPU"],
+            ["BlockRemoved", [1], "GPU"],
+            ["AllBlocksCleared"],
+        ],
+    ]
+    assert decode_kv_batch(payload) == (12.5, events)
+    # vLLM's newer trailing fields (lora_name, extra_keys, ...) and a data_parallel_rank are accepted.
+    newer = msgpack.packb([1.0, [["BlockStored", [3], 2, [0] * 16, 16, None, "GPU", None, None]], 0])
+    assert decode_kv_batch(newer) == (1.0, [BlockStored([3], 2, [0] * 16, 16)])
+    assert encode_seq(258) == b"\x00\x00\x00\x00\x00\x00\x01\x02"
+    assert kv_topic("127.0.0.1", 8000, "m") == "kv@127.0.0.1:8000@m"
+    with pytest.raises(ValueError, match="unknown"):
+        decode_kv_batch(msgpack.packb([1.0, [["Nope"]]]))
