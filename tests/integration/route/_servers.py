@@ -1,0 +1,115 @@
+"""Real HTTP servers on loopback for the router's integration tests: uvicorn in a thread, and a small upstream.
+
+The upstream is a real Starlette app speaking enough of vLLM's surface (``/health``, ``/metrics``, OpenAI
+completions with SSE) for the proxy's failure paths, which the engine simulator does not produce on demand: it
+obeys an ``x-test-mode`` request header (``die``: stream two chunks then drop the connection; ``slow``: stream one
+chunk then wait; ``fail=<name>``: answer 503 when this upstream is ``<name>``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+class ServerThread:
+    """Runs an ASGI app with uvicorn on 127.0.0.1 (free port) in its own thread and event loop."""
+
+    def __init__(self, app: Any) -> None:
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", access_log=False
+            )
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    @property
+    def port(self) -> int:
+        port: int = self.server.servers[0].sockets[0].getsockname()[1]
+        return port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+class Upstream:
+    """State of one test upstream, readable from the test thread."""
+
+    def __init__(self, name: str, waiting: int = 0) -> None:
+        self.name = name
+        self.waiting = waiting
+        self.healthy = True
+        self.requests: list[dict[str, Any]] = []
+        self.cancelled = threading.Event()
+        self.app = Starlette(
+            routes=[
+                Route("/health", self.health),
+                Route("/metrics", self.metrics),
+                Route("/v1/chat/completions", self.complete, methods=["POST"]),
+                Route("/v1/completions", self.complete, methods=["POST"]),
+            ]
+        )
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200 if self.healthy else 503)
+
+    async def metrics(self, request: Request) -> Response:
+        text = (
+            f'vllm:num_requests_waiting{{model_name="m"}} {self.waiting}\n'
+            'vllm:num_requests_running{model_name="m"} 0\n'
+            'vllm:kv_cache_usage_perc{model_name="m"} 0.1\n'
+            'vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1\n'
+        )
+        return PlainTextResponse(text)
+
+    async def complete(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        mode = request.headers.get("x-test-mode", "")
+        if mode == f"fail={self.name}":
+            return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+        if not body.get("stream"):
+            return JSONResponse({"id": "x", "served_by": self.name, "choices": [{"text": "hi"}]})
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                for i in range(3):
+                    yield f"data: {json.dumps({'served_by': self.name, 'i': i})}\n\n".encode()
+                    if mode == "die" and i == 1:
+                        raise RuntimeError("engine crashed")
+                    if mode == "slow":
+                        await asyncio.sleep(30)
+                    await asyncio.sleep(0.01)
+                yield b"data: [DONE]\n\n"
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+            except GeneratorExit:
+                self.cancelled.set()
+                raise
+
+        return StreamingResponse(events(), media_type="text/event-stream")
