@@ -14,31 +14,20 @@ from capstan.route._config import (
     RouteConfig,
     SchedulerConfig,
 )
-from capstan.route._index import (
-    AllBlocksCleared,
-    ApproximatePrefixIndex,
-    BlockRemoved,
-    BlockStored,
-    KVEvent,
-    PreciseKVIndex,
-)
+from capstan.route._index import ApproximatePrefixIndex, PreciseKVIndex
 from capstan.route._inflight import InFlightTracker
-from capstan.route._kvevents import KVEventFormatError, KVEventSubscriber, decode_batch, encode_batch
+from capstan.route._kvevents import KVEventFormatError, KVEventSubscriber, decode_batch
 from capstan.route._model import Decision, Endpoint, EndpointState, RouteRequest
 from capstan.route._plugins import SchedulingContext
 from capstan.route._scheduler import NoEndpointError, Scheduler
 
 __all__ = [
-    "AllBlocksCleared",
     "ApproximatePrefixIndex",
-    "BlockRemoved",
-    "BlockStored",
     "Decision",
     "Endpoint",
     "EndpointConfig",
     "EndpointState",
     "InFlightTracker",
-    "KVEvent",
     "KVEventFormatError",
     "KVEventSubscriber",
     "NoEndpointError",
@@ -52,5 +41,4 @@ __all__ = [
     "SchedulerConfig",
     "SchedulingContext",
     "decode_batch",
-    "encode_batch",
 ]

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
+
+from capstan.kvcache import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
 # Rough per-entry cost of the Python structures used below (dict slot + set membership + int object), used
 # for the
@@ -119,26 +120,6 @@ class ApproximatePrefixIndex:
         return self.size * _BYTES_PER_ENTRY
 
 
-@dataclass(frozen=True, slots=True)
-class BlockStored:
-    block_hashes: tuple[int, ...]
-    parent_block_hash: int | None
-    token_ids: tuple[int, ...]
-    block_size: int
-
-
-@dataclass(frozen=True, slots=True)
-class BlockRemoved:
-    block_hashes: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class AllBlocksCleared:
-    pass
-
-
-KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
-
 # rekey(parent_router_key, token_ids, block_size) -> one router key per full block of token_ids
 Rekey = Callable[[int | None, Sequence[int], int], list[int]]
 
@@ -173,7 +154,7 @@ class PreciseKVIndex:
             self.events_applied += 1
             if isinstance(ev, BlockStored):
                 keys = self._router_keys(blocks, ev)
-                for eh, rk in zip(ev.block_hashes, keys, strict=False):
+                for eh, rk in zip(ev.block_hashes, keys, strict=False):  # keys may be shorter
                     if eh in blocks:
                         continue
                     blocks[eh] = rk
@@ -186,7 +167,7 @@ class PreciseKVIndex:
                     removed = blocks.pop(eh, None)
                     if removed is not None:
                         self._drop(name, removed)
-            else:
+            elif isinstance(ev, AllBlocksCleared):
                 self.forget(name)
                 blocks = self._blocks.setdefault(name, {})
 

@@ -1,12 +1,10 @@
-"""vLLM KV events: decoding the msgpack batches (pure) and a ZMQ SUB loop feeding a :class:`PreciseKVIndex`.
+"""The router's side of vLLM KV events: checking decoded batches and a ZMQ SUB loop feeding a PreciseKVIndex.
 
-vLLM publishes each batch as three frames: topic (``kv@<host>:<port>@<model>``), an 8-byte big-endian sequence
-number and a msgpack payload ``[ts, [event, ...], data_parallel_rank?]``. Each event is a msgspec tagged
-array:
-``["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, ...]``,
-``["BlockRemoved", block_hashes, medium, ...]`` or ``["AllBlocksCleared"]``. Hashes are ints or bytes (vLLM's
-``ExternalBlockHash``); bytes are read as big-endian unsigned ints. Trailing fields newer vLLM versions add
-are ignored.
+The wire format (three frames: topic, 8-byte sequence number, msgpack batch) is defined once in
+:mod:`capstan.kvcache` (``decode_kv_batch``). This module adds what a subscriber of *real* vLLM engines needs on
+top: block hashes may arrive as bytes (vLLM's ``ExternalBlockHash`` without ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``)
+and are read as big-endian unsigned ints, and every field is type-checked so one bad batch is counted and skipped
+instead of corrupting the index.
 """
 
 from __future__ import annotations
@@ -18,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 import zmq
 import zmq.asyncio
 
-from capstan.route._index import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent, PreciseKVIndex
+from capstan.kvcache import BlockRemoved, BlockStored, KVEvent, decode_kv_batch
+from capstan.route._index import PreciseKVIndex
 
 log = logging.getLogger(__name__)
 
@@ -41,74 +39,36 @@ def _hash(value: Any) -> int:
     raise KVEventFormatError(f"block hash must be int or bytes, got {type(value).__name__}")
 
 
-def _hashes(value: Any) -> tuple[int, ...]:
-    if not isinstance(value, list | tuple):
-        raise KVEventFormatError("block_hashes must be a list")
-    return tuple(_hash(v) for v in value)
-
-
-def decode_event(raw: Any) -> KVEvent:
-    if not isinstance(raw, list | tuple) or not raw or not isinstance(raw[0], str):
-        raise KVEventFormatError("event must be a tagged array")
-    tag = raw[0]
-    if tag == "BlockStored":
-        if len(raw) < 5:
-            raise KVEventFormatError(
-                "BlockStored needs block_hashes, parent_block_hash, token_ids, block_size"
-            )
-        parent = None if raw[2] is None else _hash(raw[2])
-        tokens = raw[3]
-        if not isinstance(tokens, list | tuple) or not all(isinstance(t, int) for t in tokens):
-            raise KVEventFormatError("token_ids must be a list of ints")
-        if not isinstance(raw[4], int) or raw[4] < 1:
-            raise KVEventFormatError("block_size must be a positive int")
-        return BlockStored(_hashes(raw[1]), parent, tuple(tokens), raw[4])
-    if tag == "BlockRemoved":
-        if len(raw) < 2:
-            raise KVEventFormatError("BlockRemoved needs block_hashes")
-        return BlockRemoved(_hashes(raw[1]))
-    if tag == "AllBlocksCleared":
-        return AllBlocksCleared()
-    raise KVEventFormatError(f"unknown event type {tag!r}")
+def normalize_event(ev: KVEvent) -> KVEvent:
+    """Check the field types of a decoded event and turn bytes hashes into ints."""
+    if isinstance(ev, BlockStored):
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in ev.token_ids):
+            raise KVEventFormatError("BlockStored.token_ids must be ints")
+        if isinstance(ev.block_size, bool) or ev.block_size < 1:
+            raise KVEventFormatError("BlockStored.block_size must be a positive int")
+        parent = None if ev.parent_block_hash is None else _hash(ev.parent_block_hash)
+        return BlockStored(
+            [_hash(h) for h in ev.block_hashes],
+            parent,
+            list(ev.token_ids),
+            ev.block_size,
+            ev.lora_id,
+            ev.medium,
+        )
+    if isinstance(ev, BlockRemoved):
+        return BlockRemoved([_hash(h) for h in ev.block_hashes], ev.medium)
+    return ev
 
 
 def decode_batch(payload: bytes) -> tuple[float, list[KVEvent]]:
-    """Decode one msgpack payload into ``(timestamp, events)``; raises :class:`KVEventFormatError`."""
+    """Decode and check one payload into ``(timestamp, events)``; raises :class:`KVEventFormatError`."""
     try:
-        raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types
-        raise KVEventFormatError(f"not msgpack: {exc}") from None
-    if not isinstance(raw, list | tuple) or len(raw) < 2 or not isinstance(raw[1], list | tuple):
-        raise KVEventFormatError("batch must be [ts, [events...], ...]")
-    ts = raw[0]
-    if not isinstance(ts, int | float):
-        raise KVEventFormatError("batch timestamp must be a number")
-    return float(ts), [decode_event(e) for e in raw[1]]
-
-
-def encode_batch(ts: float, events: Sequence[KVEvent]) -> bytes:
-    """The inverse of :func:`decode_batch` (used by tests and the harness; the engine simulator has its
-    own)."""
-    out: list[list[Any]] = []
-    for ev in events:
-        if isinstance(ev, BlockStored):
-            out.append(
-                [
-                    "BlockStored",
-                    list(ev.block_hashes),
-                    ev.parent_block_hash,
-                    list(ev.token_ids),
-                    ev.block_size,
-                    None,
-                    "GPU",
-                ]
-            )
-        elif isinstance(ev, BlockRemoved):
-            out.append(["BlockRemoved", list(ev.block_hashes), "GPU"])
-        else:
-            out.append(["AllBlocksCleared"])
-    packed: bytes = msgpack.packb([ts, out, 0], use_bin_type=True)
-    return packed
+        ts, events = decode_kv_batch(payload)
+        return ts, [normalize_event(e) for e in events]
+    except KVEventFormatError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise KVEventFormatError(str(exc)) from None
 
 
 @dataclass

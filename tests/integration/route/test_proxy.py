@@ -12,8 +12,8 @@ import pytest
 import zmq
 
 from capstan.config import load_model
-from capstan.kvcache import Tokenizer, block_hashes, render_chat
-from capstan.route import BlockStored, RouteConfig, encode_batch
+from capstan.kvcache import BlockStored, Tokenizer, block_hashes, encode_kv_batch, render_chat
+from capstan.route import RouteConfig
 from capstan.route._proxy import Router
 
 from ._servers import ServerThread, Upstream
@@ -264,9 +264,7 @@ def test_precise_index_follows_kv_events_over_zmq(upstreams: list[tuple[Upstream
                 frames = [
                     b"kv@127.0.0.1:1@m",
                     seq.to_bytes(8, "big"),
-                    encode_batch(
-                        1.0, [BlockStored(tuple(hashes), None, tuple(tokens[: len(hashes) * 16]), 16)]
-                    ),
+                    encode_kv_batch([BlockStored(hashes, None, tokens[: len(hashes) * 16], 16)], 1.0),
                 ]
                 pubs[2].send_multipart(frames)
                 seq += 1

@@ -7,12 +7,16 @@ import pytest
 
 from capstan.config import load_model
 from capstan.errors import UserError
-from capstan.kvcache import Tokenizer, block_hashes
-from capstan.route import (
+from capstan.kvcache import (
     AllBlocksCleared,
-    ApproximatePrefixIndex,
     BlockRemoved,
     BlockStored,
+    Tokenizer,
+    block_hashes,
+    encode_kv_batch,
+)
+from capstan.route import (
+    ApproximatePrefixIndex,
     Endpoint,
     EndpointState,
     InFlightTracker,
@@ -24,7 +28,6 @@ from capstan.route import (
     Scheduler,
     SchedulerConfig,
     decode_batch,
-    encode_batch,
 )
 from capstan.route._plugins import (
     KVUtilizationScorer,
@@ -192,10 +195,10 @@ def test_approximate_index_lru_evicts_oldest_first_and_stride() -> None:
 
 def test_precise_index_follows_events() -> None:
     idx = PreciseKVIndex()
-    idx.apply("a", [BlockStored((1, 2, 3), None, tuple(range(48)), 16)])
-    idx.apply("b", [BlockStored((1,), None, tuple(range(16)), 16)])
+    idx.apply("a", [BlockStored([1, 2, 3], None, list(range(48)), 16)])
+    idx.apply("b", [BlockStored([1], None, list(range(16)), 16)])
     assert idx.match([1, 2, 3, 4], ["a", "b", "c"]) == {"a": 3, "b": 1, "c": 0}
-    idx.apply("a", [BlockRemoved((2,))])
+    idx.apply("a", [BlockRemoved([2])])
     assert idx.match([1, 2, 3], ["a"]) == {"a": 1}
     idx.apply("a", [AllBlocksCleared()])
     assert idx.match([1], ["a", "b"]) == {"a": 0, "b": 1}
@@ -212,27 +215,27 @@ def test_precise_index_rekeys_engine_hashes_through_the_token_ids() -> None:
 
     idx = PreciseKVIndex(rekey=rekey)
     # The engine uses other hashes (e.g. another seed): 101, 102 then 103, 104 chained on 102.
-    idx.apply("a", [BlockStored((101, 102), None, tuple(tokens[:32]), 16)])
-    idx.apply("a", [BlockStored((103, 104), 102, tuple(tokens[32:64]), 16)])
+    idx.apply("a", [BlockStored([101, 102], None, tokens[:32], 16)])
+    idx.apply("a", [BlockStored([103, 104], 102, tokens[32:64], 16)])
     assert idx.match(router_keys, ["a"]) == {"a": 4}
-    idx.apply("a", [BlockRemoved((103,))])
+    idx.apply("a", [BlockRemoved([103])])
     assert idx.match(router_keys, ["a"]) == {"a": 2}
     # a block whose parent is unknown cannot be keyed and is skipped
-    idx.apply("b", [BlockStored((555,), 999, tuple(tokens[:16]), 16)])
+    idx.apply("b", [BlockStored([555], 999, tokens[:16], 16)])
     assert idx.match(router_keys, ["b"]) == {"b": 0}
 
 
 def test_precise_index_memory_guard_drops_oldest() -> None:
     idx = PreciseKVIndex(max_blocks_per_endpoint=2)
-    idx.apply("a", [BlockStored((1, 2, 3), None, (), 16)])
+    idx.apply("a", [BlockStored([1, 2, 3], None, [], 16)])
     assert idx.size == 2
     assert idx.match([2, 3], ["a"]) == {"a": 2}
     assert idx.match([1], ["a"]) == {"a": 0}
 
 
 def test_kv_batch_roundtrip_and_vllm_shapes() -> None:
-    events = [BlockStored((1, 2), None, tuple(range(32)), 16), BlockRemoved((1,)), AllBlocksCleared()]
-    ts, decoded = decode_batch(encode_batch(12.5, events))
+    events = [BlockStored([1, 2], None, list(range(32)), 16), BlockRemoved([1]), AllBlocksCleared()]
+    ts, decoded = decode_batch(encode_kv_batch(events, 12.5))
     assert ts == 12.5 and decoded == events
     # vLLM may send hashes as bytes, and newer versions append fields
     raw = msgpack.packb(
@@ -240,7 +243,7 @@ def test_kv_batch_roundtrip_and_vllm_shapes() -> None:
         use_bin_type=True,
     )
     _, (ev,) = decode_batch(raw)
-    assert ev == BlockStored((1, 5), 2, (1, 2), 16)
+    assert ev == BlockStored([1, 5], 2, [1, 2], 16, None, "GPU")
 
 
 @pytest.mark.parametrize(
