@@ -1,0 +1,418 @@
+"""The one seam to the Kubernetes API: an async client that speaks plain dicts.
+
+Built on kubernetes_asyncio's ``ApiClient`` (its kubeconfig loading, TLS, auth plugins and connection pool), but
+never its generated models: responses are decoded once with ``json.loads`` and handed on as dicts, which is what
+the informer and the recorder store anyway and is several times cheaper than model deserialisation (see
+docs/kube-client.md for the measurement that chose this).
+
+Every call has a timeout; errors surface as :class:`ApiError` with the status and the API server's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from capstan.errors import UserError
+from capstan.kube.resources import PODS, Resource
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 30.0
+LIST_PAGE = 500
+_MAX_PAGES = 100_000
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server."""
+
+    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+def _check_kubeconfig(path: Path) -> None:
+    """Fail early, with the file named, on a kubeconfig that cannot work."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"kubeconfig {path}: file not found") from None
+    except OSError as exc:
+        raise UserError(f"kubeconfig {path}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise UserError(f"kubeconfig {path}: invalid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"kubeconfig {path}: not a kubeconfig (expected a mapping)")
+    for key in ("clusters", "contexts", "users"):
+        if not isinstance(data.get(key), list) or not data[key]:
+            raise UserError(f"kubeconfig {path}: no {key} defined")
+    if not data.get("current-context"):
+        raise UserError(f"kubeconfig {path}: no current-context set")
+
+
+class KubeClient:
+    """Async access to one cluster. Create with :meth:`from_kubeconfig`; close with :meth:`close`."""
+
+    def __init__(
+        self, api: k8s_client.ApiClient, *, timeout: float = DEFAULT_TIMEOUT, source: str = ""
+    ) -> None:
+        self._api = api
+        self.timeout = timeout
+        self.source = source
+
+    @classmethod
+    async def from_kubeconfig(
+        cls, path: Path | str, *, context: str | None = None, timeout: float = DEFAULT_TIMEOUT
+    ) -> KubeClient:
+        path = Path(path)
+        _check_kubeconfig(path)
+        configuration = k8s_client.Configuration()
+        try:
+            await k8s_config.load_kube_config(
+                config_file=str(path),
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        except (ConfigException, ValueError, KeyError, TypeError) as exc:
+            raise UserError(
+                f"kubeconfig {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ) from None
+        api = k8s_client.ApiClient(configuration)
+        return cls(api, timeout=timeout, source=str(path))
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def host(self) -> str:
+        return str(self._api.configuration.host)
+
+    # ---- raw request --------------------------------------------------------------------------------------------
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
+        params = [(k, _qv(v)) for k, v in (query or {}).items() if v is not None]
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        request_timeout = timeout if timeout is not None else self.timeout
+        try:
+            resp: aiohttp.ClientResponse = await self._api.call_api(
+                path,
+                method,
+                query_params=params,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=request_timeout,
+            )
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ApiError(0, "ConnectionError", f"{method} {path}: {exc}") from exc
+        if resp.status >= 300:
+            try:
+                raw = await resp.read()
+            finally:
+                resp.release()
+            try:
+                status_obj = json.loads(raw)
+                message = status_obj.get("message", raw.decode(errors="replace"))
+                reason = status_obj.get("reason", resp.reason or "")
+            except ValueError:
+                status_obj, message, reason = None, raw.decode(errors="replace")[:300], resp.reason or ""
+            raise ApiError(resp.status, str(reason), str(message), status_obj)
+        return resp
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
+        """One request whose JSON answer is decoded and returned."""
+        total = timeout if timeout is not None else self.timeout
+        try:
+            async with asyncio.timeout(total):
+                resp = await self._send(
+                    method, path, query=query, body=body, content_type=content_type, timeout=total
+                )
+                try:
+                    raw = await resp.read()
+                finally:
+                    resp.release()
+        except TimeoutError:
+            raise ApiError(0, "Timeout", f"{method} {path}: no answer within {total:.0f} s") from None
+        except aiohttp.ClientError as exc:
+            raise ApiError(0, "ConnectionError", f"{method} {path}: {exc}") from exc
+        return json.loads(raw) if raw else None
+
+    # ---- typed helpers over dicts --------------------------------------------------------------------------------
+    async def list_page(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = LIST_PAGE,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        query: dict[str, Any] = {
+            "limit": limit,
+            "continue": continue_token,
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+        }
+        if resource_version is not None and continue_token is None:
+            query["resourceVersion"] = resource_version
+            query["resourceVersionMatch"] = "NotOlderThan" if resource_version != "0" else None
+        result: dict[str, Any] = await self.request("GET", resource.collection_path(namespace), query=query)
+        return result
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = LIST_PAGE,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """All items (following ``continue``) and the list's resourceVersion, a consistent snapshot."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        rv = ""
+        for _ in range(_MAX_PAGES):
+            page = await self.list_page(
+                resource,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=limit,
+                continue_token=token,
+            )
+            kind = resource.kind
+            for item in page.get("items") or []:
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", resource.api_version)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            rv = meta.get("resourceVersion") or rv
+            token = meta.get("continue") or None
+            if not token:
+                return items, rv
+        raise ApiError(0, "TooManyPages", f"list {resource.name}: more than {_MAX_PAGES} pages")
+
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+        inactivity_timeout: float = 90.0,
+        bookmarks: bool = True,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Raw watch events (``{"type", "object"}``) from ``resource_version`` until the server ends the stream.
+
+        A stream that sends nothing (not even a bookmark) for ``inactivity_timeout`` seconds counts as dead and
+        raises :class:`ApiError` with reason ``Inactive``.
+        """
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true" if bookmarks else None,
+            "timeoutSeconds": timeout_seconds,
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+        }
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=inactivity_timeout)
+        try:
+            resp = await asyncio.wait_for(
+                self._send("GET", resource.collection_path(namespace), query=query, timeout=timeout),
+                self.timeout,
+            )
+        except TimeoutError:
+            raise ApiError(
+                0, "Timeout", f"watch {resource.name}: no answer within {self.timeout:.0f} s"
+            ) from None
+        try:
+            buffer = b""
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                while True:
+                    nl = buffer.find(b"\n")
+                    if nl < 0:
+                        break
+                    line, buffer = buffer[:nl], buffer[nl + 1 :]
+                    if line.strip():
+                        yield json.loads(line)
+            if buffer.strip():
+                yield json.loads(buffer)
+        except TimeoutError:
+            raise ApiError(
+                0, "Inactive", f"watch {resource.name}: silent for {inactivity_timeout:.0f} s"
+            ) from None
+        except aiohttp.ClientPayloadError as exc:
+            raise ApiError(0, "StreamBroken", f"watch {resource.name}: {exc}") from exc
+        except aiohttp.ClientError as exc:
+            raise ApiError(0, "StreamBroken", f"watch {resource.name}: {exc}") from exc
+        finally:
+            resp.release()
+            with contextlib.suppress(Exception):
+                resp.close()
+
+    async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = await self.request("GET", resource.item_path(name, namespace))
+        return result
+
+    async def create(
+        self, resource: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        ns = namespace or (body.get("metadata") or {}).get("namespace")
+        result: dict[str, Any] = await self.request("POST", resource.collection_path(ns), body=body)
+        return result
+
+    async def replace(
+        self, resource: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        meta = body.get("metadata") or {}
+        ns = namespace or meta.get("namespace")
+        result: dict[str, Any] = await self.request("PUT", resource.item_path(meta["name"], ns), body=body)
+        return result
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        patch_type: str = "merge",
+    ) -> dict[str, Any]:
+        content_type = {
+            "merge": "application/merge-patch+json",
+            "strategic": "application/strategic-merge-patch+json",
+            "json": "application/json-patch+json",
+        }[patch_type]
+        result: dict[str, Any] = await self.request(
+            "PATCH", resource.item_path(name, namespace, subresource), body=patch, content_type=content_type
+        )
+        return result
+
+    async def apply(
+        self,
+        resource: Resource,
+        body: dict[str, Any],
+        *,
+        field_manager: str = "capstan",
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Server-side apply."""
+        meta = body["metadata"]
+        result: dict[str, Any] = await self.request(
+            "PATCH",
+            resource.item_path(meta["name"], meta.get("namespace"), subresource),
+            query={"fieldManager": field_manager, "force": "true"},
+            body=body,
+            content_type="application/apply-patch+yaml",
+        )
+        return result
+
+    async def delete(
+        self, resource: Resource, name: str, namespace: str | None = None, *, grace_seconds: int | None = None
+    ) -> dict[str, Any] | None:
+        body = {"gracePeriodSeconds": grace_seconds} if grace_seconds is not None else None
+        try:
+            result: dict[str, Any] = await self.request(
+                "DELETE", resource.item_path(name, namespace), body=body
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+        return result
+
+    async def pod_log(
+        self,
+        namespace: str,
+        name: str,
+        container: str,
+        *,
+        previous: bool = False,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> str:
+        """The pod-log API (``kubectl logs [--previous]``); kwok serves it from files on its nodes."""
+        query = {
+            "container": container,
+            "previous": "true" if previous else None,
+            "tailLines": tail_lines,
+            "limitBytes": limit_bytes,
+        }
+        try:
+            async with asyncio.timeout(self.timeout):
+                resp = await self._send("GET", PODS.item_path(name, namespace, "log"), query=query)
+                try:
+                    raw = await resp.read()
+                finally:
+                    resp.release()
+        except TimeoutError:
+            raise ApiError(0, "Timeout", f"logs {namespace}/{name}/{container}: no answer") from None
+        return raw.decode("utf-8", errors="replace")
+
+
+def _qv(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
