@@ -1,9 +1,18 @@
-"""Chat notifications: sinks (Slack, generic webhook, Teams, Google Chat, Discord) behind one ``Sink``
-protocol, an outbox drainer that paces, retries and dead-letters deliveries, and a local Slack-
-compatible receiver.
-"""
+"""Chat notifications: sinks (Slack, generic webhook, Teams, Google Chat, Discord) behind one ``Sink`` protocol,
+an outbox drainer that paces, retries and dead-letters deliveries, and a local Slack-compatible receiver."""
 
 from capstan.notify._blockkit import MAX_BLOCKS, MAX_HEADER_TEXT, MAX_SECTION_TEXT, blocks_problem
+from capstan.notify._config import (
+    DiscordSinkConfig,
+    GoogleChatSinkConfig,
+    SinkConfig,
+    SlackBotSinkConfig,
+    SlackWebhookSinkConfig,
+    TeamsSinkConfig,
+    WebhookSinkConfig,
+    build_sink,
+)
+from capstan.notify._notice import Notice, Section, escape_fences, tail_lines
 from capstan.notify._ratelimit import Backoff, TokenBucket
 from capstan.notify._receiver import (
     DEV_TOKEN,
@@ -12,7 +21,27 @@ from capstan.notify._receiver import (
     ReceiverConfig,
     SlackReceiver,
 )
+from capstan.notify._render import (
+    render_discord,
+    render_google_chat,
+    render_json,
+    render_slack,
+    render_teams,
+)
 from capstan.notify._serving import RunningServer, serve_in_thread
+from capstan.notify._sinks import (
+    Delivery,
+    DiscordSink,
+    GoogleChatSink,
+    JsonWebhookSink,
+    MemoryThreadIndex,
+    Sink,
+    SlackBotSink,
+    SlackWebhookSink,
+    TeamsSink,
+    ThreadIndex,
+    parse_retry_after,
+)
 
 __all__ = [
     "DEV_TOKEN",
@@ -21,11 +50,39 @@ __all__ = [
     "MAX_HEADER_TEXT",
     "MAX_SECTION_TEXT",
     "Backoff",
+    "Delivery",
+    "DiscordSink",
+    "DiscordSinkConfig",
+    "GoogleChatSink",
+    "GoogleChatSinkConfig",
+    "JsonWebhookSink",
+    "MemoryThreadIndex",
+    "Notice",
     "ReceivedMessage",
     "ReceiverConfig",
     "RunningServer",
+    "Section",
+    "Sink",
+    "SinkConfig",
+    "SlackBotSink",
+    "SlackBotSinkConfig",
     "SlackReceiver",
+    "SlackWebhookSink",
+    "SlackWebhookSinkConfig",
+    "TeamsSink",
+    "TeamsSinkConfig",
+    "ThreadIndex",
     "TokenBucket",
+    "WebhookSinkConfig",
     "blocks_problem",
+    "build_sink",
+    "escape_fences",
+    "parse_retry_after",
+    "render_discord",
+    "render_google_chat",
+    "render_json",
+    "render_slack",
+    "render_teams",
     "serve_in_thread",
+    "tail_lines",
 ]
