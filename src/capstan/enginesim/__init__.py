@@ -8,6 +8,9 @@ Core (pure, clock-injected, used by the in-process discrete-event harness and by
 * Requests carry the prompt's full-block hashes, and KV events use the types and wire format, of the shared
   contract in :mod:`capstan.kvcache`.
 
+Shell: :class:`Replica` (one emulated vLLM replica: OpenAI HTTP, ``/metrics`` with vLLM's names, ZMQ KV events)
+and :func:`running_replicas` (several replicas on loopback ports in one process).
+
 See docs/enginesim.md for the model, the HTTP surface and the KV-event wire format.
 """
 
@@ -22,8 +25,12 @@ from capstan.enginesim._engine import (
     RequestRejected,
 )
 from capstan.enginesim._latency import LatencyModel, Preset, get_preset, preset_names
+from capstan.enginesim._request import BadRequest, build_engine_request
+from capstan.enginesim._serve import running_replicas, serve_forever
+from capstan.enginesim._server import Replica, ReplicaSpec
 
 __all__ = [
+    "BadRequest",
     "Completion",
     "Engine",
     "EngineConfig",
@@ -33,7 +40,12 @@ __all__ = [
     "LatencyModel",
     "Preset",
     "Progress",
+    "Replica",
+    "ReplicaSpec",
     "RequestRejected",
+    "build_engine_request",
     "get_preset",
     "preset_names",
+    "running_replicas",
+    "serve_forever",
 ]

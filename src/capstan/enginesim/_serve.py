@@ -1,0 +1,89 @@
+"""Running several replicas in one process: one uvicorn server per replica, all in the same event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+
+import uvicorn
+
+from capstan.enginesim._server import Replica, ReplicaSpec
+
+_START_TIMEOUT_S = 30.0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+@asynccontextmanager
+async def running_replicas(specs: Sequence[ReplicaSpec]) -> AsyncIterator[list[Replica]]:
+    """Serve every spec on its port (0: a free one; ``Replica.bound_port`` tells which) until the block exits.
+
+    Raises OSError when a port is taken. The replicas' drivers and ZMQ sockets start with the servers.
+    """
+    socks: list[socket.socket] = []
+    try:
+        for spec in specs:
+            socks.append(_bind(spec.host, spec.port))
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    replicas: list[Replica] = []
+    servers: list[uvicorn.Server] = []
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for spec, sock in zip(specs, socks, strict=True):
+            port = sock.getsockname()[1]
+            replica = Replica(replace(spec, port=port))
+            replica.bound_port = port
+            replicas.append(replica)
+            config = uvicorn.Config(
+                replica.app,
+                lifespan="on",
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=2,
+            )
+            server = uvicorn.Server(config)
+            servers.append(server)
+            tasks.append(asyncio.create_task(server.serve(sockets=[sock]), name=f"enginesim-http-{port}"))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _START_TIMEOUT_S
+        while not all(srv.started for srv in servers):  # NOTE: bounded by the deadline
+            if any(t.done() for t in tasks):
+                for t in tasks:
+                    if t.done() and t.exception() is not None:
+                        raise RuntimeError(f"a replica failed to start: {t.exception()}")
+                raise RuntimeError("a replica stopped while starting")
+            if loop.time() > deadline:
+                raise TimeoutError("replicas did not start within 30 s")
+            await asyncio.sleep(0.01)
+        yield replicas
+    finally:
+        for server in servers:
+            server.should_exit = True
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(t, 10)
+        for sock in socks:
+            sock.close()
+
+
+async def serve_forever(specs: Sequence[ReplicaSpec], stop: asyncio.Event) -> None:
+    """Serve until ``stop`` is set."""
+    async with running_replicas(specs):
+        await stop.wait()
