@@ -17,6 +17,7 @@ from capstan.logs import configure_logging
 def build_app() -> typer.Typer:
     """Assemble the CLI; each capability owns one module under ``capstan.cli`` that exposes ``app``."""
     from capstan.cli import dev as dev_cli
+    from capstan.cli import enginesim as enginesim_cli
     from capstan.cli import sandbox as sandbox_cli
 
     app = typer.Typer(
@@ -39,6 +40,7 @@ def build_app() -> typer.Typer:
     app.add_typer(sandbox_cli.app, name="sandbox")
     # Capability sub-apps register below, one line each.
     app.add_typer(dev_cli.app, name="dev")
+    app.add_typer(enginesim_cli.app, name="enginesim")
     return app
 
 
