@@ -1,0 +1,119 @@
+"""The pure diff builder: noise removal, Secret redaction and RFC 6902 patches between two object versions.
+
+Everything here is a function of its inputs (no clock, no I/O), so the same code runs in the live recorder, in
+tests and in benchmarks. Patches come from the well-kept ``jsonpatch`` library; this module only decides what an
+object looks like before it is compared (``normalize``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+import jsonpatch
+from pydantic import Field
+
+from capstan.config import StrictModel
+
+JsonDict = dict[str, Any]
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+DEFAULT_DROP_PATHS: tuple[str, ...] = (
+    "/metadata/managedFields",
+    "/metadata/resourceVersion",
+    "/metadata/generation",
+    "/metadata/selfLink",
+    "/status/conditions/*/lastHeartbeatTime",
+    "/status/conditions/*/lastProbeTime",
+)
+
+
+class DiffPolicy(StrictModel):
+    """What counts as noise. ``drop_paths`` are JSON pointers where ``*`` matches any key or list index."""
+
+    drop_paths: list[str] = Field(default_factory=lambda: list(DEFAULT_DROP_PATHS))
+    snapshot_every: int = Field(default=20, ge=1, description="Store the full object every N versions.")
+    redact_kinds: list[str] = Field(default_factory=lambda: ["Secret"])
+
+
+def _split(pointer: str) -> list[str]:
+    if not pointer.startswith("/"):
+        raise ValueError(f"drop path {pointer!r}: a JSON pointer must start with '/'")
+    return [p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/")]
+
+
+def _drop(node: Any, parts: list[str]) -> None:
+    if not parts:
+        return
+    head, rest = parts[0], parts[1:]
+    if isinstance(node, dict):
+        keys = list(node.keys()) if head == "*" else ([head] if head in node else [])
+        for key in keys:
+            if rest:
+                _drop(node[key], rest)
+            else:
+                del node[key]
+    elif isinstance(node, list):
+        if head == "*":
+            indices = list(range(len(node)))
+        elif head.isdigit() and int(head) < len(node):
+            indices = [int(head)]
+        else:
+            indices = []
+        for idx in reversed(indices):
+            if rest:
+                _drop(node[idx], rest)
+            else:
+                del node[idx]
+
+
+def data_hash(data: Any) -> str:
+    """sha256 of the canonical JSON of ``data`` (the only trace of a Secret's values that is ever stored)."""
+    canon = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
+
+
+def redact_secret(obj: JsonDict) -> JsonDict:
+    """A Secret reduced to metadata, type, key names and a hash of the data; no value survives.
+
+    ``kubectl apply`` copies the whole manifest (values included) into the last-applied annotation, so that
+    annotation is replaced by its hash as well.
+    """
+    out: JsonDict = {
+        k: copy.deepcopy(v) for k, v in obj.items() if k in ("apiVersion", "kind", "type", "immutable")
+    }
+    meta = copy.deepcopy(obj.get("metadata") or {})
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+        annotations[LAST_APPLIED] = data_hash(annotations[LAST_APPLIED])
+    out["metadata"] = meta
+    merged: JsonDict = {}
+    for field in ("data", "stringData"):
+        values = obj.get(field)
+        if isinstance(values, dict):
+            merged.update({f"{field}/{k}": v for k, v in values.items()})
+    out["dataKeys"] = sorted({k.split("/", 1)[1] for k in merged})
+    out["dataHash"] = data_hash(merged)
+    return out
+
+
+def normalize(obj: JsonDict, policy: DiffPolicy) -> JsonDict:
+    """The object as it is stored and compared: Secrets redacted, noise paths removed. Never mutates ``obj``."""
+    out = redact_secret(obj) if obj.get("kind") in policy.redact_kinds else copy.deepcopy(obj)
+    for pointer in policy.drop_paths:
+        _drop(out, _split(pointer))
+    return out
+
+
+def make_patch(before: JsonDict, after: JsonDict) -> list[JsonDict]:
+    """RFC 6902 operations turning ``before`` into ``after`` (both already normalized)."""
+    ops: list[JsonDict] = list(jsonpatch.make_patch(before, after))
+    return ops
+
+
+def apply_patch(doc: JsonDict, patch: list[JsonDict]) -> JsonDict:
+    """Apply RFC 6902 ``patch`` to a copy of ``doc``."""
+    result: JsonDict = jsonpatch.apply_patch(doc, patch, in_place=False)
+    return result

@@ -1,0 +1,207 @@
+"""Turning observed Kubernetes objects and Events into store batches (the pure core of the object recorder).
+
+:class:`ObjectHistory` holds the last recorded version of every live object (loaded from the store after a restart)
+and turns each watch event, or each relist, into a :class:`~capstan.store.Batch`: change records with patches and
+periodic snapshots, the new last states, and the kind's cursor. The caller writes the batch; nothing here does I/O,
+so a crash between building and writing simply rebuilds the same batch (writes are idempotent).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from capstan.record._diff import DiffPolicy, make_patch, normalize
+from capstan.store import Batch, ChangeType, KindCursor, KubeEvent, ObjectChange, ObjectState, ObservedVia
+
+JsonDict = dict[str, Any]
+
+
+def kind_key(api_version: str, kind: str) -> str:
+    """The cursor key of a watched kind: ``group/version/Kind`` (core kinds: ``/v1/Pod``)."""
+    group, _, version = api_version.rpartition("/")
+    return f"{group}/{version}/{kind}"
+
+
+class ObjectHistory:
+    """Last recorded state per object of one source (cluster) and the rules that turn changes into records."""
+
+    def __init__(
+        self,
+        source: str,
+        states: Mapping[str, ObjectState] | None = None,
+        *,
+        policy: DiffPolicy | None = None,
+    ) -> None:
+        self.source = source
+        self.policy = policy or DiffPolicy()
+        self._states: dict[str, ObjectState] = dict(states or {})
+
+    def state(self, uid: str) -> ObjectState | None:
+        return self._states.get(uid)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def observe(
+        self,
+        event_type: str,
+        obj: JsonDict,
+        *,
+        observed_at: float,
+        via: ObservedVia = "watch",
+        resource_version: str | None = None,
+    ) -> Batch:
+        """One watch event (ADDED/MODIFIED/DELETED or added/modified/deleted) -> a batch (empty when noise only).
+
+        The batch also carries the kind cursor at the object's resourceVersion (or ``resource_version``).
+        """
+        etype = event_type.lower()
+        if etype not in ("added", "modified", "deleted"):
+            raise ValueError(f"unknown watch event type {event_type!r}")
+        batch = Batch()
+        self._apply(batch, etype, obj, observed_at, via)  # type: ignore[arg-type]
+        meta = obj.get("metadata") or {}
+        rv = resource_version or str(meta.get("resourceVersion", ""))
+        if rv:
+            batch.kind_cursors.append(
+                KindCursor(
+                    self.source, kind_key(str(obj.get("apiVersion", "")), str(obj.get("kind", ""))), rv
+                )
+            )
+        return batch
+
+    def relist(
+        self,
+        api_version: str,
+        kind: str,
+        objects: Iterable[JsonDict],
+        *,
+        resource_version: str,
+        observed_at: float,
+    ) -> Batch:
+        """A full list of one kind -> records (marked ``relist``) for what changed since the stored state:
+        new objects, edited objects and objects that disappeared (deleted while nobody watched)."""
+        batch = Batch()
+        seen: set[str] = set()
+        for obj in objects:
+            obj = {"apiVersion": api_version, "kind": kind, **obj}
+            uid = str((obj.get("metadata") or {}).get("uid", ""))
+            seen.add(uid)
+            etype: ChangeType = "modified" if uid in self._states else "added"
+            self._apply(batch, etype, obj, observed_at, "relist")
+        gone = [
+            st
+            for st in self._states.values()
+            if st.kind == kind and st.api_version == api_version and st.uid not in seen
+        ]
+        for st in sorted(gone, key=lambda x: (x.namespace, x.name, x.uid)):
+            self._apply(batch, "deleted", st.object, observed_at, "relist", normalized=True)
+        batch.kind_cursors.append(KindCursor(self.source, kind_key(api_version, kind), resource_version))
+        return batch
+
+    def _apply(
+        self,
+        batch: Batch,
+        etype: ChangeType,
+        obj: JsonDict,
+        observed_at: float,
+        via: ObservedVia,
+        *,
+        normalized: bool = False,
+    ) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        if not uid:
+            raise ValueError("object without metadata.uid")
+        norm = obj if normalized else normalize(obj, self.policy)
+        prev = self._states.get(uid)
+        patch: list[JsonDict] | None
+        snapshot: JsonDict | None
+        rv = str(meta.get("resourceVersion", "") or (prev.resource_version if prev else ""))
+        if prev is None:
+            # First sight (or a deletion of an object never seen alive): the full object is the snapshot.
+            seq, patch, snapshot = 1, None, norm
+        else:
+            patch = make_patch(prev.object, norm)
+            if not patch and etype == "modified":
+                self._states[uid] = ObjectState(
+                    prev.source, uid, prev.kind, prev.api_version, prev.namespace, prev.name, rv,
+                    prev.version_seq, prev.object,
+                )  # fmt: skip
+                return
+            seq = prev.version_seq + 1
+            snapshot = norm if seq % self.policy.snapshot_every == 0 else None
+        kind = str(obj.get("kind", prev.kind if prev else ""))
+        api_version = str(obj.get("apiVersion", prev.api_version if prev else ""))
+        namespace = str(meta.get("namespace", "") or "")
+        name = str(meta.get("name", ""))
+        batch.object_changes.append(
+            ObjectChange(
+                source=self.source,
+                observed_at=observed_at,
+                kind=kind,
+                api_version=api_version,
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                resource_version=rv,
+                change_type=etype,
+                observed_via=via,
+                version_seq=seq,
+                patch=patch,
+                snapshot=snapshot,
+            )
+        )
+        if etype == "deleted":
+            self._states.pop(uid, None)
+            batch.state_deletes.append((self.source, uid))
+        else:
+            state = ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, norm)
+            self._states[uid] = state
+            batch.state_puts.append(state)
+
+
+def _parse_time(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def event_record(source: str, obj: JsonDict, *, observed_at: float) -> KubeEvent:
+    """A core/v1 or events.k8s.io/v1 Event object -> one occurrence row (each count/series bump is a new row)."""
+    meta = obj.get("metadata") or {}
+    involved = obj.get("involvedObject") or obj.get("regarding") or {}
+    series = obj.get("series") or {}
+    count = obj.get("count") or series.get("count") or obj.get("deprecatedCount") or 1
+    when = (
+        _parse_time(series.get("lastObservedTime"))
+        or _parse_time(obj.get("lastTimestamp"))
+        or _parse_time(obj.get("eventTime"))
+        or _parse_time(obj.get("deprecatedLastTimestamp"))
+        or _parse_time(obj.get("firstTimestamp"))
+    )
+    payload = {k: v for k, v in obj.items() if k != "metadata"}
+    payload["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return KubeEvent(
+        source=source,
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        observed_at=observed_at,
+        event_time=when,
+        namespace=str(meta.get("namespace", "") or ""),
+        name=str(meta.get("name", "")),
+        reason=str(obj.get("reason", "") or ""),
+        type=str(obj.get("type", "") or ""),
+        message=str(obj.get("message", obj.get("note", "")) or ""),
+        count=int(count),
+        involved_uid=str(involved.get("uid", "") or ""),
+        involved_kind=str(involved.get("kind", "") or ""),
+        involved_namespace=str(involved.get("namespace", "") or ""),
+        involved_name=str(involved.get("name", "") or ""),
+        payload=payload,
+    )

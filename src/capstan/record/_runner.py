@@ -1,0 +1,130 @@
+"""Running several collectors side by side, plus the recorder's configuration file.
+
+A :class:`Collector` is anything with a ``name`` and ``async run(stop)``. The runner starts each in its own task:
+a collector that crashes on a bug is logged and restarted with backoff, so one bad target never stops the others;
+a :class:`~capstan.store.StoreWriteError` (full/read-only disk, lost database) stops every collector and is raised,
+because writing nothing loudly beats writing half silently. More collectors (the Kubernetes recorder) are added with
+:meth:`RecorderRunner.add` before :meth:`RecorderRunner.run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import Field, model_validator
+
+from capstan.config import StrictModel, load_file
+from capstan.record._diff import DiffPolicy
+from capstan.record._redis import EngineCollector, RedisTargetConfig
+from capstan.store import HistoryMetrics, Store, StoreWriteError
+
+log = logging.getLogger(__name__)
+
+
+class Collector(Protocol):
+    """One source of history; ``run`` returns when ``stop`` is set and raises only StoreWriteError (or bugs)."""
+
+    name: str
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+class RetentionConfig(StrictModel):
+    max_age_days: float | None = Field(default=14.0, gt=0)
+    max_megabytes: float | None = Field(default=None, gt=0)
+    interval_s: float = Field(default=300.0, gt=0)
+
+
+class OtlpConfig(StrictModel):
+    endpoint: str = Field(description="OTLP/HTTP logs endpoint, e.g. http://127.0.0.1:4318/v1/logs")
+    timeout_s: float = Field(default=10.0, gt=0, le=120)
+
+
+class RecorderConfig(StrictModel):
+    """The ``capstan record`` configuration file."""
+
+    store: str = Field(description="SQLite file path or postgresql:// URL")
+    source: str = Field(default="default", description="Name of this cluster in the records")
+    redis: list[RedisTargetConfig] = Field(default_factory=list)
+    diff: DiffPolicy = Field(default_factory=DiffPolicy)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    otlp: OtlpConfig | None = None
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _unique_targets(self) -> RecorderConfig:
+        names = [t.name for t in self.redis]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"redis target names must be unique: {', '.join(dupes)}")
+        return self
+
+
+def load_recorder_config(path: Path) -> RecorderConfig:
+    return load_file(RecorderConfig, path)
+
+
+class RecorderRunner:
+    """Runs collectors concurrently until stopped (see the module docstring)."""
+
+    def __init__(
+        self, *, max_restart_backoff_s: float = 60.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._collectors: list[Collector] = []
+        self._max_backoff = max_restart_backoff_s
+        self._clock = clock
+        self.crashes: dict[str, int] = {}
+
+    def add(self, collector: Collector) -> None:
+        self._collectors.append(collector)
+
+    @property
+    def collectors(self) -> list[Collector]:
+        return list(self._collectors)
+
+    async def _supervise(self, collector: Collector, stop: asyncio.Event) -> None:
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                await collector.run(stop)
+                return
+            except StoreWriteError:
+                raise
+            except Exception:
+                self.crashes[collector.name] = self.crashes.get(collector.name, 0) + 1
+                log.exception("collector %s crashed; restarting in %.0fs", collector.name, backoff)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=backoff)
+                backoff = min(self._max_backoff, backoff * 2)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run every collector until ``stop``; a store failure stops all of them and is re-raised."""
+        tasks = [asyncio.create_task(self._supervise(c, stop), name=c.name) for c in self._collectors]
+        try:
+            for fut in asyncio.as_completed(tasks):
+                try:
+                    await fut
+                except StoreWriteError as exc:
+                    log.critical("history store write failed, stopping the recorder: %s", exc)
+                    stop.set()
+                    raise
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def engine_collectors(
+    config: RecorderConfig,
+    store: Store,
+    *,
+    metrics: HistoryMetrics | None,
+    clock: Callable[[], float] = time.time,
+) -> list[EngineCollector]:
+    """One collector per configured Redis/Valkey target."""
+    return [EngineCollector(t, store, clock=clock, metrics=metrics) for t in config.redis]

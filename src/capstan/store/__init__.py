@@ -1,0 +1,67 @@
+"""Durable history of cluster changes and engine events: one store, SQLite (WAL) by default, PostgreSQL at scale.
+
+Writers hand :class:`Batch` objects to :meth:`Store.write` (records and cursors in one transaction, idempotent);
+readers use the query methods, the HTTP JSON app (:func:`create_history_app`) or OTLP export. The store never
+imports a collector: collectors live in :mod:`capstan.record`.
+"""
+
+from capstan.store._engine import parse_database_url
+from capstan.store._metrics import HistoryMetrics
+from capstan.store._models import (
+    CHANGE_TYPES,
+    OBSERVED_VIA,
+    Batch,
+    ChangeType,
+    EngineCursor,
+    EngineEntry,
+    Gap,
+    KindCursor,
+    KubeEvent,
+    ObjectChange,
+    ObjectDiff,
+    ObjectState,
+    ObjectVersion,
+    ObservedVia,
+    OutboxItem,
+    Restart,
+    RestartCount,
+    WriteResult,
+    rfc3339,
+    to_json,
+)
+from capstan.store._retention import RetentionPolicy, RetentionWorker, apply_retention
+from capstan.store._store import Store, StoreCorruptHistory, StoreWriteError, open_store
+from capstan.store._writer import BatchWriter
+
+__all__ = [
+    "CHANGE_TYPES",
+    "OBSERVED_VIA",
+    "Batch",
+    "BatchWriter",
+    "ChangeType",
+    "EngineCursor",
+    "EngineEntry",
+    "Gap",
+    "HistoryMetrics",
+    "KindCursor",
+    "KubeEvent",
+    "ObjectChange",
+    "ObjectDiff",
+    "ObjectState",
+    "ObjectVersion",
+    "ObservedVia",
+    "OutboxItem",
+    "Restart",
+    "RestartCount",
+    "RetentionPolicy",
+    "RetentionWorker",
+    "Store",
+    "StoreCorruptHistory",
+    "StoreWriteError",
+    "WriteResult",
+    "apply_retention",
+    "open_store",
+    "parse_database_url",
+    "rfc3339",
+    "to_json",
+]

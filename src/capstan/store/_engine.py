@@ -1,0 +1,128 @@
+"""Opening a database from a user-supplied location: URL checks, SQLite pragmas, migrations.
+
+A plain path (or ``sqlite:///PATH``) gives the embedded SQLite store in WAL mode; ``postgresql://`` gives
+PostgreSQL through psycopg 3. Anything else is one :class:`~capstan.errors.UserError` line naming the URL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.pool import NullPool
+
+from capstan.errors import UserError
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+CONNECT_TIMEOUT_S = 10
+
+
+def parse_database_url(location: str) -> URL:
+    """Turn a path or URL into a SQLAlchemy URL for SQLite or PostgreSQL (psycopg 3), or raise one clear line."""
+    text = location.strip()
+    if not text:
+        raise UserError("database URL: empty (give a file path, sqlite:///PATH or postgresql://USER@HOST/DB)")
+    if "://" not in text:
+        return URL.create("sqlite", database=str(Path(text).expanduser().resolve()))
+    try:
+        url = make_url(text)
+    except ArgumentError:
+        raise UserError(f"database URL {text!r}: not a valid URL") from None
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise UserError(f"database URL {text!r}: SQLite needs a file path (sqlite:///PATH)")
+        return url.set(drivername="sqlite")
+    if backend in ("postgresql", "postgres"):
+        if url.get_driver_name() not in ("psycopg", "postgresql", "postgres", ""):
+            raise UserError(
+                f"database URL {text!r}: only the psycopg driver is supported (postgresql+psycopg://)"
+            )
+        if not url.database:
+            raise UserError(f"database URL {safe_url(url)!r}: no database name")
+        return url.set(drivername="postgresql+psycopg")
+    raise UserError(
+        f"database URL {safe_url(url)!r}: unsupported scheme {url.drivername!r}"
+        " (use a file path, sqlite:///PATH or postgresql://USER@HOST/DB)"
+    )
+
+
+def safe_url(url: URL) -> str:
+    """The URL with its password hidden, for messages."""
+    return url.render_as_string(hide_password=True)
+
+
+def _sqlite_pragmas(engine: Engine, *, immediate: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # NOTE: writers take the write lock at BEGIN so a deferred read->write upgrade can never fail with
+        # SQLITE_BUSY_SNAPSHOT in WAL mode; readers use plain BEGIN and never block the writer.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def create_engines(url: URL) -> tuple[Engine, Engine]:
+    """(write engine, read engine). They are the same object on PostgreSQL."""
+    if url.get_backend_name() == "sqlite":
+        db = Path(url.database or "")
+        if not db.parent.is_dir():
+            raise UserError(f"database {str(db)!r}: directory {str(db.parent)!r} does not exist")
+        write = create_engine(url, poolclass=NullPool)
+        read = create_engine(url, poolclass=NullPool)
+        _sqlite_pragmas(write, immediate=True)
+        _sqlite_pragmas(read, immediate=False)
+        return write, read
+    engine = create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=5,
+        max_overflow=5,
+        pool_timeout=30,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
+    )
+    return engine, engine
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest revision (idempotent)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def describe_db_error(url: URL, exc: BaseException) -> str:
+    """One line for a database failure: the URL (no password) and the driver's first line."""
+    orig = getattr(exc, "orig", None) or exc
+    first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    return f"database {safe_url(url)!r}: {first}"
+
+
+def check_connect(engine: Engine, url: URL) -> None:
+    """Open and close one connection, turning any failure into a one-line UserError."""
+    try:
+        with engine.connect():
+            pass
+    except (OperationalError, DBAPIError) as exc:
+        raise UserError(describe_db_error(url, exc)) from None

@@ -1,0 +1,212 @@
+"""The history store's tables, defined once as SQLAlchemy Core metadata.
+
+Every timestamp column holds integer microseconds since the Unix epoch (UTC): it sorts and compares the same way
+on SQLite and PostgreSQL, range-partitions on PostgreSQL, and costs 8 bytes. JSON columns are JSONB on PostgreSQL.
+The Alembic revisions under ``capstan/store/migrations`` create exactly this schema; a unit test compares the two.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING)
+
+# NOTE: SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), so the surrogate keys are BIGINT on
+# PostgreSQL and INTEGER on SQLite.
+RowId = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON().with_variant(JSONB(), "postgresql")
+
+object_changes = Table(
+    "object_changes",
+    metadata,
+    Column("id", RowId, primary_key=True, autoincrement=True),
+    Column("source", String(128), nullable=False),
+    Column("observed_at", BigInteger, nullable=False),
+    Column("kind", String(128), nullable=False),
+    Column("api_version", String(256), nullable=False),
+    Column("namespace", String(253), nullable=False),
+    Column("name", String(253), nullable=False),
+    Column("uid", String(64), nullable=False),
+    Column("resource_version", String(64), nullable=False),
+    Column("change_type", String(16), nullable=False),
+    Column("observed_via", String(16), nullable=False),
+    # NOTE: version_seq counts the recorded versions of one uid from 1; a row whose snapshot is not NULL holds the
+    # full object, and every later version is that snapshot plus the patches of the following rows in order.
+    Column("version_seq", Integer, nullable=False),
+    Column("patch", Json, nullable=True),
+    Column("snapshot", Json, nullable=True),
+    UniqueConstraint("source", "uid", "resource_version", "change_type"),
+    Index("ix_object_changes_lookup", "source", "kind", "namespace", "name", "observed_at"),
+    Index("ix_object_changes_uid_seq", "source", "uid", "version_seq"),
+    Index("ix_object_changes_observed_at", "observed_at"),
+)
+
+object_state = Table(
+    "object_state",
+    metadata,
+    Column("source", String(128), primary_key=True),
+    Column("uid", String(64), primary_key=True),
+    Column("kind", String(128), nullable=False),
+    Column("api_version", String(256), nullable=False),
+    Column("namespace", String(253), nullable=False),
+    Column("name", String(253), nullable=False),
+    Column("resource_version", String(64), nullable=False),
+    Column("version_seq", Integer, nullable=False),
+    Column("object", Json, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Index("ix_object_state_kind", "source", "kind"),
+)
+
+kind_cursors = Table(
+    "kind_cursors",
+    metadata,
+    Column("source", String(128), primary_key=True),
+    Column("kind", String(300), primary_key=True),
+    Column("resource_version", String(64), nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+kube_events = Table(
+    "kube_events",
+    metadata,
+    Column("id", RowId, primary_key=True, autoincrement=True),
+    Column("source", String(128), nullable=False),
+    Column("uid", String(64), nullable=False),
+    Column("resource_version", String(64), nullable=False),
+    Column("observed_at", BigInteger, nullable=False),
+    Column("event_time", BigInteger, nullable=True),
+    Column("namespace", String(253), nullable=False),
+    Column("name", String(253), nullable=False),
+    Column("reason", String(256), nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("count", Integer, nullable=False),
+    Column("involved_uid", String(64), nullable=False),
+    Column("involved_kind", String(128), nullable=False),
+    Column("involved_namespace", String(253), nullable=False),
+    Column("involved_name", String(253), nullable=False),
+    Column("payload", Json, nullable=False),
+    UniqueConstraint("source", "uid", "resource_version"),
+    Index("ix_kube_events_involved", "involved_uid", "observed_at"),
+    Index("ix_kube_events_observed_at", "observed_at"),
+)
+
+engine_entries = Table(
+    "engine_entries",
+    metadata,
+    Column("id", RowId, primary_key=True, autoincrement=True),
+    Column("target", String(256), nullable=False),
+    Column("log", String(64), nullable=False),
+    # NOTE: engine ids restart at 0 with the server process, so uniqueness includes the server's run id.
+    Column("run_id", String(64), nullable=False),
+    Column("native_id", String(256), nullable=False),
+    Column("happened_at", BigInteger, nullable=False),
+    Column("observed_at", BigInteger, nullable=False),
+    Column("payload", Json, nullable=False),
+    UniqueConstraint("target", "log", "run_id", "native_id"),
+    Index("ix_engine_entries_target_time", "target", "log", "happened_at"),
+    Index("ix_engine_entries_observed_at", "observed_at"),
+)
+
+gaps = Table(
+    "gaps",
+    metadata,
+    Column("id", RowId, primary_key=True, autoincrement=True),
+    Column("source", String(256), nullable=False),
+    Column("log", String(64), nullable=False),
+    Column("key", String(256), nullable=False),
+    Column("observed_at", BigInteger, nullable=False),
+    Column("lost", BigInteger, nullable=True),
+    Column("reason", String(256), nullable=False),
+    Column("detail", Json, nullable=False),
+    UniqueConstraint("source", "log", "key"),
+    Index("ix_gaps_observed_at", "observed_at"),
+)
+
+engine_cursors = Table(
+    "engine_cursors",
+    metadata,
+    Column("target", String(256), primary_key=True),
+    Column("log", String(64), primary_key=True),
+    Column("run_id", String(64), nullable=False),
+    Column("last_id", BigInteger, nullable=False),
+    Column("state", Json, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", RowId, primary_key=True, autoincrement=True),
+    Column("destination", String(256), nullable=False),
+    Column("payload", Json, nullable=False),
+    Column("dedupe_key", String(512), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", BigInteger, nullable=False),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    UniqueConstraint("dedupe_key"),
+    Index("ix_outbox_due", "state", "next_attempt_at"),
+)
+
+restarts = Table(
+    "restarts",
+    metadata,
+    Column("id", RowId, primary_key=True, autoincrement=True),
+    Column("pod_uid", String(64), nullable=False),
+    Column("namespace", String(253), nullable=False),
+    Column("pod", String(253), nullable=False),
+    Column("container", String(253), nullable=False),
+    Column("container_type", String(32), nullable=False),
+    Column("restart_count", Integer, nullable=False),
+    Column("observed_at", BigInteger, nullable=False),
+    Column("reason", String(256), nullable=False),
+    Column("exit_code", Integer, nullable=True),
+    Column("reported_state", Json, nullable=False),
+    UniqueConstraint("pod_uid", "container", "restart_count"),
+    Index("ix_restarts_pod", "namespace", "pod", "observed_at"),
+)
+
+restart_counts = Table(
+    "restart_counts",
+    metadata,
+    Column("pod_uid", String(64), primary_key=True),
+    Column("container", String(253), primary_key=True),
+    Column("namespace", String(253), nullable=False),
+    Column("pod", String(253), nullable=False),
+    Column("restart_count", Integer, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+ALL_TABLES = (
+    object_changes,
+    object_state,
+    kind_cursors,
+    kube_events,
+    engine_entries,
+    gaps,
+    engine_cursors,
+    outbox,
+    restarts,
+    restart_counts,
+)

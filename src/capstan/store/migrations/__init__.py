@@ -1,0 +1,1 @@
+"""Alembic migration scripts of the history store (run by :func:`capstan.store.migrate`, never by hand)."""

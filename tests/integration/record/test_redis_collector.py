@@ -1,0 +1,189 @@
+"""The Redis engine collector against a real redis-server, writing to both store back ends."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from capstan.record import EngineCollector, RecorderRunner, RedisTargetConfig
+from capstan.sandbox.datastores import RedisServer, free_port
+from capstan.store import open_store
+
+pytestmark = pytest.mark.integration
+
+SLOW_ARGS = ("--enable-debug-command", "yes", "--slowlog-log-slower-than", "1000")
+
+
+def _client(server: RedisServer, **kw: object) -> redis.Redis:
+    return redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=10, **kw)  # type: ignore[arg-type]
+
+
+def _failed_auth(server: RedisServer) -> None:
+    """One AUTH with a wrong password on a raw connection (redis-py would retry it)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"AUTH app wrong\r\n")
+        assert sock.recv(1024).startswith(b"-WRONGPASS")
+
+
+def _slow(client: redis.Redis, tag: str) -> None:
+    client.client_setname(tag)
+    client.execute_command("DEBUG", "SLEEP", "0.002")
+
+
+def test_slowlog_flood_faster_than_the_poll_gives_a_gap_with_the_exact_lost_count(
+    history_store_url: str, redis_factory: Callable[..., RedisServer]
+) -> None:
+    server = redis_factory(*SLOW_ARGS, "--slowlog-max-len", "8")
+    store = open_store(history_store_url)
+    collector = EngineCollector(
+        RedisTargetConfig(name="cache", address=server.address, logs=["slowlog"]), store
+    )
+    client = _client(server)
+    for i in range(3):
+        _slow(client, f"warm{i}")
+    collector.poll_once()
+    assert [e.payload["client_name"] for e in store.engine_entries(target="cache", log_name="slowlog")] == [
+        "warm0",
+        "warm1",
+        "warm2",
+    ]
+    flood = 50
+    for i in range(flood):
+        _slow(client, f"flood{i}")
+    collector.poll_once()
+    entries = store.engine_entries(target="cache", log_name="slowlog")
+    names = [e.payload["client_name"] for e in entries]
+    assert names[3:] == [f"flood{i}" for i in range(flood - 8, flood)]
+    assert entries[-1].payload["args"] == ["DEBUG", "SLEEP", "0.002"]
+    gaps = store.gaps(source="cache")
+    assert len(gaps) == 1
+    assert gaps[0].lost == flood - 8
+    assert gaps[0].log == "slowlog"
+    # Polling again with nothing new writes nothing more: the cursor is in the store.
+    collector.poll_once()
+    assert len(store.engine_entries(target="cache", log_name="slowlog")) == len(entries)
+    assert len(store.gaps(source="cache")) == 1
+    collector.close()
+    store.close()
+
+
+def test_server_restart_is_recorded_and_ids_restart_cleanly(
+    history_store_url: str, redis_factory: Callable[..., RedisServer]
+) -> None:
+    server = redis_factory(*SLOW_ARGS)
+    store = open_store(history_store_url)
+    collector = EngineCollector(RedisTargetConfig(name="r", address=server.address, logs=["slowlog"]), store)
+    _slow(_client(server), "before")
+    collector.poll_once()
+    old_run = store.engine_cursor("r", "server")
+    assert old_run is not None
+    server.restart()
+    collector.close()
+    client = _client(server)
+    _slow(client, "after0")
+    _slow(client, "after1")
+    collector.poll_once()
+    restarts = store.engine_entries(target="r", log_name="restart")
+    assert len(restarts) == 1
+    assert restarts[0].payload["previous_run_id"] == old_run.run_id
+    assert restarts[0].payload["run_id"] != old_run.run_id
+    slow = store.engine_entries(target="r", log_name="slowlog")
+    assert [e.payload["client_name"] for e in slow] == ["before", "after0", "after1"]
+    assert slow[0].native_id == slow[1].native_id == "0"  # same native id, told apart by run id
+    assert slow[0].run_id != slow[1].run_id
+    gaps = store.gaps(source="r")
+    assert [(g.lost, g.key.startswith("restart:")) for g in gaps] == [(None, True)]
+    collector.close()
+    store.close()
+
+
+def test_acl_log_entries_merging_keep_count_and_last_update_current(
+    history_store_url: str, redis_factory: Callable[..., RedisServer]
+) -> None:
+    server = redis_factory()
+    admin = _client(server)
+    admin.execute_command("ACL", "SETUSER", "app", "on", ">right", "~*", "+@all")
+    store = open_store(history_store_url)
+    collector = EngineCollector(RedisTargetConfig(name="acl", address=server.address, logs=["acllog"]), store)
+    _failed_auth(server)
+    collector.poll_once()
+    first = store.engine_entries(target="acl", log_name="acllog")
+    assert len(first) == 1
+    assert first[0].payload["count"] == 1
+    assert first[0].payload["reason"] == "auth"
+    for _ in range(3):
+        _failed_auth(server)
+    collector.poll_once()
+    merged = store.engine_entries(target="acl", log_name="acllog")
+    assert len(merged) == 1
+    assert merged[0].native_id == first[0].native_id
+    assert merged[0].payload["count"] == 4
+    assert merged[0].happened_at >= first[0].happened_at
+    collector.close()
+    store.close()
+
+
+def test_config_set_shows_up_as_a_change_and_commandlog_absence_is_no_error(
+    history_store_url: str, redis_factory: Callable[..., RedisServer]
+) -> None:
+    server = redis_factory()
+    store = open_store(history_store_url)
+    collector = EngineCollector(RedisTargetConfig(name="cfg", address=server.address), store)
+    collector.poll_once()
+    assert store.engine_entries(target="cfg", log_name="config") == []
+    _client(server).config_set("maxmemory-policy", "allkeys-lru")
+    collector.poll_once()
+    changes = store.engine_entries(target="cfg", log_name="config")
+    assert [(c.payload["parameter"], c.payload["old"], c.payload["new"]) for c in changes] == [
+        ("maxmemory-policy", "noeviction", "allkeys-lru")
+    ]
+    collector.poll_once()
+    assert len(store.engine_entries(target="cfg", log_name="config")) == 1
+    assert collector.polls == 3  # Redis 7 has no COMMANDLOG: skipped without an error
+    collector.close()
+    store.close()
+
+
+async def test_bad_targets_get_clear_errors_and_never_stop_the_good_one(
+    tmp_path: object, redis_factory: Callable[..., RedisServer]
+) -> None:
+    good = redis_factory()
+    locked = redis_factory("--requirepass", "sesame")
+    store = open_store(str(tmp_path) + "/h.db")  # type: ignore[operator]
+    collectors = [
+        EngineCollector(RedisTargetConfig(name="good", address=good.address, poll_interval_s=0.05), store),
+        EngineCollector(
+            RedisTargetConfig(
+                name="gone", address=f"127.0.0.1:{free_port()}", poll_interval_s=0.05, timeout_s=1
+            ),
+            store,
+            max_backoff_s=0.2,
+        ),
+        EngineCollector(
+            RedisTargetConfig(name="locked", address=locked.address, password="wrong", poll_interval_s=0.05),
+            store,
+            max_backoff_s=0.2,
+        ),
+    ]
+    runner = RecorderRunner()
+    for c in collectors:
+        runner.add(c)
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    for _ in range(600):  # bounded: up to 600 checks
+        if collectors[0].polls >= 3 and collectors[1].last_error and collectors[2].last_error:
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, timeout=30)
+    assert collectors[0].polls >= 3
+    assert collectors[1].last_error is not None and "'gone'" in collectors[1].last_error
+    assert "unreachable" in collectors[1].last_error
+    assert collectors[2].last_error is not None and "'locked'" in collectors[2].last_error
+    assert "authentication failed" in collectors[2].last_error
+    assert collectors[1].polls == collectors[2].polls == 0
+    store.close()
