@@ -12,7 +12,9 @@ from capstan.notify._config import (
     WebhookSinkConfig,
     build_sink,
 )
+from capstan.notify._delivery import DeliveryPolicy, Drainer, DrainReport, NotifyMetrics
 from capstan.notify._notice import Notice, Section, escape_fences, tail_lines
+from capstan.notify._outbox import MemoryOutbox, Outbox, OutboxEntry
 from capstan.notify._ratelimit import Backoff, TokenBucket
 from capstan.notify._receiver import (
     DEV_TOKEN,
@@ -51,13 +53,20 @@ __all__ = [
     "MAX_SECTION_TEXT",
     "Backoff",
     "Delivery",
+    "DeliveryPolicy",
     "DiscordSink",
     "DiscordSinkConfig",
+    "DrainReport",
+    "Drainer",
     "GoogleChatSink",
     "GoogleChatSinkConfig",
     "JsonWebhookSink",
+    "MemoryOutbox",
     "MemoryThreadIndex",
     "Notice",
+    "NotifyMetrics",
+    "Outbox",
+    "OutboxEntry",
     "ReceivedMessage",
     "ReceiverConfig",
     "RunningServer",

@@ -42,7 +42,7 @@ def check_url(value: str, *, path: re.Pattern[str] | None = None, what: str = "U
 
 class _SinkBase(StrictModel):
     name: str = Field(description="Destination key: paces deliveries and names the sink in the outbox.")
-    timeout_seconds: float = Field(10.0, gt=0, le=120)
+    timeout_seconds: float = Field(default=10.0, gt=0, le=120)
 
     @field_validator("name")
     @classmethod

@@ -26,8 +26,9 @@ def test_bucket_block_until_defers_the_next_token() -> None:
     bucket = TokenBucket(rate=1.0, burst=5)
     bucket.block_until(0.0, 30.0)
     assert not bucket.try_take(29.5)
-    assert bucket.wait_time(29.5) == pytest.approx(1.5)
-    assert bucket.try_take(31.0)
+    assert bucket.wait_time(29.5) == pytest.approx(0.5)
+    assert bucket.try_take(30.0)
+    assert not bucket.try_take(30.0)
 
 
 def test_bucket_rejects_nonsense() -> None:

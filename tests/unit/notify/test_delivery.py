@@ -1,0 +1,214 @@
+"""The drainer over the in-memory outbox with scripted sinks and a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from capstan.notify import Delivery, DeliveryPolicy, Drainer, MemoryOutbox, Notice, NotifyMetrics
+
+pytestmark = pytest.mark.unit
+
+
+@dataclass
+class FakeClock:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        target = self.now + seconds
+        await asyncio.sleep(0)
+        self.now = max(self.now, target)
+
+
+@dataclass
+class ScriptedSink:
+    """Answers from ``script`` in order (then ``default``); records (time, title) of every send."""
+
+    name: str
+    clock: FakeClock
+    script: list[Delivery] = field(default_factory=list)
+    default: Delivery = field(default_factory=Delivery.sent)
+    sends: list[tuple[float, str]] = field(default_factory=list)
+
+    async def send(self, notice: Notice) -> Delivery:
+        self.sends.append((self.clock.now, notice.title))
+        return self.script.pop(0) if self.script else self.default
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _drainer(
+    outbox: MemoryOutbox, sinks: list[ScriptedSink], clock: FakeClock, seed: int = 1, **policy: object
+) -> Drainer:
+    return Drainer(
+        outbox,
+        {s.name: s for s in sinks},
+        clock=clock,
+        rng=random.Random(seed),
+        policy=DeliveryPolicy(**policy),  # type: ignore[arg-type]
+        metrics=NotifyMetrics(CollectorRegistry()),
+        sleep=clock.sleep,
+    )
+
+
+def _fill(drainer: Drainer, destination: str, count: int) -> None:
+    for i in range(count):
+        assert drainer.enqueue(destination, Notice(title=f"m{i}", summary="s"), f"{destination}-{i}")
+
+
+async def test_paces_each_destination_with_bursts() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    sink = ScriptedSink("slack", clock)
+    drainer = _drainer(outbox, [sink], clock, rate_per_second=1.0, burst=3)
+    _fill(drainer, "slack", 8)
+    report = await drainer.drain_once()
+    assert report.sent == 8
+    offsets = [t - 1000.0 for t, _ in sink.sends]
+    assert offsets == pytest.approx([0, 0, 0, 1, 2, 3, 4, 5])
+    assert [title for _, title in sink.sends] == [f"m{i}" for i in range(8)]  # order kept
+    assert {i.state for i in outbox.outbox()} == {"sent"}
+
+
+async def test_enqueue_is_idempotent() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    drainer = _drainer(outbox, [], clock)
+    assert drainer.enqueue("slack", Notice(title="a", summary="s"), "k")
+    assert not drainer.enqueue("slack", Notice(title="a", summary="s"), "k")
+    assert len(outbox.outbox()) == 1
+
+
+async def test_retry_after_defers_the_whole_destination_and_loses_nothing() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    slack = ScriptedSink(
+        "slack", clock, script=[Delivery.sent(), Delivery.failed("HTTP 429: rate_limited", 30.0)]
+    )
+    other = ScriptedSink("teams", clock)
+    drainer = _drainer(outbox, [slack, other], clock, burst=10)
+    _fill(drainer, "slack", 5)
+    _fill(drainer, "teams", 2)
+    first = await drainer.drain_once()
+    assert (first.sent, first.rate_limited) == (3, 1)  # 1 slack + 2 teams; then slack said 429
+    pending = outbox.outbox(state="pending")
+    assert len(pending) == 4 and {i.next_attempt_at for i in pending} == {1030.0}
+    assert pending[0].last_error == "HTTP 429: rate_limited"
+    clock.now = 1029.0
+    assert (await drainer.drain_once()).claimed == 0
+    clock.now = 1030.0
+    assert (await drainer.drain_once()).sent == 4
+    assert [t for t, _ in slack.sends][2:] == pytest.approx([1030, 1031, 1032, 1033])  # bucket emptied by 429
+    assert outbox.outbox(state="dead") == [] and len(outbox.outbox(state="sent")) == 7
+
+
+async def test_errors_back_off_then_dead_letter_keeping_slacks_error() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    sink = ScriptedSink("slack", clock, default=Delivery.failed("slack: channel_not_found"))
+    drainer = _drainer(outbox, [sink], clock, max_attempts=4, backoff_base_seconds=2.0)
+    _fill(drainer, "slack", 1)
+    delays = []
+    for _ in range(4):  # bounded: one attempt per pass
+        report = await drainer.drain_once()
+        assert report.claimed == 1
+        [item] = outbox.outbox()
+        if item.state == "dead":
+            break
+        delays.append(item.next_attempt_at - clock.now)
+        clock.now = item.next_attempt_at
+    [item] = outbox.outbox()
+    assert item.state == "dead" and item.last_error == "slack: channel_not_found" and item.attempts == 4
+    assert len(delays) == 3
+    for attempt, delay in enumerate(delays, start=1):
+        ceiling = 2.0 * 2 ** (attempt - 1)
+        assert ceiling / 2 <= delay <= ceiling
+    metrics = drainer.metrics
+    assert metrics.dead.labels("slack")._value.get() == 1
+    assert metrics.retried.labels("slack", "error")._value.get() == 3
+
+
+def test_backoff_is_reproducible_with_the_same_seed() -> None:
+    def run(seed: int) -> list[float]:
+        clock, outbox = FakeClock(), MemoryOutbox()
+        sink = ScriptedSink("slack", clock, default=Delivery.failed("HTTP 500: boom"))
+        drainer = _drainer(outbox, [sink], clock, seed=seed, max_attempts=6)
+        _fill(drainer, "slack", 1)
+        times = []
+        for _ in range(5):
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(drainer.drain_once())
+            finally:
+                loop.close()
+            clock.now = outbox.outbox()[0].next_attempt_at
+            times.append(clock.now)
+        return times
+
+    assert run(3) == run(3)
+    assert run(3) != run(4)
+
+
+async def test_unknown_destination_and_bad_payload_are_kept_as_dead() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    sink = ScriptedSink("slack", clock)
+    drainer = _drainer(outbox, [sink], clock, max_attempts=1)
+    _fill(drainer, "gone", 1)
+    outbox.enqueue("slack", {"not": "a notice"}, "bad", now=clock.now)
+    report = await drainer.drain_once()
+    assert report.dead == 2
+    errors = sorted(i.last_error or "" for i in outbox.outbox(state="dead"))
+    assert errors[0] == "no sink named 'gone' is configured"
+    assert errors[1].startswith("unreadable payload")
+    assert sink.sends == []
+
+
+async def test_latency_and_sent_metrics() -> None:
+    registry = CollectorRegistry()
+    clock, outbox = FakeClock(), MemoryOutbox()
+    sink = ScriptedSink("slack", clock)
+    drainer = Drainer(
+        outbox,
+        {"slack": sink},
+        clock=clock,
+        rng=random.Random(1),
+        metrics=NotifyMetrics(registry),
+        sleep=clock.sleep,
+    )
+    _fill(drainer, "slack", 2)
+    clock.now += 5
+    await drainer.drain_once()
+    labels = {"destination": "slack"}
+    assert registry.get_sample_value("capstan_notify_sent_total", labels) == 2
+    assert registry.get_sample_value("capstan_notify_enqueued_total", labels) == 2
+    assert registry.get_sample_value("capstan_notify_delivery_latency_seconds_sum", labels) == pytest.approx(
+        10.0
+    )
+
+
+async def test_hung_sink_times_out() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+
+    class Hung(ScriptedSink):
+        async def send(self, notice: Notice) -> Delivery:
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+    drainer = _drainer(outbox, [Hung("slack", clock)], clock, send_timeout_seconds=0.05)
+    _fill(drainer, "slack", 1)
+    report = await drainer.drain_once()
+    assert report.errors == ["timed out after 0.05s"]
+    assert outbox.outbox()[0].state == "pending"
+
+
+async def test_run_is_bounded() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    drainer = _drainer(outbox, [ScriptedSink("slack", clock)], clock)
+    assert await drainer.run(asyncio.Event(), max_passes=3) == 3
+    stop = asyncio.Event()
+    stop.set()
+    assert await drainer.run(stop) == 0
