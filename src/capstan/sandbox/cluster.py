@@ -463,6 +463,26 @@ class Sandbox:
             self.state_path.unlink()
         return stopped
 
+    def etcd_url(self) -> str:
+        state = self.load_state()
+        if state is None:
+            raise UserError("sandbox is not up")
+        return f"http://127.0.0.1:{state.ports['etcd-client']}"
+
+    def compact_etcd(self) -> int:
+        """Compact etcd at its current revision (what the API server does every few minutes); returns it.
+
+        Afterwards any watch or list from an older resourceVersion is answered with 410 Gone.
+        """
+        url = self.etcd_url()
+        with httpx.Client(timeout=10.0) as client:
+            head = client.post(f"{url}/v3/kv/range", json={"key": "AA==", "limit": 1}).json()
+            revision = int(head["header"]["revision"])
+            client.post(
+                f"{url}/v3/kv/compaction", json={"revision": str(revision), "physical": True}
+            ).raise_for_status()
+        return revision
+
     def signal_component(self, name: str, sig: signal.Signals) -> None:
         """Send ``sig`` to one component (used by tests to restart the API server)."""
         state = self.load_state()
