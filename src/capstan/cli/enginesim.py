@@ -56,8 +56,12 @@ def serve(
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Running batch limit."),
     max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", help="Tokens per step."),
     max_model_len: int = typer.Option(131072, "--max-model-len", help="Longest prompt + output."),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="Model seconds per wall second (10: 10x faster)."),
-    hash_seed: int = typer.Option(0, "--hash-seed", help="Seed of the block-hash chain (vLLM's PYTHONHASHSEED)."),
+    time_scale: float = typer.Option(
+        1.0, "--time-scale", help="Model seconds per wall second (10: 10x faster)."
+    ),
+    hash_seed: int = typer.Option(
+        0, "--hash-seed", help="Seed of the block-hash chain (vLLM's PYTHONHASHSEED)."
+    ),
 ) -> None:
     """Serve simulated vLLM replicas on 127.0.0.1 until interrupted."""
     from dataclasses import replace

@@ -18,6 +18,8 @@ def build_app() -> typer.Typer:
     """Assemble the CLI; each capability owns one module under ``capstan.cli`` that exposes ``app``."""
     from capstan.cli import dev as dev_cli
     from capstan.cli import enginesim as enginesim_cli
+    from capstan.cli import replay as replay_cli
+    from capstan.cli import route as route_cli
     from capstan.cli import sandbox as sandbox_cli
 
     app = typer.Typer(
@@ -41,6 +43,8 @@ def build_app() -> typer.Typer:
     # Capability sub-apps register below, one line each.
     app.add_typer(dev_cli.app, name="dev")
     app.add_typer(enginesim_cli.app, name="enginesim")
+    app.add_typer(replay_cli.app, name="replay")
+    app.add_typer(route_cli.app, name="route")
     return app
 
 

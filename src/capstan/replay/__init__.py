@@ -1,0 +1,55 @@
+"""Workloads and replay: a documented request-file format, generators for it, and an async HTTP replayer.
+
+* Format (JSONL, see ``_format.py``): :class:`ReplayRequest`, :func:`read_requests`, :func:`write_requests`.
+* Generators: :func:`mooncake_requests` (Mooncake traces, prompts as compact ``prompt_ref``),
+  :func:`agentic_requests` (:class:`AgenticConfig`), :func:`shared_prefix_requests` (:class:`SharedPrefixConfig`).
+* Replayer: :func:`replay` with :class:`ReplayConfig` → :class:`ReplayReport` (per-request TTFT, e2e, cached
+  tokens, errors; backends' counters; summary).
+
+It lives apart from the engine simulator because it drives any OpenAI-compatible server: the simulated replicas,
+Capstan's router, or a peer router in front of them.
+"""
+
+from capstan.replay._format import ReplayRequest, expand_body, iter_sessions, read_requests, write_requests
+from capstan.replay._generators import (
+    AgenticConfig,
+    SharedPrefixConfig,
+    Words,
+    agentic_requests,
+    mooncake_requests,
+    shared_prefix_requests,
+)
+from capstan.replay._replayer import (
+    BackendCounters,
+    ReplayConfig,
+    ReplayReport,
+    RequestResult,
+    percentile,
+    read_counters,
+    replay,
+    result_rows,
+    summarize,
+)
+
+__all__ = [
+    "AgenticConfig",
+    "BackendCounters",
+    "ReplayConfig",
+    "ReplayReport",
+    "ReplayRequest",
+    "RequestResult",
+    "SharedPrefixConfig",
+    "Words",
+    "agentic_requests",
+    "expand_body",
+    "iter_sessions",
+    "mooncake_requests",
+    "percentile",
+    "read_counters",
+    "read_requests",
+    "replay",
+    "result_rows",
+    "shared_prefix_requests",
+    "summarize",
+    "write_requests",
+]
