@@ -53,16 +53,22 @@ def _longest_runs(
 ) -> dict[str, int]:
     alive = set(names)
     matched = dict.fromkeys(alive, 0)
+    end = len(hashes)
     for i, h in enumerate(hashes):  # bounded by len(hashes)
         holders = holders_of(h)
         if not holders:
+            end = i
             break
+        if alive <= holders:  # the common case: nobody drops out at this block
+            continue
         still = alive & holders
-        if not still:
-            break
-        for name in still:
-            matched[name] = i + 1
+        for name in alive - still:
+            matched[name] = i
         alive = still
+        if not alive:
+            break
+    for name in alive:
+        matched[name] = end
     return matched
 
 
@@ -89,7 +95,9 @@ class ApproximatePrefixIndex:
     def record(self, name: str, hashes: Sequence[int]) -> None:
         """The router sent a request with ``hashes`` to ``name``: assume it now holds them (most recent)."""
         lru = self._lru.setdefault(name, OrderedDict())
-        for h in self.indexed(hashes):
+        # NOTE: tail first, so the head of the prompt is the most recently used and evicted last (the engine
+        # releases blocks in the same order); a prefix then stays matchable as long as possible.
+        for h in reversed(self.indexed(hashes)):
             if h in lru:
                 lru.move_to_end(h)
                 continue

@@ -181,16 +181,27 @@ def test_session_affinity_follows_the_last_pick_and_is_bounded() -> None:
 
 def test_approximate_index_lru_evicts_oldest_first_and_stride() -> None:
     idx = ApproximatePrefixIndex(capacity_per_endpoint=3, stride=1)
-    idx.record("a", [1, 2, 3])
-    idx.record("a", [1])  # touch 1: LRU order is now 2, 3, 1
-    idx.record("a", [7])  # evicts 2
-    assert idx.match([1], ["a"]) == {"a": 1}
-    assert idx.match([1, 2, 3], ["a"]) == {"a": 1}  # 2 is gone, the run stops
+    idx.record("a", [1, 2, 3])  # tail first: LRU order (oldest first) is 3, 2, 1
+    idx.record("a", [2])  # touch 2: 3, 1, 2
+    idx.record("a", [7])  # evicts 3
+    assert idx.match([1, 2, 3], ["a"]) == {"a": 2}  # 3 is gone, the run stops there
+    idx.record("a", [8])  # evicts 1, the oldest now
+    assert idx.match([1, 2], ["a"]) == {"a": 0}
     assert idx.size == 3
     idx.forget("a")
     assert idx.size == 0 and idx.match([1], ["a"]) == {"a": 0}
     strided = ApproximatePrefixIndex(capacity_per_endpoint=10, stride=4)
     assert list(strided.indexed(list(range(10)))) == [3, 7]
+
+
+def test_longest_run_stops_per_endpoint_where_its_chain_breaks() -> None:
+    idx = PreciseKVIndex()
+    idx.apply("a", [BlockStored([1, 2, 3, 4], None, [], 16)])
+    idx.apply("b", [BlockStored([1, 2], None, [], 16)])
+    idx.apply("c", [BlockStored([1, 3, 4], None, [], 16)])
+    assert idx.match([1, 2, 3, 4, 5], ["a", "b", "c", "d"]) == {"a": 4, "b": 2, "c": 1, "d": 0}
+    assert idx.match([], ["a"]) == {"a": 0}
+    assert idx.match([9, 1], ["a"]) == {"a": 0}
 
 
 def test_precise_index_follows_events() -> None:

@@ -1,0 +1,271 @@
+"""The in-process discrete-event harness: the router's :class:`Scheduler` over simulated engines, on a virtual clock.
+
+No HTTP and no sleeping: requests arrive at their trace times, the scheduler picks an endpoint from a snapshot that
+is refreshed every ``scrape_interval_s`` (as the proxy's monitor does) plus the router's own in-flight counts, and
+the chosen :class:`capstan.enginesim.Engine` is stepped on the same virtual clock. KV events go straight from the
+engines' outboxes into the precise index (the ZMQ hop is not modelled: its delay is milliseconds against a
+75 ms scrape). A whole one-hour trace runs in seconds to minutes, and the decisions are the ones the live proxy
+would take, because it is the same scheduler code.
+
+:func:`pooled_cache_reference` is the yardstick for hit ratios: one LRU cache holding ``total_blocks`` (all
+replicas' capacity), fed the requests in arrival order: what routing without duplicated blocks could reach.
+With ``total_blocks=None`` it is the infinite-cache bound.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from capstan.enginesim import Engine, EngineConfig, EngineRequest, RequestRejected
+from capstan.route._config import SchedulerConfig
+from capstan.route._inflight import InFlightTracker
+from capstan.route._model import Endpoint, EndpointState, RouteRequest
+from capstan.route._scheduler import Scheduler
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    """One request of a workload, already reduced to what router and engine need."""
+
+    arrival: float
+    request_id: str
+    block_hashes: Sequence[int]
+    prompt_tokens: int
+    output_tokens: int
+    session_id: str | None = None
+
+
+@dataclass
+class ReplicaStats:
+    name: str
+    prefill_tokens: int
+    busy_seconds: float
+    hits: int
+    queries: int
+    requests: int
+
+
+@dataclass
+class SimResult:
+    policy: str
+    requests: int
+    rejected: int
+    ttft: list[float]
+    e2e: list[float]
+    output_tokens: int
+    makespan_s: float
+    replicas: list[ReplicaStats]
+    decision_s: list[float]
+    index_entries: int
+    index_bytes: int
+    predicted_cached_tokens: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def hit_ratio(self) -> float:
+        q = sum(r.queries for r in self.replicas)
+        return sum(r.hits for r in self.replicas) / q if q else 0.0
+
+    @property
+    def gpu_seconds_per_request(self) -> float:
+        return sum(r.busy_seconds for r in self.replicas) / max(1, len(self.ttft))
+
+    @property
+    def prefill_imbalance(self) -> float:
+        """Busiest replica's prefill tokens over the mean."""
+        work = [r.prefill_tokens for r in self.replicas]
+        mean = sum(work) / len(work) if work else 0
+        return max(work) / mean if mean else 0.0
+
+    @property
+    def throughput_tok_s(self) -> float:
+        return self.output_tokens / self.makespan_s if self.makespan_s > 0 else 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[k]
+
+
+def simulate(
+    requests: Sequence[SimRequest],
+    policy: SchedulerConfig,
+    engine: EngineConfig,
+    replicas: int = 8,
+    *,
+    name: str = "policy",
+    model: str = "sim",
+    scrape_interval_s: float = 0.075,
+    clock: Callable[[], float] = time.perf_counter,
+) -> SimResult:
+    """Replay ``requests`` (sorted by arrival) through the scheduler onto ``replicas`` engines."""
+    names = [f"r{i}" for i in range(replicas)]
+    endpoints = {n: Endpoint(n, f"sim://{n}", (model,)) for n in names}
+    engines = {n: Engine(replace(engine, track_progress=True)) for n in names}
+    sched = Scheduler(policy)
+    tracker = InFlightTracker()
+    tickets: dict[str, tuple[str, int]] = {}
+    per_replica_requests = dict.fromkeys(names, 0)
+    ttft: list[float] = []
+    e2e: list[float] = []
+    decision_s: list[float] = []
+    output_tokens = 0
+    rejected = 0
+    predicted = 0
+    last_finish = 0.0
+    loads = {n: engines[n].load() for n in names}
+
+    def drain(n: str) -> None:
+        nonlocal output_tokens, last_finish
+        eng = engines[n]
+        if sched.precise is not None:
+            events = eng.drain_kv_events()
+            if events:
+                sched.precise.apply(n, events)
+        else:
+            eng.drain_kv_events()
+        for p in eng.drain_progress():
+            t = tickets.get(p.request_id)
+            if t is not None and p.tokens >= 1:
+                tracker.first_token(t[1])
+
+    def advance(n: str, now: float) -> None:
+        nonlocal output_tokens, last_finish
+        done = engines[n].advance(now)
+        drain(n)
+        for c in done:
+            t = tickets.pop(c.request_id, None)
+            if t is not None:
+                tracker.finish(t[1])
+            if c.ttft is not None:
+                ttft.append(c.ttft)
+            e2e.append(c.e2e)
+            output_tokens += c.output_tokens
+            last_finish = max(last_finish, c.finished)
+
+    next_scrape = 0.0
+    start = requests[0].arrival if requests else 0.0
+    for req in requests:  # bounded by the trace; inner loops by the scrape count up to this arrival
+        now = req.arrival
+        while next_scrape <= now:
+            for n in names:
+                advance(n, next_scrape)
+                loads[n] = engines[n].load()
+            next_scrape += scrape_interval_s
+        for n in names:
+            advance(n, now)
+        states = [
+            EndpointState(
+                endpoints[n],
+                healthy=True,
+                waiting=loads[n].waiting,
+                running=loads[n].running,
+                kv_usage=loads[n].kv_usage,
+                in_flight=tracker.in_flight.get(n, 0),
+                pending_prefill_tokens=tracker.pending_prefill.get(n, 0),
+            )
+            for n in names
+        ]
+        rreq = RouteRequest(
+            model=model,
+            block_hashes=req.block_hashes,  # type: ignore[arg-type]
+            prompt_tokens=req.prompt_tokens,
+            block_size=engine.block_size,
+            session_id=req.session_id,
+        )
+        t0 = clock()
+        decision = sched.schedule(rreq, states)
+        decision_s.append(clock() - t0)
+        chosen = decision.endpoint.name
+        predicted += decision.predicted_cached_tokens
+        try:
+            engines[chosen].submit(
+                EngineRequest(req.request_id, req.prompt_tokens, req.block_hashes, req.output_tokens), now
+            )
+        except RequestRejected:
+            rejected += 1
+            continue
+        per_replica_requests[chosen] += 1
+        tid = tracker.start(chosen, req.prompt_tokens - decision.predicted_cached_tokens)
+        tickets[req.request_id] = (chosen, tid)
+        drain(chosen)
+    # Run every engine dry.
+    for _ in range(10_000_000):  # bounded: each pass finishes at least one step
+        pending = [(t, n) for n in names if (t := engines[n].next_event_time()) is not None]
+        if not pending:
+            break
+        t, n = min(pending)
+        advance(n, t)
+    index = sched.index
+    stats = [
+        ReplicaStats(
+            n,
+            engines[n].counters.prefill_tokens_computed,
+            engines[n].counters.busy_seconds,
+            engines[n].counters.prefix_cache_hits,
+            engines[n].counters.prefix_cache_queries,
+            per_replica_requests[n],
+        )
+        for n in names
+    ]
+    return SimResult(
+        policy=name,
+        requests=len(requests),
+        rejected=rejected,
+        ttft=ttft,
+        e2e=e2e,
+        output_tokens=output_tokens,
+        makespan_s=max(0.0, last_finish - start),
+        replicas=stats,
+        decision_s=decision_s,
+        index_entries=index.size if index is not None else 0,
+        index_bytes=index.approx_bytes if index is not None else 0,
+        predicted_cached_tokens=predicted,
+    )
+
+
+@dataclass(frozen=True)
+class ReferenceResult:
+    hits: int
+    queries: int
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.queries if self.queries else 0.0
+
+
+def pooled_cache_reference(
+    requests: Sequence[SimRequest], total_blocks: int | None, block_size: int = 16
+) -> ReferenceResult:
+    """Hit ratio of one LRU cache of ``total_blocks`` (None: infinite) fed the requests in arrival order.
+
+    Hits follow the engine's rule: the longest cached run of leading blocks, at most ``(prompt - 1) // block_size``
+    blocks (the last token is always recomputed). After each request its blocks are touched tail first, so the head
+    of a prompt is the most recently used, as the engine's release order does.
+    """
+    lru: OrderedDict[int, None] = OrderedDict()
+    hits = queries = 0
+    for req in requests:
+        limit = min(len(req.block_hashes), (req.prompt_tokens - 1) // block_size)
+        n = 0
+        while n < limit and req.block_hashes[n] in lru:
+            n += 1
+        hits += n * block_size
+        queries += req.prompt_tokens
+        for h in reversed(req.block_hashes):
+            if h in lru:
+                lru.move_to_end(h)
+            else:
+                lru[h] = None
+        if total_blocks is not None:
+            while len(lru) > total_blocks:
+                lru.popitem(last=False)
+    return ReferenceResult(hits, queries)

@@ -1,0 +1,90 @@
+"""The virtual-clock harness and the cache references on small synthetic workloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from capstan.config import load_model
+from capstan.enginesim import EngineConfig, LatencyModel
+from capstan.errors import UserError
+from capstan.route import SchedulerConfig
+from capstan.route._sim import SimRequest, percentile, pooled_cache_reference, simulate
+from capstan.route._workloads import mooncake_requests
+
+pytestmark = pytest.mark.unit
+
+ENGINE = EngineConfig(
+    latency=LatencyModel(step_overhead_s=0.005, prefill_s_per_token=0.0001, decode_s_per_seq=0.0001),
+    num_gpu_blocks=1200,
+    max_num_seqs=16,
+)
+
+
+def sessions(n_sessions: int = 13, turns: int = 4, gap: float = 0.5) -> list[SimRequest]:
+    """Each session resends its growing history: turn t has 64 * (t + 1) blocks of its own chain."""
+    out = []
+    for s in range(n_sessions):
+        chain = [s * 10_000 + i for i in range(64 * turns)]
+        for t in range(turns):
+            blocks = chain[: 64 * (t + 1)]
+            out.append(SimRequest(s * 0.05 + t * gap, f"s{s}t{t}", blocks, len(blocks) * 16 + 5, 8, f"s{s}"))
+    return sorted(out, key=lambda r: (r.arrival, r.request_id))
+
+
+def cfg(data: dict[str, object]) -> SchedulerConfig:
+    return load_model(SchedulerConfig, data, "test")
+
+
+def test_cache_aware_policies_reuse_what_round_robin_recomputes() -> None:
+    reqs = sessions()
+    rr = simulate(reqs, cfg({"picker": {"type": "round-robin"}, "prefix": {"kind": "none"}}), ENGINE, 4)
+    precise = simulate(reqs, cfg({"prefix": {"kind": "precise"}}), ENGINE, 4)
+    approx = simulate(reqs, cfg({"prefix": {"kind": "approximate", "stride": 1}}), ENGINE, 4)
+    bound = pooled_cache_reference(reqs, None).hit_ratio
+    assert rr.hit_ratio < 0.5 * bound
+    assert precise.hit_ratio > 0.9 * bound
+    assert approx.hit_ratio > 0.9 * bound
+    assert precise.gpu_seconds_per_request < rr.gpu_seconds_per_request
+    assert len(precise.ttft) == len(reqs) and precise.rejected == 0
+    assert precise.index_entries > 0 and precise.predicted_cached_tokens > 0
+
+
+def test_simulation_is_deterministic() -> None:
+    reqs = sessions()
+    a = simulate(reqs, cfg({"picker": {"type": "random"}, "seed": 3}), ENGINE, 4)
+    b = simulate(reqs, cfg({"picker": {"type": "random"}, "seed": 3}), ENGINE, 4)
+    assert a.ttft == b.ttft and [r.prefill_tokens for r in a.replicas] == [
+        r.prefill_tokens for r in b.replicas
+    ]
+
+
+def test_pooled_reference_counts_leading_blocks_and_evicts_lru() -> None:
+    r1 = SimRequest(0, "a", [1, 2, 3], 48, 1)
+    r2 = SimRequest(1, "b", [1, 2, 4], 48, 1)
+    # the last token is always recomputed: a 48-token prompt can hit at most 2 blocks
+    assert pooled_cache_reference([r1, r2], None).hits == 32
+    # capacity 3: after r1 the cache holds 3,2,1 (1 most recent); r2 hits 1,2
+    assert pooled_cache_reference([r1, r2], 3).hits == 32
+    # capacity 1: only block 1 survives r1
+    assert pooled_cache_reference([r1, r2], 1).hits == 16
+    assert pooled_cache_reference([r1, r2], 1).queries == 96
+
+
+def test_percentile_nearest_rank() -> None:
+    assert percentile([3.0, 1.0, 2.0, 4.0], 50) == 2.0
+    assert percentile([3.0, 1.0, 2.0, 4.0], 90) == 4.0
+    assert percentile([], 50) != percentile([], 50)  # NaN
+
+
+def test_mooncake_loader_names_the_bad_line(tmp_path: Path) -> None:
+    good = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}\n'
+    path = tmp_path / "t.jsonl"
+    path.write_text(good + '{"timestamp": 1, "input_length": 10}\n')
+    with pytest.raises(UserError, match=r"t.jsonl:2: bad Mooncake record"):
+        mooncake_requests(path)
+    path.write_text(good * 3)
+    reqs = mooncake_requests(path, time_scale=2.0, limit=2)
+    assert len(reqs) == 2 and len(reqs[0].block_hashes) == 600 // 16
+    assert reqs[0].block_hashes == reqs[1].block_hashes
