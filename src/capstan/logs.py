@@ -40,7 +40,9 @@ def configure_logging(level: str = "INFO", *, json_output: bool | None = None) -
     if use_json:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S"))
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+        )
     root = logging.getLogger("capstan")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
