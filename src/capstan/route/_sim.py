@@ -14,6 +14,7 @@ With ``total_blocks=None`` it is the infinite-cache bound.
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections import OrderedDict
@@ -37,6 +38,9 @@ class SimRequest:
     prompt_tokens: int
     output_tokens: int
     session_id: str | None = None
+    think_s: float | None = None
+    """Closed loop: arrive ``think_s`` after the previous request of the session finished (``arrival`` is then
+    only the open-loop fallback). None: arrive at ``arrival``."""
 
 
 @dataclass
@@ -148,20 +152,63 @@ def simulate(
             if c.ttft is not None:
                 ttft.append(c.ttft)
             e2e.append(c.e2e)
+            on_finish.append((c.request_id, c.finished))
             output_tokens += c.output_tokens
             last_finish = max(last_finish, c.finished)
 
+    # Arrivals: open-loop requests at their times; a closed-loop turn is released when its predecessor finishes.
+    heap: list[tuple[float, int, SimRequest]] = []
+    follow: dict[str, SimRequest] = {}  # request id -> the session's next closed-loop request
+    last_of_session: dict[str, SimRequest] = {}
+    for i, r in enumerate(requests):
+        prev = last_of_session.get(r.session_id) if r.session_id is not None else None
+        if r.think_s is not None and prev is not None:
+            follow[prev.request_id] = r
+        else:
+            heapq.heappush(heap, (r.arrival, i, r))
+        if r.session_id is not None:
+            last_of_session[r.session_id] = r
+    seq = len(requests)
+    on_finish: list[tuple[str, float]] = []
+
+    def release() -> None:
+        nonlocal seq
+        for rid, at in on_finish:
+            nxt = follow.pop(rid, None)
+            if nxt is not None:
+                heapq.heappush(heap, (at + (nxt.think_s or 0.0), seq, nxt))
+                seq += 1
+        on_finish.clear()
+
     next_scrape = 0.0
-    start = requests[0].arrival if requests else 0.0
-    for req in requests:  # bounded by the trace; inner loops by the scrape count up to this arrival
-        now = req.arrival
-        while next_scrape <= now:
+    start = min((r.arrival for r in requests), default=0.0)
+    inf = math.inf
+    # NOTE: bounded: every pass consumes an arrival, a scrape tick or an engine step, each finite in number.
+    for _ in range(1_000_000_000):
+        t_arr = heap[0][0] if heap else inf
+        if follow:  # closed-loop turns wait on completions: process engine steps in time order
+            t_eng, n_eng = min(
+                ((t, n) for n in names if (t := engines[n].next_event_time()) is not None), default=(inf, "")
+            )
+            if t_eng <= min(t_arr, next_scrape):
+                advance(n_eng, t_eng)
+                release()
+                continue
+            if not heap and t_eng == inf:
+                break  # cannot happen while every chain's head is queued or running; guards the loop
+        if not heap and not follow:
+            break
+        if next_scrape <= t_arr:
             for n in names:
                 advance(n, next_scrape)
                 loads[n] = engines[n].load()
             next_scrape += scrape_interval_s
+            release()
+            continue
+        now, _, req = heapq.heappop(heap)
         for n in names:
             advance(n, now)
+        release()
         states = [
             EndpointState(
                 endpoints[n],
@@ -192,6 +239,8 @@ def simulate(
             )
         except RequestRejected:
             rejected += 1
+            on_finish.append((req.request_id, now))
+            release()
             continue
         per_replica_requests[chosen] += 1
         tid = tracker.start(chosen, req.prompt_tokens - decision.predicted_cached_tokens)

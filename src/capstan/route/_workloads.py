@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 from capstan.errors import UserError
-from capstan.kvcache import MooncakeText
+from capstan.kvcache import MooncakeText, Tokenizer, block_hashes, prompt_text, prompt_token_ids
+from capstan.replay import ReplayRequest, expand_body
 from capstan.route._sim import SimRequest
 
 
@@ -52,4 +53,38 @@ def mooncake_requests(
                 n_out = min(n_out, max_output_tokens)
             out.append(SimRequest(ts * time_scale, f"mc-{lineno}", hashes, n_in, n_out, None))
     out.sort(key=lambda r: (r.arrival, r.request_id))
+    return out
+
+
+def from_replay_requests(
+    requests: list[ReplayRequest], *, block_size: int = 16, default_max_tokens: int = 16
+) -> list[SimRequest]:
+    """Convert requests of the documented request-file format (``capstan.replay``) for the harness: the prompt
+    is rendered and tokenized with the shared contract, exactly as router and engine do over HTTP. A request with
+    ``think`` arrives that long after its session's previous request finished (closed loop)."""
+    tokenizer = Tokenizer()
+    mooncake = MooncakeText(block_size)
+    out: list[SimRequest] = []
+    for i, r in enumerate(requests):
+        body = expand_body(r, mooncake)
+        tokens = prompt_token_ids(body)
+        if tokens is None:
+            try:
+                tokens = tokenizer.encode(prompt_text(body))
+            except ValueError as exc:
+                raise UserError(f"request {r.id or i}: {exc}") from None
+        salt = body.get("cache_salt")
+        hashes = block_hashes(tokens, block_size, salt=salt if isinstance(salt, str) else None)
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max_tokens
+        out.append(
+            SimRequest(
+                arrival=r.t,
+                request_id=r.id or f"req-{i}",
+                block_hashes=hashes,
+                prompt_tokens=len(tokens),
+                output_tokens=int(max_tokens),
+                session_id=r.session,
+                think_s=r.think,
+            )
+        )
     return out

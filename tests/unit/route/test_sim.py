@@ -9,9 +9,10 @@ import pytest
 from capstan.config import load_model
 from capstan.enginesim import EngineConfig, LatencyModel
 from capstan.errors import UserError
+from capstan.replay import AgenticConfig, agentic_requests
 from capstan.route import SchedulerConfig
 from capstan.route._sim import SimRequest, percentile, pooled_cache_reference, simulate
-from capstan.route._workloads import mooncake_requests
+from capstan.route._workloads import from_replay_requests, mooncake_requests
 
 pytestmark = pytest.mark.unit
 
@@ -88,3 +89,27 @@ def test_mooncake_loader_names_the_bad_line(tmp_path: Path) -> None:
     reqs = mooncake_requests(path, time_scale=2.0, limit=2)
     assert len(reqs) == 2 and len(reqs[0].block_hashes) == 600 // 16
     assert reqs[0].block_hashes == reqs[1].block_hashes
+
+
+def test_agentic_sessions_run_closed_loop() -> None:
+    cfg_a = AgenticConfig(
+        sessions=6,
+        session_rate=2.0,
+        turns_min=3,
+        turns_max=5,
+        system_tokens=300,
+        tools=2,
+        tool_schema_tokens=50,
+        user_tokens=20,
+        tool_output_tokens=60,
+        answer_tokens=10,
+        think_time_s=0.5,
+    )
+    reqs = from_replay_requests(agentic_requests(cfg_a))
+    assert any(r.think_s is not None for r in reqs)
+    res = simulate(reqs, cfg({"prefix": {"kind": "precise"}}), ENGINE, 2)
+    assert len(res.ttft) == len(reqs) and res.rejected == 0
+    rr = simulate(reqs, cfg({"picker": {"type": "round-robin"}, "prefix": {"kind": "none"}}), ENGINE, 2)
+    assert res.hit_ratio > rr.hit_ratio
+    # closed loop: a session's turns never overlap, so the makespan exceeds the sum of one session's turns
+    assert res.makespan_s > 0.5
