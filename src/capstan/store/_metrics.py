@@ -67,10 +67,12 @@ class HistoryMetrics:
         for n in batch.engine_entries:
             sources[(n.target, "engine_entries")] = sources.get((n.target, "engine_entries"), 0) + 1
             self.write_lag.labels("engine_entries").observe(max(0.0, now - n.observed_at))
+        share = inserted.get("gaps", 0) / len(batch.gaps) if batch.gaps else 0.0
         for g in batch.gaps:
-            self.gaps.labels(g.source, g.log).inc()
-            if g.lost:
-                self.lost_entries.labels(g.source, g.log).inc(g.lost)
+            if share:
+                self.gaps.labels(g.source, g.log).inc(share)
+                if g.lost:
+                    self.lost_entries.labels(g.source, g.log).inc(g.lost * share)
         # NOTE: per-source counts are of offered records scaled by what the table actually inserted, so
         # idempotent re-writes do not inflate the counter.
         for table in ("object_changes", "kube_events", "engine_entries"):

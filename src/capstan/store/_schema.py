@@ -32,7 +32,8 @@ metadata = MetaData(naming_convention=NAMING)
 # NOTE: SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), so the surrogate keys are BIGINT on
 # PostgreSQL and INTEGER on SQLite.
 RowId = BigInteger().with_variant(Integer(), "sqlite")
-Json = JSON().with_variant(JSONB(), "postgresql")
+# NOTE: none_as_null makes Python None a SQL NULL (not JSON 'null'), which "snapshot IS NOT NULL" relies on.
+Json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 object_changes = Table(
     "object_changes",

@@ -1,0 +1,243 @@
+"""The history store on both back ends: object versions and relists, events, engine entries, outbox, retention,
+Secrets, and one-line errors for bad database URLs."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+import pytest
+
+from capstan.errors import UserError
+from capstan.record import DiffPolicy, ObjectHistory, event_record, kind_key, normalize
+from capstan.sandbox.datastores import free_port
+from capstan.store import (
+    Batch,
+    EngineEntry,
+    Gap,
+    Restart,
+    RestartCount,
+    RetentionPolicy,
+    Store,
+    apply_retention,
+    open_store,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def pod(uid: str, name: str, rv: int, image: str, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": uid,
+            "resourceVersion": str(rv),
+            "labels": labels or {"app": name},
+            "managedFields": [{"manager": "kubectl", "time": f"t{rv}"}],
+        },
+        "spec": {"containers": [{"name": "main", "image": image}]},
+    }
+
+
+@pytest.fixture
+def store(history_store_url: str) -> Any:
+    st = open_store(history_store_url)
+    yield st
+    st.close()
+
+
+def test_every_version_of_an_object_can_be_rebuilt_and_diffed(store: Store) -> None:
+    policy = DiffPolicy(snapshot_every=5)
+    history = ObjectHistory("c1", policy=policy)
+    versions: list[tuple[float, dict[str, Any]]] = []
+    obj = pod("u1", "web", 1, "img:1")
+    store.write(history.observe("ADDED", obj, observed_at=1000.0))
+    versions.append((1000.0, obj))
+    for i in range(2, 24):
+        obj = pod("u1", "web", i, f"img:{i // 3}", labels={"app": "web", "rev": str(i)})
+        store.write(history.observe("MODIFIED", obj, observed_at=1000.0 + i))
+        versions.append((1000.0 + i, obj))
+    store.write(history.observe("DELETED", obj, observed_at=1100.0))
+
+    timeline = store.timeline(source="c1", kind="Pod", namespace="ml", name="web")
+    assert [c.change_type for c in timeline] == ["added"] + ["modified"] * 22 + ["deleted"]
+    assert [c.version_seq for c in timeline] == list(range(1, 25))
+    assert sum(1 for c in timeline if c.snapshot is not None) == 1 + 4  # first + every 5th
+    for at, expected in versions:
+        got = store.object_at("Pod", "ml", "web", at + 0.5)
+        assert got is not None and not got.deleted
+        assert got.object == normalize(expected, policy)
+        assert got.resource_version == expected["metadata"]["resourceVersion"]
+    after = store.object_at("Pod", "ml", "web", 1200.0)
+    assert after is not None and after.deleted
+    assert store.object_at("Pod", "ml", "web", 999.0) is None
+    d = store.diff("Pod", "ml", "web", 1002.5, 1009.5)
+    assert {"op": "replace", "path": "/spec/containers/0/image", "value": "img:3"} in d.patch
+    assert store.kind_cursor("c1", kind_key("v1", "Pod")) is not None
+    assert store.object_states("c1") == {}
+
+
+def test_relist_after_a_restart_records_what_changed_while_away(store: Store) -> None:
+    history = ObjectHistory("c1")
+    a, b, c = pod("ua", "a", 1, "x:1"), pod("ub", "b", 2, "x:1"), pod("uc", "c", 3, "x:1")
+    batch = Batch()
+    for o in (a, b, c):
+        batch.extend(history.observe("ADDED", o, observed_at=10.0))
+    store.write(batch)
+    # The recorder restarts: a fresh core loaded from the store.
+    restarted = ObjectHistory("c1", store.object_states("c1"))
+    assert len(restarted) == 3
+    b2 = pod("ub", "b", 7, "x:2")
+    d = pod("ud", "d", 8, "x:1")
+    items = [copy.deepcopy(o) for o in (a, b2, d)]
+    for o in items:
+        del o["apiVersion"], o["kind"]
+    relist = restarted.relist("v1", "Pod", items, resource_version="9", observed_at=20.0)
+    result = store.write(relist)
+    assert result.inserted["object_changes"] == 3
+    changes = [(x.name, x.change_type, x.observed_via) for x in store.timeline(since=15.0)]
+    assert sorted(changes) == [
+        ("b", "modified", "relist"),
+        ("c", "deleted", "relist"),
+        ("d", "added", "relist"),
+    ]
+    cur = store.kind_cursor("c1", "/v1/Pod")
+    assert cur is not None and cur.resource_version == "9"
+    # The same relist again (a crash before the recorder knew it was written) changes nothing.
+    again = ObjectHistory("c1", store.object_states("c1")).relist(
+        "v1", "Pod", items, resource_version="9", observed_at=21.0
+    )
+    assert again.object_changes == []
+    assert len(store.timeline()) == 6
+
+
+def test_every_event_occurrence_is_kept_and_found_by_involved_object(store: Store) -> None:
+    def ev(count: int, rv: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "web.1", "namespace": "ml", "uid": "e1", "resourceVersion": str(rv)},
+            "involvedObject": {"kind": "Pod", "namespace": "ml", "name": "web", "uid": "u1"},
+            "reason": "BackOff",
+            "type": "Warning",
+            "message": "Back-off restarting failed container",
+            "count": count,
+            "lastTimestamp": f"2026-11-29T10:00:{count:02d}Z",
+        }
+
+    batch = Batch(kube_events=[event_record("c1", ev(n, 100 + n), observed_at=50.0 + n) for n in (1, 2, 3)])
+    assert store.write(batch).inserted["kube_events"] == 3
+    assert store.write(batch).inserted["kube_events"] == 0
+    found = store.events(involved_uid="u1")
+    assert [e.count for e in found] == [1, 2, 3]
+    assert found[0].reason == "BackOff"
+    assert found[2].event_time is not None
+
+
+def test_engine_entries_gaps_restarts_and_outbox_round_trip(store: Store) -> None:
+    entry = EngineEntry("cache", "slowlog", "run", "7", 5.0, 6.0, {"args": ["GET", "k"]})
+    gap = Gap("cache", "slowlog", "run:3-6", 6.0, 4, "ring overwrote entries before they were read")
+    restart = Restart("p1", "ml", "web", "main", "regular", 3, 7.0, "OOMKilled", 137, {"terminated": {}})
+    batch = Batch(
+        engine_entries=[entry],
+        gaps=[gap],
+        restarts=[restart],
+        restart_counts=[RestartCount("p1", "main", "ml", "web", 3)],
+    )
+    store.write(batch)
+    store.write(batch)
+    assert [e.payload for e in store.engine_entries(target="cache")] == [{"args": ["GET", "k"]}]
+    assert [g.lost for g in store.gaps()] == [4]
+    assert [r.exit_code for r in store.restarts(namespace="ml")] == [137]
+    assert store.restart_counts()[("p1", "main")].restart_count == 3
+
+    first = store.enqueue("slack", {"text": "web restarted"}, "p1/main/3", now=100.0)
+    assert first is not None
+    assert store.enqueue("slack", {"text": "dup"}, "p1/main/3", now=101.0) is None
+    second = store.enqueue("slack", {"text": "other"}, "p1/main/4", now=102.0)
+    assert second is not None
+    assert [i.id for i in store.claim_due(101.0, 10)] == [first.id]
+    assert store.claim_due(101.0, 10) == []  # leased
+    store.mark_retry(first.id, at=200.0, error="HTTP 500", now=110.0)
+    claimed = store.claim_due(150.0, 10)
+    assert [i.id for i in claimed] == [second.id]
+    store.mark_sent(second.id, now=151.0)
+    retried = store.claim_due(200.0, 10)
+    assert [(i.id, i.attempts, i.last_error) for i in retried] == [(first.id, 2, "HTTP 500")]
+    store.mark_dead(first.id, "gave up", now=201.0)
+    assert [(i.state, i.attempts) for i in store.outbox()] == [("dead", 2), ("sent", 1)]
+
+
+def test_retention_by_age_keeps_every_later_version_rebuildable(store: Store) -> None:
+    history = ObjectHistory("c1", policy=DiffPolicy(snapshot_every=4))
+    objs = []
+    for i in range(1, 13):
+        o = pod("u1", "web", i, f"img:{i}")
+        objs.append(o)
+        store.write(history.observe("ADDED" if i == 1 else "MODIFIED", o, observed_at=float(i * 10)))
+    gone = pod("u2", "old", 1, "img:1")
+    store.write(history.observe("ADDED", gone, observed_at=1.0))
+    store.write(history.observe("DELETED", gone, observed_at=2.0))
+    store.write(
+        Batch(engine_entries=[EngineEntry("c", "slowlog", "r", str(i), i, float(i), {}) for i in range(100)])
+    )
+    deleted = apply_retention(store, RetentionPolicy(max_age_s=1000.0 - 65.0), now=1000.0)
+    assert deleted > 0
+    remaining = store.timeline(uid="u1")
+    assert remaining[0].version_seq == 4  # newest snapshot before the cutoff is kept
+    for i in range(7, 13):
+        got = store.object_at("Pod", "ml", "web", i * 10 + 1.0)
+        assert got is not None and got.object["spec"]["containers"][0]["image"] == f"img:{i}"
+    assert store.timeline(uid="u2") == []
+    assert len(store.engine_entries(target="c")) == 100 - 65
+
+
+def test_no_secret_value_is_stored_anywhere(store: Store) -> None:
+    planted = "planted-value-6f1c0a9e-42"
+    encoded = base64.b64encode(planted.encode()).decode()
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": "db",
+            "namespace": "ml",
+            "uid": "s1",
+            "resourceVersion": "1",
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": f'{{"data":{{"pw":"{encoded}"}}}}'
+            },
+        },
+        "data": {"pw": encoded},
+        "stringData": {"raw": planted},
+    }
+    history = ObjectHistory("c1")
+    store.write(history.observe("ADDED", secret, observed_at=1.0))
+    changed = copy.deepcopy(secret)
+    changed["metadata"]["resourceVersion"] = "2"
+    changed["data"]["other"] = encoded
+    store.write(history.observe("MODIFIED", changed, observed_at=2.0))
+    store.write(history.relist("v1", "Secret", [], resource_version="3", observed_at=3.0))
+    cells = list(store.dump_all_text())
+    assert any("dataHash" in c for c in cells)  # the Secret was stored, as metadata + hash
+    assert not [c for c in cells if planted in c or encoded in c]
+
+
+def test_bad_database_urls_are_one_line_errors(tmp_path: Any) -> None:
+    cases = [
+        "mysql://u@127.0.0.1/db",
+        "postgresql://",
+        f"postgresql://capstan@127.0.0.1:{free_port()}/capstan",
+        str(tmp_path / "missing-dir" / "h.db"),
+        "sqlite://",
+    ]
+    for url in cases:
+        with pytest.raises(UserError) as info:
+            open_store(url)
+        message = str(info.value)
+        assert "\n" not in message
+        assert "database" in message
