@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     app = build_app()
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except UserError as err:
         print(f"capstan: error: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
@@ -69,3 +71,7 @@ def main(argv: list[str] | None = None) -> None:
             err.show()
             sys.exit(err.exit_code)
         raise
+
+
+if __name__ == "__main__":
+    main()

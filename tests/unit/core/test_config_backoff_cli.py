@@ -1,0 +1,69 @@
+"""Shared basics: strict config errors, backoff, and the CLI's one-line errors."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from capstan.backoff import Backoff
+from capstan.config import StrictModel, load_file
+from capstan.errors import UserError
+
+pytestmark = pytest.mark.unit
+
+
+class _Section(StrictModel):
+    port: int = 1
+    name: str = "x"
+
+
+def test_unknown_key_and_wrong_type_name_the_file_and_path(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("port: many\ncolour: blue\n")
+    with pytest.raises(UserError) as info:
+        load_file(_Section, path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: ") and "port:" in msg and "colour: Extra inputs are not permitted" in msg
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="file not found"):
+        load_file(_Section, tmp_path / "nope.yaml")
+
+
+def test_backoff_grows_caps_and_is_reproducible() -> None:
+    a = Backoff(initial=1, maximum=8, jitter=0.1, rng=random.Random(7))
+    b = Backoff(initial=1, maximum=8, jitter=0.1, rng=random.Random(7))
+    seq = [a.next() for _ in range(6)]
+    assert seq == [b.next() for _ in range(6)]
+    assert 0.9 <= seq[0] <= 1.1 and 7.2 <= seq[-1] <= 8.8
+    a.reset()
+    assert a.next() <= 1.1
+
+
+def _capstan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "capstan.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_bad_spec_is_one_line_without_traceback(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("node_pools: 3\n")
+    proc = _capstan("sandbox", "up", "--spec", str(spec), "--dir", str(tmp_path / "sb"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(spec) in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_cli_status_of_a_sandbox_that_is_down(tmp_path: Path) -> None:
+    proc = _capstan("sandbox", "status", "--dir", str(tmp_path))
+    assert proc.returncode == 1 and "sandbox is down" in proc.stdout
