@@ -45,16 +45,27 @@ def block_hashes(
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    full = len(token_ids) // block_size
-    out: list[int] = []
     if parent is None:
-        prev = root_hash(seed)
-        first_extra = salt.encode("utf-8") if salt else b""
+        start = root_hash(seed)
+        extra = salt.encode("utf-8") if salt else b""
     else:
-        prev = parent
-        first_extra = b""
-    for i in range(full):
-        chunk = token_ids[i * block_size : (i + 1) * block_size]
-        prev = hash_block(prev, chunk, first_extra if i == 0 else b"")
-        out.append(prev)
+        start = parent
+        extra = b""
+    full = len(token_ids) // block_size
+    return chain_hashes(start, _tokens_bytes(token_ids[: full * block_size]), block_size, extra)
+
+
+def chain_hashes(parent: int, token_bytes: bytes, block_size: int, first_extra: bytes = b"") -> list[int]:
+    """The chain over ``token_bytes`` (uint32 little-endian token ids, whole blocks only) from ``parent``."""
+    step = 4 * block_size
+    n = len(token_bytes) // step
+    out: list[int] = []
+    prev = parent.to_bytes(8, "little")
+    for i in range(n):
+        data = prev + token_bytes[i * step : (i + 1) * step]
+        if i == 0 and first_extra:
+            data += first_extra
+        h = int.from_bytes(blake2b(data, digest_size=8).digest(), "little") & _MASK63
+        out.append(h)
+        prev = h.to_bytes(8, "little")
     return out

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from capstan.kvcache._hashes import DEFAULT_BLOCK_SIZE, block_hashes, root_hash
+from capstan.kvcache._hashes import DEFAULT_BLOCK_SIZE, chain_hashes, root_hash
 from capstan.kvcache._tokenizer import token_id
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -115,7 +115,8 @@ class MooncakeText:
             key = (parent, h)
             chain = self._hash_cache.get(key)
             if chain is None:
-                chain = array("q", block_hashes(self.chunk_token_ids(h), self.block_size, parent=parent))
+                data = self._word_ids[self._indices(h)].astype("<u4").tobytes()
+                chain = array("q", chain_hashes(parent, data, self.block_size))
                 self._hash_cache[key] = chain
             full = min(per_chunk, n // self.block_size)
             out.extend(chain[:full])
