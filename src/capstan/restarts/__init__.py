@@ -1,0 +1,82 @@
+"""Restart diagnostics: detect each container restart (pure diff of pod versions), build a complete report from a
+snapshot, control noise without losing restarts, and turn reports and digests into chat notices."""
+
+from capstan.restarts._config import (
+    DEFAULT_REDACT,
+    FilterConfig,
+    ReportConfig,
+    RestartsConfig,
+    load_restarts_config,
+)
+from capstan.restarts._detect import (
+    ContainerCount,
+    ContainerRestart,
+    container_counts,
+    detect_restarts,
+    detect_while_down,
+)
+from capstan.restarts._meaning import explain, signal_of
+from capstan.restarts._noise import (
+    Digest,
+    NoiseGate,
+    Requirement,
+    RestartFilter,
+    compile_patterns,
+    parse_label_selector,
+)
+from capstan.restarts._pipeline import Outcome, RestartNotifier
+from capstan.restarts._render import digest_notices, report_notice, restart_token
+from capstan.restarts._report import (
+    EventLine,
+    NodeInfo,
+    RecordedChange,
+    ReportSettings,
+    RestartReport,
+    RestartSnapshot,
+    Termination,
+    WorkloadRef,
+    build_report,
+    last_termination,
+    log_tail,
+    redact,
+    resolve_owner,
+)
+
+__all__ = [
+    "DEFAULT_REDACT",
+    "ContainerCount",
+    "ContainerRestart",
+    "Digest",
+    "EventLine",
+    "FilterConfig",
+    "NodeInfo",
+    "NoiseGate",
+    "Outcome",
+    "RecordedChange",
+    "ReportConfig",
+    "ReportSettings",
+    "Requirement",
+    "RestartFilter",
+    "RestartNotifier",
+    "RestartReport",
+    "RestartSnapshot",
+    "RestartsConfig",
+    "Termination",
+    "WorkloadRef",
+    "build_report",
+    "compile_patterns",
+    "container_counts",
+    "detect_restarts",
+    "detect_while_down",
+    "digest_notices",
+    "explain",
+    "last_termination",
+    "load_restarts_config",
+    "log_tail",
+    "parse_label_selector",
+    "redact",
+    "report_notice",
+    "resolve_owner",
+    "restart_token",
+    "signal_of",
+]
