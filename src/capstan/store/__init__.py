@@ -6,6 +6,7 @@ imports a collector: collectors live in :mod:`capstan.record`.
 """
 
 from capstan.store._engine import parse_database_url
+from capstan.store._http import create_history_app
 from capstan.store._metrics import HistoryMetrics
 from capstan.store._models import (
     CHANGE_TYPES,
@@ -29,8 +30,10 @@ from capstan.store._models import (
     rfc3339,
     to_json,
 )
+from capstan.store._otel import OtlpExporter, engine_event_name, otlp_http_exporter
 from capstan.store._retention import RetentionPolicy, RetentionWorker, apply_retention
 from capstan.store._store import Store, StoreCorruptHistory, StoreWriteError, open_store
+from capstan.store._timeparse import parse_time
 from capstan.store._writer import BatchWriter
 
 __all__ = [
@@ -50,6 +53,7 @@ __all__ = [
     "ObjectState",
     "ObjectVersion",
     "ObservedVia",
+    "OtlpExporter",
     "OutboxItem",
     "Restart",
     "RestartCount",
@@ -60,8 +64,12 @@ __all__ = [
     "StoreWriteError",
     "WriteResult",
     "apply_retention",
+    "create_history_app",
+    "engine_event_name",
     "open_store",
+    "otlp_http_exporter",
     "parse_database_url",
+    "parse_time",
     "rfc3339",
     "to_json",
 ]

@@ -32,7 +32,11 @@ def from_us(micros: int) -> float:
 
 def rfc3339(seconds: float) -> str:
     """Epoch seconds as an RFC 3339 UTC string with microseconds (the JSON form of every time)."""
-    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC).isoformat().replace("+00:00", "Z")
+    return (
+        dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+        .isoformat(timespec="microseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 @dataclass(frozen=True, slots=True)
