@@ -17,10 +17,10 @@ def _dev() -> None:
 @app.command("slack")
 def slack(
     port: int = typer.Option(8765, "--port", help="Port on 127.0.0.1 to listen on."),
-    token: list[str] | None = typer.Option(  # noqa: B008
+    token: list[str] | None = typer.Option(
         None, "--token", help="Accepted bot token (repeatable; default: the dev token)."
     ),
-    channel: list[str] | None = typer.Option(  # noqa: B008
+    channel: list[str] | None = typer.Option(
         None, "--channel", help="Channel as ID=name (repeatable; default C0ALERTS=alerts, C0OPS=ops)."
     ),
 ) -> None:

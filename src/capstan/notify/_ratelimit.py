@@ -46,7 +46,8 @@ class TokenBucket:
     def block_until(self, now: float, until: float) -> None:
         """Empty the bucket so nothing is taken before ``until`` (used when a server says Retry-After)."""
         self._refill(now)
-        self.tokens = min(self.tokens, 1.0 - max(0.0, until - now) * self.rate)  # exactly one token at ``until``
+        # exactly one token is available at ``until``
+        self.tokens = min(self.tokens, 1.0 - max(0.0, until - now) * self.rate)
 
 
 @dataclass(frozen=True)

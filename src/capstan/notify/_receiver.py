@@ -50,6 +50,7 @@ class ReceivedMessage:
     thread_ts: str | None
     files: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    received_at: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +63,7 @@ class ReceivedMessage:
             "thread_ts": self.thread_ts,
             "files": self.files,
             "extra": self.extra,
+            "received_at": self.received_at,
         }
 
 
@@ -177,7 +179,8 @@ class SlackReceiver:
     def _store(self, via: str, channel: str, payload: Mapping[str, Any], **more: Any) -> ReceivedMessage:
         with self._lock:
             seq = next(self._seq)
-            ts = f"{int(self._clock())}.{seq:06d}"
+            now = self._clock()
+            ts = f"{int(now)}.{seq:06d}"
             text = payload.get("text")
             if isinstance(text, str) and len(text) > MAX_MESSAGE_TEXT:
                 text = text[:MAX_MESSAGE_TEXT]  # Slack truncates, it does not refuse
@@ -190,6 +193,7 @@ class SlackReceiver:
                 text=text if isinstance(text, str) else None,
                 blocks=payload.get("blocks") if isinstance(payload.get("blocks"), list) else None,
                 thread_ts=str(thread_ts) if thread_ts else None,
+                received_at=now,
                 **more,
             )
             self.messages.append(message)

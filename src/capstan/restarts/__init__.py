@@ -1,6 +1,15 @@
 """Restart diagnostics: detect each container restart (pure diff of pod versions), build a complete report from a
 snapshot, control noise without losing restarts, and turn reports and digests into chat notices."""
 
+from capstan.restarts._accounting import (
+    AIRWALLEX_PATTERN,
+    CAPSTAN_PATTERN,
+    Accounting,
+    ChatMessage,
+    Injected,
+    account,
+    messages_from_slack_receiver,
+)
 from capstan.restarts._config import (
     DEFAULT_REDACT,
     FilterConfig,
@@ -43,12 +52,17 @@ from capstan.restarts._report import (
 )
 
 __all__ = [
+    "AIRWALLEX_PATTERN",
+    "CAPSTAN_PATTERN",
     "DEFAULT_REDACT",
+    "Accounting",
+    "ChatMessage",
     "ContainerCount",
     "ContainerRestart",
     "Digest",
     "EventLine",
     "FilterConfig",
+    "Injected",
     "NodeInfo",
     "NoiseGate",
     "Outcome",
@@ -63,6 +77,7 @@ __all__ = [
     "RestartsConfig",
     "Termination",
     "WorkloadRef",
+    "account",
     "build_report",
     "compile_patterns",
     "container_counts",
@@ -73,6 +88,7 @@ __all__ = [
     "last_termination",
     "load_restarts_config",
     "log_tail",
+    "messages_from_slack_receiver",
     "parse_label_selector",
     "redact",
     "report_notice",

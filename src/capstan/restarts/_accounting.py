@@ -1,0 +1,134 @@
+"""Receiver-side accounting for restart storms: which injected restarts reached chat, individually or inside a
+digest, matched by namespace, pod, container and restart number.
+
+It works for any collector whose messages a pattern can read. Capstan's messages carry the canonical token
+``<namespace>/<pod> · <container> restart #N`` (or ``#N–#M``); for a tool that names only the pod (for example
+the airwallex collector's ``pod: `Y`, namespace: `Z```), give a pattern with just ``ns`` and ``pod`` groups and
+the k-th message about a pod accounts for that pod's k-th injected restart (pod-level accounting).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+Injected = tuple[str, str, str, int]  # namespace, pod, container, restart number
+
+CAPSTAN_PATTERN: Final = re.compile(
+    r"(?P<ns>[a-z0-9][a-z0-9.-]*)/(?P<pod>[a-z0-9][a-z0-9.-]*) · (?P<container>[a-z0-9][a-z0-9.-]*) "
+    r"restart #(?P<first>\d+)(?:–#(?P<last>\d+))?"
+)
+AIRWALLEX_PATTERN: Final = re.compile(r"pod: `(?P<pod>[^`]+)`, namespace: `(?P<ns>[^`]+)`")
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """The readable text of one received message, whether it is a digest, and when it arrived."""
+
+    text: str
+    digest: bool = False
+    received_at: float | None = None
+
+
+@dataclass
+class Accounting:
+    injected: int = 0
+    individually: int = 0
+    in_digest: int = 0
+    missing: list[Injected] = field(default_factory=list)
+    unexpected: list[Injected] = field(default_factory=list)
+    duplicates: int = 0
+    first_seen: dict[Injected, float] = field(default_factory=dict)
+
+    @property
+    def accounted(self) -> int:
+        return self.individually + self.in_digest
+
+    @property
+    def ratio(self) -> float:
+        return self.accounted / self.injected if self.injected else 1.0
+
+
+def _texts(value: Any) -> Iterable[str]:
+    """Every string under a Slack message's blocks (text objects, fields, context elements)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key in ("text", "fields", "elements"):
+            if key in value:
+                yield from _texts(value[key])
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
+
+
+def messages_from_slack_receiver(snapshot: Mapping[str, Any]) -> list[ChatMessage]:
+    """Readable messages from :meth:`capstan.notify.SlackReceiver.snapshot` (file-only uploads skipped)."""
+    out = []
+    for m in snapshot.get("messages", []):
+        parts = [m.get("text") or "", *_texts(m.get("blocks") or [])]
+        text = html.unescape("\n".join(p for p in parts if p))
+        if not text.strip():
+            continue
+        digest = "Restart digest" in text.split("\n", 1)[0] or any(
+            isinstance(b, Mapping) and b.get("type") == "header" and "Restart digest" in str(b.get("text"))
+            for b in m.get("blocks") or []
+        )
+        out.append(ChatMessage(text=text, digest=digest, received_at=m.get("received_at")))
+    return out
+
+
+def account(
+    injected: Sequence[Injected],
+    messages: Sequence[ChatMessage],
+    pattern: re.Pattern[str] = CAPSTAN_PATTERN,
+) -> Accounting:
+    """Match received messages to injected restarts; each restart counts once (later mentions are duplicates)."""
+    wanted = set(injected)
+    result = Accounting(injected=len(wanted))
+    seen: dict[Injected, bool] = {}  # restart → was it individual
+    pod_level = "container" not in pattern.groupindex
+    by_pod: dict[tuple[str, str], list[Injected]] = defaultdict(list)
+    for item in sorted(wanted, key=lambda i: (i[0], i[1], i[3], i[2])):
+        by_pod[(item[0], item[1])].append(item)
+    pod_cursor: dict[tuple[str, str], int] = defaultdict(int)
+
+    def note(item: Injected, message: ChatMessage) -> None:
+        if item not in wanted:
+            result.unexpected.append(item)
+            return
+        if item in seen:
+            result.duplicates += 1
+            return
+        seen[item] = not message.digest
+        if message.received_at is not None:
+            result.first_seen[item] = message.received_at
+
+    for message in messages:
+        found: set[Injected] = set()
+        for m in pattern.finditer(message.text):
+            ns, pod = m.group("ns"), m.group("pod")
+            if pod_level:
+                queue = by_pod.get((ns, pod), [])
+                index = pod_cursor[(ns, pod)]
+                pod_cursor[(ns, pod)] += 1
+                if index < len(queue):
+                    found.add(queue[index])
+                else:
+                    result.duplicates += 1
+                continue
+            first = int(m.group("first"))
+            last = int(m.group("last") or first)
+            for number in range(first, last + 1):
+                found.add((ns, pod, m.group("container"), number))
+        for item in sorted(found):
+            note(item, message)
+    result.individually = sum(1 for individual in seen.values() if individual)
+    result.in_digest = sum(1 for individual in seen.values() if not individual)
+    result.missing = sorted(wanted - set(seen))
+    result.unexpected = sorted(set(result.unexpected))
+    return result
