@@ -16,8 +16,12 @@ from capstan.logs import configure_logging
 
 def build_app() -> typer.Typer:
     """Assemble the CLI; each capability owns one module under ``capstan.cli`` that exposes ``app``."""
+    from capstan.cli import demo as demo_cli
     from capstan.cli import dev as dev_cli
+    from capstan.cli import restarts as restarts_cli
     from capstan.cli import enginesim as enginesim_cli
+    from capstan.cli import history as history_cli
+    from capstan.cli import record as record_cli
     from capstan.cli import replay as replay_cli
     from capstan.cli import route as route_cli
     from capstan.cli import sandbox as sandbox_cli
@@ -40,11 +44,15 @@ def build_app() -> typer.Typer:
         configure_logging(log_level, json_output=log_json)
 
     app.add_typer(sandbox_cli.app, name="sandbox")
+    app.add_typer(demo_cli.app, name="demo")
     # Capability sub-apps register below, one line each.
     app.add_typer(dev_cli.app, name="dev")
+    app.add_typer(restarts_cli.app, name="restarts")
     app.add_typer(enginesim_cli.app, name="enginesim")
     app.add_typer(replay_cli.app, name="replay")
     app.add_typer(route_cli.app, name="route")
+    app.add_typer(history_cli.app, name="history")
+    app.add_typer(record_cli.app, name="record")
     return app
 
 
