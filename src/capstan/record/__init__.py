@@ -25,6 +25,7 @@ from capstan.record._redis import EngineCollector, RedisTargetConfig, parse_acll
 from capstan.record._runner import (
     Collector,
     OtlpConfig,
+    Recorder,
     RecorderConfig,
     RecorderRunner,
     RetentionConfig,
@@ -40,6 +41,7 @@ __all__ = [
     "ObjectHistory",
     "OtlpConfig",
     "PollPlan",
+    "Recorder",
     "RecorderConfig",
     "RecorderRunner",
     "RedisTargetConfig",

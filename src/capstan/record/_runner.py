@@ -17,12 +17,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import Field, model_validator
 
 from capstan.config import StrictModel, load_file
 from capstan.record._diff import DiffPolicy
 from capstan.record._redis import EngineCollector, RedisTargetConfig
-from capstan.store import HistoryMetrics, Store, StoreWriteError
+from capstan.store import (
+    HistoryMetrics,
+    OtlpExporter,
+    RetentionPolicy,
+    RetentionWorker,
+    Store,
+    StoreWriteError,
+    open_store,
+    otlp_http_exporter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +66,7 @@ class RecorderConfig(StrictModel):
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     otlp: OtlpConfig | None = None
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_address: str = "127.0.0.1"
 
     @model_validator(mode="after")
     def _unique_targets(self) -> RecorderConfig:
@@ -128,3 +139,78 @@ def engine_collectors(
 ) -> list[EngineCollector]:
     """One collector per configured Redis/Valkey target."""
     return [EngineCollector(t, store, clock=clock, metrics=metrics) for t in config.redis]
+
+
+class Recorder:
+    """The ``capstan record`` process: store + metrics + OTLP + retention + a runner of collectors.
+
+    The Kubernetes recorder plugs in with :meth:`add_collector` (anything satisfying :class:`Collector`) before
+    :meth:`run`; it gets the same store (``recorder.store``) and metrics (``recorder.metrics``).
+    """
+
+    def __init__(
+        self,
+        config: RecorderConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self.registry = registry or CollectorRegistry()
+        self.metrics = HistoryMetrics(self.registry)
+        self.store = open_store(config.store, clock=clock, metrics=self.metrics)
+        self._otlp: OtlpExporter | None = None
+        if config.otlp is not None:
+            self._otlp = otlp_http_exporter(config.otlp.endpoint, timeout_s=config.otlp.timeout_s)
+            self.store.add_commit_listener(self._otlp)
+        self.engines = engine_collectors(config, self.store, metrics=self.metrics, clock=clock)
+        self.runner = RecorderRunner()
+        for collector in self.engines:
+            self.runner.add(collector)
+
+    def add_collector(self, collector: Collector) -> None:
+        self.runner.add(collector)
+
+    def poll_engines_once(self) -> dict[str, str | None]:
+        """Poll every engine target once; returns the error line per target (None = ok). Store errors raise."""
+        results: dict[str, str | None] = {}
+        for collector in self.engines:
+            try:
+                collector.poll_once()
+                results[collector.target.name] = None
+            except StoreWriteError:
+                raise
+            except Exception as exc:
+                results[collector.target.name] = collector.describe_error(exc)
+                self.metrics.collector_errors.labels(collector.kind, collector.target.name).inc()
+            finally:
+                collector.close()
+        return results
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop``: collectors, background retention and (if configured) the metrics endpoint."""
+        r = self.config.retention
+        policy = RetentionPolicy(
+            max_age_s=None if r.max_age_days is None else r.max_age_days * 86400.0,
+            max_bytes=None if r.max_megabytes is None else int(r.max_megabytes * 1024 * 1024),
+        )
+        retention = RetentionWorker(self.store, policy, interval_s=r.interval_s, clock=self._clock)
+        retention.start()
+        server = None
+        if self.config.metrics_port is not None:
+            server, _thread = start_http_server(
+                self.config.metrics_port, addr=self.config.metrics_address, registry=self.registry
+            )
+        try:
+            await self.runner.run(stop)
+        finally:
+            retention.stop()
+            if server is not None:
+                server.shutdown()
+
+    def close(self) -> None:
+        if self._otlp is not None:
+            self._otlp.flush()
+            self._otlp.shutdown()
+        self.store.close()

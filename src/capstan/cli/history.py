@@ -1,0 +1,284 @@
+"""``capstan history``: read the durable history (Rich tables or ``--output json``), serve it over HTTP, migrate."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from capstan.errors import UserError
+from capstan.store import Store, open_store, parse_time, rfc3339, to_json
+
+app = typer.Typer(
+    help="Query the durable history of cluster changes and engine events.", no_args_is_help=True
+)
+
+_STORE = typer.Option(
+    ...,
+    "--store",
+    envvar="CAPSTAN_HISTORY_STORE",
+    help="SQLite file path or postgresql:// URL of the history store.",
+)
+_SINCE = typer.Option(None, "--since", help="Start: epoch seconds, RFC 3339, or an age like 15m/2h/7d.")
+_UNTIL = typer.Option(None, "--until", help="End (default: now): epoch seconds, RFC 3339, or an age.")
+_LIMIT = typer.Option(1000, "--limit", min=1, max=100_000, help="Maximum rows.")
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+_OUTPUT = typer.Option(Output.table, "--output", "-o", help="table (Rich) or json.")
+
+
+def _open(location: str) -> Store:
+    return open_store(location)
+
+
+def _time(value: str | None, option: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_time(value, time.time(), what=option)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _emit_json(data: Any) -> None:
+    typer.echo(json.dumps(to_json(data), indent=2, sort_keys=True))
+
+
+def _short(value: Any, width: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*[str(v) for v in row])
+    Console().print(table)
+
+
+@app.command()
+def timeline(
+    store: str = _STORE,
+    kind: str | None = typer.Option(None, "--kind"),
+    namespace: str | None = typer.Option(None, "--namespace", "-n"),
+    name: str | None = typer.Option(None, "--name"),
+    source: str | None = typer.Option(None, "--source", help="Cluster name in the records."),
+    since: str | None = _SINCE,
+    until: str | None = _UNTIL,
+    limit: int = _LIMIT,
+    output: Output = _OUTPUT,
+) -> None:
+    """Changes of one object, or of a namespace/kind, in a time window (oldest first)."""
+    st = _open(store)
+    items = st.timeline(
+        source=source,
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        since=_time(since, "--since"),
+        until=_time(until, "--until"),
+        limit=limit,
+    )
+    if output is Output.json:
+        _emit_json({"items": items})
+        return
+    _table(
+        "object changes",
+        ["observed", "kind", "namespace/name", "type", "via", "rv", "change"],
+        [
+            (
+                rfc3339(c.observed_at),
+                c.kind,
+                f"{c.namespace}/{c.name}" if c.namespace else c.name,
+                c.change_type,
+                c.observed_via,
+                c.resource_version,
+                _short(c.patch if c.patch is not None else "(full object)"),
+            )
+            for c in items
+        ],
+    )
+
+
+@app.command("object")
+def object_at(
+    kind: str = typer.Argument(..., help="Kind, e.g. Deployment."),
+    name: str = typer.Argument(...),
+    store: str = _STORE,
+    namespace: str = typer.Option("", "--namespace", "-n"),
+    at: str | None = typer.Option(None, "--at", help="Time (default: now)."),
+    source: str | None = typer.Option(None, "--source"),
+    output: Output = _OUTPUT,
+) -> None:
+    """The object as it was at a time, rebuilt from snapshot + patches."""
+    st = _open(store)
+    when = _time(at, "--at") or time.time()
+    version = st.object_at(kind, namespace, name, when, source=source)
+    if version is None:
+        raise UserError(
+            f"{kind} {namespace + '/' if namespace else ''}{name}: not recorded at {rfc3339(when)}"
+        )
+    if output is Output.json:
+        _emit_json(version)
+        return
+    state = "deleted" if version.deleted else "live"
+    Console().print(
+        f"[bold]{kind} {namespace}/{name}[/] uid={version.uid} rv={version.resource_version} "
+        f"version={version.version_seq} observed={rfc3339(version.observed_at)} ({state})"
+    )
+    typer.echo(json.dumps(version.object, indent=2, sort_keys=True))
+
+
+@app.command()
+def diff(
+    kind: str = typer.Argument(...),
+    name: str = typer.Argument(...),
+    store: str = _STORE,
+    namespace: str = typer.Option("", "--namespace", "-n"),
+    since: str = typer.Option(..., "--since", help="From this time."),
+    until: str | None = _UNTIL,
+    source: str | None = typer.Option(None, "--source"),
+    output: Output = _OUTPUT,
+) -> None:
+    """The JSON patch between the object at two times."""
+    st = _open(store)
+    start = _time(since, "--since")
+    assert start is not None
+    result = st.diff(kind, namespace, name, start, _time(until, "--until") or time.time(), source=source)
+    if output is Output.json:
+        _emit_json(result)
+        return
+    _table(
+        f"{kind} {namespace}/{name}: {rfc3339(result.since)} -> {rfc3339(result.until)}",
+        ["op", "path", "value"],
+        [(op["op"], op.get("path", ""), _short(op.get("value", op.get("from", "")))) for op in result.patch],
+    )
+
+
+@app.command()
+def events(
+    store: str = _STORE,
+    involved_uid: str | None = typer.Option(None, "--uid", help="Involved object uid."),
+    involved_name: str | None = typer.Option(None, "--name", help="Involved object name."),
+    namespace: str | None = typer.Option(None, "--namespace", "-n"),
+    since: str | None = _SINCE,
+    until: str | None = _UNTIL,
+    limit: int = _LIMIT,
+    output: Output = _OUTPUT,
+) -> None:
+    """Kubernetes Events (every occurrence) by involved object."""
+    st = _open(store)
+    items = st.events(
+        involved_uid=involved_uid,
+        involved_name=involved_name,
+        namespace=namespace,
+        since=_time(since, "--since"),
+        until=_time(until, "--until"),
+        limit=limit,
+    )
+    if output is Output.json:
+        _emit_json({"items": items})
+        return
+    _table(
+        "events",
+        ["observed", "object", "type", "reason", "count", "message"],
+        [
+            (
+                rfc3339(e.observed_at),
+                f"{e.involved_kind} {e.involved_namespace}/{e.involved_name}",
+                e.type,
+                e.reason,
+                e.count,
+                _short(e.message, 60),
+            )
+            for e in items
+        ],
+    )
+
+
+@app.command()
+def engine(
+    store: str = _STORE,
+    target: str | None = typer.Option(None, "--target", help="Engine target name from the recorder config."),
+    log: str | None = typer.Option(None, "--log", help="slowlog, acllog, commandlog-slow, config, restart…"),
+    since: str | None = _SINCE,
+    until: str | None = _UNTIL,
+    limit: int = _LIMIT,
+    output: Output = _OUTPUT,
+) -> None:
+    """Redis/Valkey engine entries by target."""
+    st = _open(store)
+    items = st.engine_entries(
+        target=target, log_name=log, since=_time(since, "--since"), until=_time(until, "--until"), limit=limit
+    )
+    if output is Output.json:
+        _emit_json({"items": items})
+        return
+    _table(
+        "engine entries",
+        ["happened", "target", "log", "id", "entry"],
+        [(rfc3339(e.happened_at), e.target, e.log, e.native_id, _short(e.payload)) for e in items],
+    )
+
+
+@app.command()
+def gaps(
+    store: str = _STORE,
+    source: str | None = typer.Option(None, "--source", help="Engine target or cluster name."),
+    since: str | None = _SINCE,
+    until: str | None = _UNTIL,
+    limit: int = _LIMIT,
+    output: Output = _OUTPUT,
+) -> None:
+    """Explicit holes in the history (entries lost before they could be read)."""
+    st = _open(store)
+    items = st.gaps(source=source, since=_time(since, "--since"), until=_time(until, "--until"), limit=limit)
+    if output is Output.json:
+        _emit_json({"items": items})
+        return
+    _table(
+        "gaps",
+        ["observed", "source", "log", "lost", "reason"],
+        [
+            (rfc3339(g.observed_at), g.source, g.log, "unknown" if g.lost is None else g.lost, g.reason)
+            for g in items
+        ],
+    )
+
+
+@app.command()
+def migrate(store: str = _STORE) -> None:
+    """Create or upgrade the store schema (the recorder also does this on start)."""
+    st = _open(store)
+    typer.echo(f"{st.display_url}: schema at revision {st.schema_revision()}")
+    st.close()
+
+
+@app.command()
+def serve(
+    store: str = _STORE,
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8765, "--port", min=1, max=65535),
+) -> None:
+    """Serve the query API over HTTP JSON (/v1/timeline, /v1/object, /v1/diff, /v1/events, /v1/engine, /v1/gaps)."""
+    import uvicorn
+    from prometheus_client import CollectorRegistry
+
+    from capstan.store import HistoryMetrics, create_history_app
+
+    registry = CollectorRegistry()
+    st = open_store(store, metrics=HistoryMetrics(registry))
+    uvicorn.run(create_history_app(st, registry=registry), host=host, port=port, log_level="warning")

@@ -1,0 +1,51 @@
+"""``capstan record``: run the recorder (Redis/Valkey engine collectors today) from a configuration file."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from capstan.record import Recorder, load_recorder_config
+from capstan.store import StoreWriteError
+
+app = typer.Typer(
+    help="Record engine events (and, once wired, cluster changes) durably into the history store.",
+    invoke_without_command=True,
+)
+
+
+@app.callback()
+def record(
+    config: Path = typer.Option(..., "--config", "-c", help="Recorder configuration YAML."),
+    once: bool = typer.Option(False, "--once", help="Poll every target once, print the result and exit."),
+) -> None:
+    """Run the recorder until SIGINT/SIGTERM; a failing target is retried, a failing store stops it (exit 1)."""
+    cfg = load_recorder_config(config)
+    recorder = Recorder(cfg)
+    try:
+        if once:
+            results = recorder.poll_engines_once()
+            console = Console()
+            for name, error in results.items():
+                console.print(f"{name}: {'ok' if error is None else error}")
+            if any(error is not None for error in results.values()):
+                raise typer.Exit(1)
+            return
+        asyncio.run(_run(recorder))
+    except StoreWriteError as exc:
+        Console(stderr=True).print(f"capstan record: history store write failed, recorder stopped: {exc}")
+        raise typer.Exit(1) from None
+    finally:
+        recorder.close()
+
+
+async def _run(recorder: Recorder) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await recorder.run(stop)
