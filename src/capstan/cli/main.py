@@ -18,11 +18,11 @@ def build_app() -> typer.Typer:
     """Assemble the CLI; each capability owns one module under ``capstan.cli`` that exposes ``app``."""
     from capstan.cli import demo as demo_cli
     from capstan.cli import dev as dev_cli
-    from capstan.cli import restarts as restarts_cli
     from capstan.cli import enginesim as enginesim_cli
     from capstan.cli import history as history_cli
     from capstan.cli import record as record_cli
     from capstan.cli import replay as replay_cli
+    from capstan.cli import restarts as restarts_cli
     from capstan.cli import route as route_cli
     from capstan.cli import sandbox as sandbox_cli
 

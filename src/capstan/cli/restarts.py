@@ -1,0 +1,117 @@
+"""``capstan restarts``: inspect restart-notification delivery and validate the restarts configuration."""
+
+from __future__ import annotations
+
+import json
+import time
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(help="Restart diagnostics: outbox and configuration.", no_args_is_help=True)
+
+
+class State(StrEnum):
+    unsent = "unsent"
+    pending = "pending"
+    dead = "dead"
+    sent = "sent"
+    all = "all"
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+_STORE = typer.Option(
+    ...,
+    "--store",
+    envvar="CAPSTAN_HISTORY_STORE",
+    help="SQLite file path or postgresql:// URL of the store holding the outbox.",
+)
+
+
+def _when(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds))
+
+
+@app.command("outbox")
+def outbox(
+    store: str = _STORE,
+    state: State = typer.Option(
+        State.unsent, "--state", help="unsent (pending + dead), pending, dead, sent, all."
+    ),
+    limit: int = typer.Option(200, "--limit", min=1, max=100_000, help="Maximum rows per state."),
+    output: Output = typer.Option(Output.table, "--output", "-o", help="table (Rich) or json."),
+) -> None:
+    """List notifications waiting in the outbox or dead-lettered, with their last error."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from capstan.store import open_store
+
+    st = open_store(store)
+    try:
+        groups: dict[str, list[str | None]] = {"unsent": ["pending", "dead"], "all": [None]}
+        states = groups.get(state.value, [state.value])
+        items = [item for s in states for item in st.outbox(state=s, limit=limit)]
+    finally:
+        st.close()
+    items.sort(key=lambda i: i.id)
+    now = time.time()
+    if output is Output.json:
+        rows = [
+            {
+                "id": i.id,
+                "destination": i.destination,
+                "state": i.state,
+                "attempts": i.attempts,
+                "next_attempt_at": i.next_attempt_at,
+                "created_at": i.created_at,
+                "last_error": i.last_error,
+                "title": i.payload.get("title"),
+                "dedupe_key": i.dedupe_key,
+            }
+            for i in items
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"Outbox ({state.value}): {len(items)} message(s)")
+    for column in (
+        "id",
+        "destination",
+        "state",
+        "attempts",
+        "next attempt (UTC)",
+        "age",
+        "title",
+        "last error",
+    ):
+        table.add_column(column, overflow="fold")
+    for i in items:
+        table.add_row(
+            str(i.id),
+            i.destination,
+            i.state,
+            str(i.attempts),
+            _when(i.next_attempt_at) if i.state == "pending" else "-",
+            f"{max(0.0, now - i.created_at):.0f}s",
+            str(i.payload.get("title", ""))[:80],
+            i.last_error or "",
+        )
+    Console().print(table)
+
+
+@app.command("check-config")
+def check_config(path: Path = typer.Argument(..., help="The restarts configuration file (YAML).")) -> None:
+    """Validate a restarts configuration: regexes, label selector, sink URLs and tokens; one line per problem."""
+    from capstan.restarts import load_restarts_config
+
+    config = load_restarts_config(path)
+    sinks = ", ".join(f"{s.name} ({s.type})" for s in config.sinks)
+    typer.echo(
+        f"{path}: OK — cluster {config.cluster_name}; sinks: {sinks}; mute {config.mute_seconds:g}s; "
+        f"restart cap {config.restart_cap}"
+    )
