@@ -1,4 +1,4 @@
-"""Strict configuration loading: a YAML (or JSON) file, overridden by ``CAPSTAN_*`` environment variables.
+"""Strict configuration loading: a YAML (or JSON) file, optionally overridden by environment variables.
 
 Every section is a pydantic model with ``extra="forbid"`` so an unknown or misspelt key fails at start with one line
 that names the file and the key path.
@@ -6,6 +6,8 @@ that names the file and the key path.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -62,6 +64,51 @@ def load_model(model: type[M], data: dict[str, Any], where: str) -> M:
         raise UserError(describe_validation_error(err, where)) from None
 
 
-def load_file(model: type[M], path: Path) -> M:
-    """Read and validate a configuration file as ``model``."""
-    return load_model(model, read_mapping(path), str(path))
+def overlay_env(data: dict[str, Any], prefix: str, environ: Mapping[str, str]) -> list[str]:
+    """Overlay ``PREFIX<KEY>__<SUBKEY>=value`` environment variables onto ``data`` (in place).
+
+    Keys are lower-cased; values are parsed as YAML scalars or flow collections (``8``, ``true``, ``[a, b]``).
+    Returns the variable names used, so an error can name them.
+    """
+    used = []
+    for name in sorted(environ):
+        if not name.startswith(prefix) or name == prefix:
+            continue
+        path = [part.lower() for part in name[len(prefix) :].split("__") if part]
+        if not path:
+            continue
+        raw = environ[name]
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[path[-1]] = value
+        used.append(name)
+    return used
+
+
+def load_file(
+    model: type[M],
+    path: Path | None,
+    *,
+    env_prefix: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> M:
+    """Read and validate a configuration file as ``model``; optional ``env_prefix`` variables override it.
+
+    With ``path=None`` only the defaults and the environment apply.
+    """
+    data = read_mapping(path) if path is not None else {}
+    where = str(path) if path is not None else "configuration"
+    if env_prefix:
+        used = overlay_env(data, env_prefix, os.environ if environ is None else environ)
+        if used:
+            where += f" (with {', '.join(used)})"
+    return load_model(model, data, where)

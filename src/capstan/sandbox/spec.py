@@ -8,6 +8,7 @@ allocatable and the labels NVIDIA's GPU feature discovery sets (``nvidia.com/gpu
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -115,8 +116,9 @@ class SandboxSpec(StrictModel):
         return v
 
 
-def load_spec(path: Path | None) -> SandboxSpec:
-    return SandboxSpec() if path is None else load_file(SandboxSpec, path)
+def load_spec(path: Path | None, environ: Mapping[str, str] | None = None) -> SandboxSpec:
+    """The spec file (or the defaults), with ``CAPSTAN_SANDBOX__EVENT_TTL=2m``-style overrides from the environment."""
+    return load_file(SandboxSpec, path, env_prefix="CAPSTAN_SANDBOX__", environ=environ)
 
 
 def node_manifests(spec: SandboxSpec) -> list[dict[str, Any]]:

@@ -67,3 +67,25 @@ def test_cli_bad_spec_is_one_line_without_traceback(tmp_path: Path) -> None:
 def test_cli_status_of_a_sandbox_that_is_down(tmp_path: Path) -> None:
     proc = _capstan("sandbox", "status", "--dir", str(tmp_path))
     assert proc.returncode == 1 and "sandbox is down" in proc.stdout
+
+
+class _Nested(StrictModel):
+    section: _Section = _Section()
+    flag: bool = False
+
+
+def test_environment_overrides_the_file_and_errors_name_the_variable(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("section:\n  port: 5\n")
+    env = {"APP__SECTION__PORT": "7", "APP__FLAG": "true", "OTHER": "x"}
+    loaded = load_file(_Nested, path, env_prefix="APP__", environ=env)
+    assert loaded.section.port == 7 and loaded.flag is True
+    with pytest.raises(UserError) as info:
+        load_file(_Nested, path, env_prefix="APP__", environ={"APP__SECTION__PROT": "1"})
+    assert "APP__SECTION__PROT" in str(info.value) and "section.prot" in str(info.value)
+
+
+def test_sandbox_spec_from_environment() -> None:
+    from capstan.sandbox import load_spec
+
+    assert load_spec(None, environ={"CAPSTAN_SANDBOX__EVENT_TTL": "2m"}).event_ttl == "2m"

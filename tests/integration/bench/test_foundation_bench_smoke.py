@@ -1,0 +1,37 @@
+"""The foundation benchmarks run end to end in smoke mode, so they cannot rot (figures are not checked)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def test_kube_client_bench_smoke(kubeconfig: Path) -> None:
+    run(str(BENCH / "kube_client.py"), "--smoke", "--kubeconfig", str(kubeconfig))
+    data = json.loads((BENCH / "out" / "kube_client.json").read_text())
+    assert data["pods"] == 200
+    by_variant = {r["variant"]: r for r in data["results"]}
+    assert set(by_variant) == {"capstan", "k8s-asyncio-models", "kr8s", "lightkube"}
+    assert by_variant["capstan"]["items"] == 200
+    assert by_variant["capstan"]["events"] == data["events"] >= 200
+
+
+def test_sandbox_startup_bench_smoke() -> None:
+    proc = run(str(BENCH / "sandbox_startup.py"), "--smoke")
+    assert "sandbox up" in proc.stdout
+    (result,) = json.loads((BENCH / "out" / "sandbox_startup.json").read_text())
+    assert result["nodes"] == 5 and result["first_pod_s"] > 0
