@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import matplotlib
+import psutil
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -173,7 +174,7 @@ async def http_ttft(
 # ---- 2: throughput of one process ----------------------------------------------------------------------------
 async def closed_loop(
     ports: list[int], prompt: str, concurrency: int, seconds: float, stream: bool
-) -> tuple[float, int]:
+) -> tuple[float, int, int]:
     done = 0
     errors = 0
     stop_at = time.monotonic() + seconds
@@ -211,7 +212,7 @@ async def closed_loop(
 
         start = time.monotonic()
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
-        return done / (time.monotonic() - start), errors
+        return done / (time.monotonic() - start), errors, done
 
 
 # ---- 3: whole-trace speed on the virtual clock --------------------------------------------------------------
@@ -302,7 +303,7 @@ def main() -> None:
 
     seconds = 2.0 if smoke else 10.0
     replicas = 4
-    conc = 16 if smoke else 64
+    conc = 8 if smoke else 32
     rows = []
     proc, port = start_server(replicas, "tiny-test", 1000.0, ["--num-gpu-blocks", "100000"])
     try:
@@ -310,23 +311,37 @@ def main() -> None:
         for label, ntok in (("1k-token prompt", 1000), ("12k-token prompt", 12000)):
             prompt = prompt_words(ntok, 7)
             for stream in (False, True):
-                rps, errs = asyncio.run(closed_loop(ports, prompt, conc, seconds, stream))
-                rows.append((label, "stream" if stream else "json", rps, errs))
+                server = psutil.Process(proc.pid)
+                cpu0, own0 = sum(server.cpu_times()[:2]), time.process_time()
+                rps, errs, done = asyncio.run(closed_loop(ports, prompt, conc, seconds, stream))
+                server_ms = (sum(server.cpu_times()[:2]) - cpu0) / max(1, done) * 1e3
+                client_ms = (time.process_time() - own0) / max(1, done) * 1e3
+                rows.append((label, "stream" if stream else "json", rps, errs, server_ms, client_ms))
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     tt = Table(
         title=f"one server process, {replicas} replicas, {conc} closed-loop clients, {seconds:g} s each"
     )
-    for col in ("prompt", "mode", "requests/s", "errors"):
+    cols = ("prompt", "mode", "requests/s", "errors", "server CPU ms/req", "server req/s per core",
+            "client CPU ms/req")  # fmt: skip
+    for col in cols:
         tt.add_column(col, justify="right")
-    for label, mode, rps, errs in rows:
-        tt.add_row(label, mode, f"{rps:.0f}", str(errs))
+    for label, mode, rps, errs, server_ms, client_ms in rows:
+        tt.add_row(
+            label,
+            mode,
+            f"{rps:.0f}",
+            str(errs),
+            f"{server_ms:.2f}",
+            f"{1e3 / server_ms:.0f}",
+            f"{client_ms:.2f}",
+        )
     console.print(tt)
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar([f"{a}\n{b}" for a, b, _, _ in rows], [r for _, _, r, _ in rows])
-    ax.set_ylabel("requests/s")
-    ax.set_title("one enginesim process (client on the same 2-core host)")
+    ax.bar([f"{r[0]}\n{r[1]}" for r in rows], [1e3 / r[4] for r in rows])
+    ax.set_ylabel("requests/s per server CPU-second")
+    ax.set_title("one enginesim process: capacity per core")
     fig.tight_layout()
     fig.savefig(args.out / "enginesim_throughput.png")
 

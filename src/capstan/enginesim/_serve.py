@@ -16,6 +16,13 @@ from capstan.enginesim._server import Replica, ReplicaSpec
 _START_TIMEOUT_S = 30.0
 
 
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to its owner (several servers share one loop)."""
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+        return contextlib.nullcontext()
+
+
 def _bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -43,7 +50,7 @@ async def running_replicas(specs: Sequence[ReplicaSpec]) -> AsyncIterator[list[R
             sock.close()
         raise
     replicas: list[Replica] = []
-    servers: list[uvicorn.Server] = []
+    servers: list[_Server] = []
     tasks: list[asyncio.Task[None]] = []
     try:
         for spec, sock in zip(specs, socks, strict=True):
@@ -58,7 +65,7 @@ async def running_replicas(specs: Sequence[ReplicaSpec]) -> AsyncIterator[list[R
                 access_log=False,
                 timeout_graceful_shutdown=2,
             )
-            server = uvicorn.Server(config)
+            server = _Server(config)
             servers.append(server)
             tasks.append(asyncio.create_task(server.serve(sockets=[sock]), name=f"enginesim-http-{port}"))
         loop = asyncio.get_running_loop()

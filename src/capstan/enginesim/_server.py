@@ -187,11 +187,11 @@ class Replica:
         self.registry = CollectorRegistry()
         self._ttft = Histogram(
             "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-            ["model_name", "engine"], registry=self.registry, buckets=_TTFT_BUCKETS,
+            ["model_name", "engine"], registry=None, buckets=_TTFT_BUCKETS,
         )  # fmt: skip
         self._e2e = Histogram(
             "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-            ["model_name", "engine"], registry=self.registry, buckets=_E2E_BUCKETS,
+            ["model_name", "engine"], registry=None, buckets=_E2E_BUCKETS,
         )  # fmt: skip
         self._clock = clock
         self._t0 = clock()
@@ -207,7 +207,10 @@ class Replica:
         self.bound_port = spec.port
         self.kv_bound_port: int | None = None
         self.app = self._build_app()
+        # NOTE: the engine collector goes first: it syncs the engine, so the histograms after it are current.
         self.registry.register(_EngineCollector(self))
+        self.registry.register(self._ttft)
+        self.registry.register(self._e2e)
 
     # ---- time and driving ----------------------------------------------------------------------------------
     def model_now(self) -> float:

@@ -8,7 +8,7 @@ import zlib
 VOCAB_SIZE = 131072
 """Token ids are in ``[0, VOCAB_SIZE)``."""
 
-_TOKEN = re.compile(r"\s*\S{1,8}|\s+")
+_TOKEN = re.compile(r"\s*+\S{1,8}|\s+")  # possessive: same tokens as \s*\S{1,8}, less backtracking
 _MEMO_LIMIT = 1_000_000
 
 
@@ -30,17 +30,17 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; the same text always gives the same ids."""
         memo = self._memo
+        pieces = _TOKEN.findall(text)
+        try:
+            return list(map(memo.__getitem__, pieces))  # fast path: every piece seen before
+        except KeyError:
+            pass
         if len(memo) > _MEMO_LIMIT:
             memo.clear()
-        out: list[int] = []
-        append = out.append
-        for piece in _TOKEN.findall(text):
-            tid = memo.get(piece)
-            if tid is None:
-                tid = token_id(piece)
-                memo[piece] = tid
-            append(tid)
-        return out
+        for piece in pieces:
+            if piece not in memo:
+                memo[piece] = token_id(piece)
+        return list(map(memo.__getitem__, pieces))
 
     def count(self, text: str) -> int:
         """Number of tokens in ``text`` without computing ids."""
