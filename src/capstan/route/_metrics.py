@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+_BUCKETS = (2.5e-5, 5e-5, 1e-4, 2e-4, 3e-4, 5e-4, 7.5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 5e-2)
+
 
 class RouterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -11,8 +13,14 @@ class RouterMetrics:
         r = self.registry
         self.decision_seconds = Histogram(
             "capstan_route_decision_seconds",
-            "Time to pick an endpoint (tokenize + hash + filters + scorers + picker)",
-            buckets=(5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 5e-2),
+            "Time to pick an endpoint: filters + scorers + picker over the snapshot",
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.prompt_hash_seconds = Histogram(
+            "capstan_route_prompt_hash_seconds",
+            "Time to tokenize the prompt and hash its blocks (before the decision)",
+            buckets=_BUCKETS,
             registry=r,
         )
         self.requests = Counter(

@@ -32,9 +32,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from capstan.kvcache import Tokenizer, block_hashes, prompt_text, prompt_token_ids
 from capstan.route._config import RouteConfig
 from capstan.route._endpoints import EndpointMonitor, EndpointSource, StaticEndpointSource
+from capstan.route._hasher import PromptHasher
 from capstan.route._index import PreciseKVIndex
 from capstan.route._inflight import InFlightTracker
 from capstan.route._kvevents import KVEventSubscriber
@@ -236,7 +236,7 @@ class Router:
         self.scheduler = Scheduler(cfg.scheduler)
         self.tracker = InFlightTracker()
         self.metrics = RouterMetrics()
-        self.tokenizer = Tokenizer()
+        self.hasher = PromptHasher(cfg.scheduler.block_size)
         p = cfg.proxy
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
         timeout = httpx.Timeout(connect=p.connect_timeout_s, read=p.read_timeout_s, write=30.0, pool=30.0)
@@ -324,15 +324,13 @@ class Router:
         return out
 
     def route_request(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> RouteRequest:
-        tokens = prompt_token_ids(body)
-        if tokens is None:
-            try:
-                tokens = self.tokenizer.encode(prompt_text(body))
-            except ValueError as exc:
-                raise _Reject(400, str(exc)) from None
+        try:
+            tokens = self.hasher.token_ids(body)
+        except ValueError as exc:
+            raise _Reject(400, str(exc)) from None
         bs = self.cfg.scheduler.block_size
         salt = body.get("cache_salt")
-        hashes = block_hashes(tokens, bs, salt=salt if isinstance(salt, str) else None)
+        hashes = self.hasher.block_hashes(tokens, salt if isinstance(salt, str) else None)
         return RouteRequest(
             model=str(body["model"]),
             block_hashes=tuple(hashes),
@@ -387,9 +385,11 @@ class Router:
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         t0 = self.clock()
         rreq = self.route_request(body, headers)
+        self.metrics.prompt_hash_seconds.observe(self.clock() - t0)
         tried: set[str] = set()
         last_error = "no endpoint was tried"
         for attempt in range(self.cfg.proxy.max_attempts):
+            t0 = self.clock()
             try:
                 decision = self.scheduler.schedule(rreq, self.snapshot(tried))
             except NoEndpointError as exc:

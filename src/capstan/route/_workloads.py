@@ -24,8 +24,8 @@ def mooncake_requests(
     block_size: int = 16,
     max_output_tokens: int | None = None,
 ) -> list[SimRequest]:
-    """Read a Mooncake JSONL trace; ``time_scale`` < 1 compresses arrival times (more load). Bad lines are a
-    :class:`UserError` naming the file and line."""
+    """Read a Mooncake JSONL trace; ``time_scale`` > 1 compresses arrival times (more load), as in
+    ``capstan.replay``. Bad lines are a :class:`UserError` naming the file and line."""
     text = MooncakeText(block_size)
     out: list[SimRequest] = []
     try:
@@ -51,7 +51,7 @@ def mooncake_requests(
                 continue
             if max_output_tokens is not None:
                 n_out = min(n_out, max_output_tokens)
-            out.append(SimRequest(ts * time_scale, f"mc-{lineno}", hashes, n_in, n_out, None))
+            out.append(SimRequest(ts / time_scale, f"mc-{lineno}", hashes, n_in, n_out, None))
     out.sort(key=lambda r: (r.arrival, r.request_id))
     return out
 

@@ -87,6 +87,7 @@ def test_mooncake_loader_names_the_bad_line(tmp_path: Path) -> None:
         mooncake_requests(path)
     path.write_text(good * 3)
     reqs = mooncake_requests(path, time_scale=2.0, limit=2)
+    assert [r.arrival for r in reqs] == [0.0, 0.0]
     assert len(reqs) == 2 and len(reqs[0].block_hashes) == 600 // 16
     assert reqs[0].block_hashes == reqs[1].block_hashes
 

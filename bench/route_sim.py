@@ -1,0 +1,240 @@
+"""Cache-aware routing on the virtual clock: policies side by side over the same simulated replicas.
+
+The router's scheduler (the same code the HTTP gateway runs) drives ``--replicas`` simulated vLLM engines
+(``capstan.enginesim``) through whole workloads in seconds, with no HTTP:
+
+1. Mooncake conversation trace: a sweep of the per-replica KV capacity from ~300k tokens up to where the replicas
+   together hold the trace's working set, each policy next to the pooled-cache reference (one LRU holding all
+   replicas' blocks) and the infinite-cache bound.
+2. Synthetic agentic sessions (closed loop: a turn follows the previous answer after a think time).
+
+Figures: prefix-cache hit ratio from the engines' counters, TTFT p50/p90/p99, output throughput, GPU-seconds per
+request (engine busy time), router decision latency p50/p99, busiest replica's prefill work over the mean,
+prefix-index entries. Prints Rich tables, writes PNG plots and a JSON file under bench/out/. ``--smoke`` runs in
+seconds (a test runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from rich.console import Console
+from rich.table import Table
+
+from capstan.config import load_model
+from capstan.enginesim import EngineConfig, get_preset
+from capstan.replay import AgenticConfig, agentic_requests
+from capstan.route import SchedulerConfig
+from capstan.route._sim import SimRequest, SimResult, percentile, pooled_cache_reference, simulate
+from capstan.route._workloads import from_replay_requests, mooncake_requests
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT.parent / "shared/data/traces/mooncake-fast25/conversation_trace.jsonl"
+console = Console(width=200)
+
+# The policies compared. Capstan's defaults come from the tuning runs recorded in docs/benchmarks.md.
+CAPSTAN_SCORERS = [{"type": "prefix", "weight": 3}, {"type": "prefill-cost", "weight": 1}]
+LLMD_SCORERS = [
+    {"type": "prefix", "weight": 3},
+    {"type": "queue", "weight": 2},
+    {"type": "kv-utilization", "weight": 2},
+]
+POLICIES: dict[str, dict[str, Any]] = {
+    "capstan-precise": {"prefix": {"kind": "precise"}, "scorers": CAPSTAN_SCORERS},
+    "capstan-approx": {"prefix": {"kind": "approximate"}, "scorers": CAPSTAN_SCORERS},
+    "llmd-weights-precise": {"prefix": {"kind": "precise"}, "scorers": LLMD_SCORERS},
+    "llmd-weights-approx": {"prefix": {"kind": "approximate"}, "scorers": LLMD_SCORERS},
+    "least-loaded": {"prefix": {"kind": "none"}, "scorers": [{"type": "in-flight", "weight": 1}]},
+    "round-robin": {"prefix": {"kind": "none"}, "picker": {"type": "round-robin"}},
+    "random": {"prefix": {"kind": "none"}, "picker": {"type": "random"}},
+}
+SWEEP_POLICIES = ["capstan-precise", "capstan-approx", "llmd-weights-precise", "round-robin"]
+
+
+def run_policy(
+    reqs: list[SimRequest], name: str, engine: EngineConfig, replicas: int
+) -> tuple[SimResult, float]:
+    cfg = load_model(SchedulerConfig, POLICIES[name], name)
+    gc.collect()
+    t0 = time.perf_counter()
+    res = simulate(reqs, cfg, engine, replicas, name=name)
+    return res, time.perf_counter() - t0
+
+
+def row(res: SimResult, pooled: float, wall: float) -> dict[str, Any]:
+    return {
+        "policy": res.policy,
+        "hit": res.hit_ratio,
+        "hit_vs_pooled": res.hit_ratio / pooled if pooled else float("nan"),
+        "ttft_p50": percentile(res.ttft, 50),
+        "ttft_p90": percentile(res.ttft, 90),
+        "ttft_p99": percentile(res.ttft, 99),
+        "throughput_tok_s": res.throughput_tok_s,
+        "gpu_s_per_req": res.gpu_seconds_per_request,
+        "decision_p50_us": percentile(res.decision_s, 50) * 1e6,
+        "decision_p99_us": percentile(res.decision_s, 99) * 1e6,
+        "busiest_prefill_over_mean": res.prefill_imbalance,
+        "index_entries": res.index_entries,
+        "rejected": res.rejected,
+        "sim_wall_s": wall,
+    }
+
+
+def print_table(title: str, rows: list[dict[str, Any]], pooled: float, bound: float) -> None:
+    t = Table(title=title)
+    cols = [
+        ("policy", "policy", "{}"),
+        ("hit", "hit", "{:.3f}"),
+        ("hit/pooled", "hit_vs_pooled", "{:.3f}"),
+        ("TTFT p50 s", "ttft_p50", "{:.3f}"),
+        ("p90", "ttft_p90", "{:.3f}"),
+        ("p99", "ttft_p99", "{:.3f}"),
+        ("out tok/s", "throughput_tok_s", "{:.0f}"),
+        ("GPU-s/req", "gpu_s_per_req", "{:.3f}"),
+        ("decide p50 µs", "decision_p50_us", "{:.0f}"),
+        ("p99 µs", "decision_p99_us", "{:.0f}"),
+        ("busiest prefill/mean", "busiest_prefill_over_mean", "{:.2f}"),
+        ("index entries", "index_entries", "{:,}"),
+    ]
+    for label, _, _ in cols:
+        t.add_column(label, justify="right" if label != "policy" else "left")
+    for r in rows:
+        t.add_row(*(fmt.format(r[key]) for _, key, fmt in cols))
+    console.print(t)
+    console.print(f"  pooled-cache reference hit {pooled:.3f}; infinite-cache bound {bound:.3f}")
+
+
+def working_set_blocks(reqs: list[SimRequest]) -> int:
+    seen: set[int] = set()
+    for r in reqs:
+        seen.update(r.block_hashes)
+    return len(seen)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="seconds-long run")
+    ap.add_argument("--replicas", type=int, default=8)
+    ap.add_argument("--preset", default="llama-3.1-8b-h100")
+    ap.add_argument("--mooncake-limit", type=int, default=3000, help="first N requests of the trace")
+    ap.add_argument("--mooncake-time-scale", type=float, default=0.5, help="> 1 compresses arrivals")
+    ap.add_argument("--sweep-points", type=int, default=4)
+    ap.add_argument("--agentic-sessions", type=int, default=300)
+    ap.add_argument("--agentic-rate", type=float, default=4.0, help="new sessions per second")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
+    args = ap.parse_args()
+    if args.smoke:
+        args.replicas, args.mooncake_limit, args.sweep_points = 4, 150, 2
+        args.agentic_sessions = 12
+    args.out.mkdir(parents=True, exist_ok=True)
+    preset = get_preset(args.preset)
+    results: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+
+    # ---- 1. Mooncake capacity sweep ----------------------------------------------------------------------
+    reqs = mooncake_requests(TRACE, limit=args.mooncake_limit, time_scale=args.mooncake_time_scale)
+    ws = working_set_blocks(reqs)
+    bound = pooled_cache_reference(reqs, None).hit_ratio
+    lo = 18_750  # 300k tokens per replica, an H100-realistic size
+    hi = max(lo, -(-ws // args.replicas))
+    points = args.sweep_points
+    caps = sorted({round(lo * (hi / lo) ** (i / max(1, points - 1))) for i in range(points)})
+    console.print(
+        f"Mooncake: {len(reqs)} requests over {reqs[-1].arrival:.0f} s, working set {ws:,} blocks "
+        f"({ws * 16:,} tokens); per-replica capacity sweep {[c * 16 for c in caps]} tokens"
+    )
+    sweep: list[dict[str, Any]] = []
+    for cap in caps:
+        engine = EngineConfig(latency=preset.latency, num_gpu_blocks=cap, max_num_seqs=preset.max_num_seqs)
+        pooled = pooled_cache_reference(reqs, cap * args.replicas).hit_ratio
+        names = list(POLICIES) if cap == caps[0] else SWEEP_POLICIES
+        rows = []
+        for name in names:
+            res, wall = run_policy(reqs, name, engine, args.replicas)
+            rows.append(row(res, pooled, wall))
+        print_table(
+            f"Mooncake conversation, {args.replicas} replicas × {cap * 16:,} KV tokens", rows, pooled, bound
+        )
+        sweep.append({"kv_tokens_per_replica": cap * 16, "pooled": pooled, "bound": bound, "rows": rows})
+    results["mooncake"] = {"requests": len(reqs), "working_set_blocks": ws, "sweep": sweep}
+
+    # ---- 2. Agentic sessions -------------------------------------------------------------------------------
+    acfg = AgenticConfig(sessions=args.agentic_sessions, session_rate=args.agentic_rate)
+    areqs = from_replay_requests(agentic_requests(acfg))
+    engine = EngineConfig(
+        latency=preset.latency, num_gpu_blocks=preset.num_gpu_blocks, max_num_seqs=preset.max_num_seqs
+    )
+    pooled = pooled_cache_reference(areqs, preset.num_gpu_blocks * args.replicas).hit_ratio
+    abound = pooled_cache_reference(areqs, None).hit_ratio
+    rows = []
+    for name in POLICIES:
+        res, wall = run_policy(areqs, name, engine, args.replicas)
+        rows.append(row(res, pooled, wall))
+    print_table(
+        f"Agentic sessions ({len(areqs)} requests, {args.agentic_sessions} sessions), {args.replicas} replicas × "
+        f"{preset.num_gpu_blocks * 16:,} KV tokens",
+        rows,
+        pooled,
+        abound,
+    )
+    rr = next(r for r in rows if r["policy"] == "round-robin")
+    for r in rows:
+        r["gpu_s_vs_round_robin"] = r["gpu_s_per_req"] / rr["gpu_s_per_req"]
+        r["reuse_vs_bound"] = r["hit"] / abound if abound else float("nan")
+    console.print(
+        "  GPU-s/request vs round-robin: "
+        + ", ".join(f"{r['policy']} {r['gpu_s_vs_round_robin']:.2f}" for r in rows)
+    )
+    results["agentic"] = {"requests": len(areqs), "pooled": pooled, "bound": abound, "rows": rows}
+
+    # ---- plots ----------------------------------------------------------------------------------------------
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs = [s["kv_tokens_per_replica"] / 1000 for s in sweep]
+    ax.plot(xs, [s["pooled"] for s in sweep], "k--", label="pooled-cache reference")
+    ax.plot(xs, [s["bound"] for s in sweep], "k:", label="infinite-cache bound")
+    for name in SWEEP_POLICIES:
+        ys = [next(r["hit"] for r in s["rows"] if r["policy"] == name) for s in sweep]
+        ax.plot(xs, ys, marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("KV capacity per replica (k tokens)")
+    ax.set_ylabel("prefix-cache hit ratio (tokens)")
+    ax.set_title(f"Mooncake conversation, {args.replicas} replicas")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out / "route_sim_hit_vs_capacity.png", dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    first = sweep[0]["rows"]
+    names = [r["policy"] for r in first]
+    ax.bar([i - 0.2 for i in range(len(names))], [r["ttft_p90"] for r in first], 0.4, label="Mooncake")
+    ax.bar(
+        [i + 0.2 for i in range(len(names))],
+        [next(r["ttft_p90"] for r in rows if r["policy"] == n) for n in names],
+        0.4,
+        label="agentic",
+    )
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("TTFT p90 (s)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.out / "route_sim_ttft_p90.png", dpi=120)
+    plt.close(fig)
+    (args.out / "route_sim.json").write_text(json.dumps(results, indent=1))
+    console.print(f"wrote {args.out}/route_sim_hit_vs_capacity.png, route_sim_ttft_p90.png, route_sim.json")
+
+
+if __name__ == "__main__":
+    main()
