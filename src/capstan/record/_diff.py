@@ -8,6 +8,7 @@ object looks like before it is compared (``normalize``).
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from typing import Any
@@ -38,13 +39,14 @@ class DiffPolicy(StrictModel):
     redact_kinds: list[str] = Field(default_factory=lambda: ["Secret"])
 
 
-def _split(pointer: str) -> list[str]:
+@functools.lru_cache(maxsize=256)
+def _split(pointer: str) -> tuple[str, ...]:
     if not pointer.startswith("/"):
         raise ValueError(f"drop path {pointer!r}: a JSON pointer must start with '/'")
-    return [p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/")]
+    return tuple(p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/"))
 
 
-def _drop(node: Any, parts: list[str]) -> None:
+def _drop(node: Any, parts: tuple[str, ...]) -> None:
     if not parts:
         return
     head, rest = parts[0], parts[1:]
@@ -101,15 +103,61 @@ def redact_secret(obj: JsonDict) -> JsonDict:
 
 def normalize(obj: JsonDict, policy: DiffPolicy) -> JsonDict:
     """The object as it is stored and compared: Secrets redacted, noise paths removed. Never mutates ``obj``."""
-    out = redact_secret(obj) if obj.get("kind") in policy.redact_kinds else copy.deepcopy(obj)
+    out = redact_secret(obj) if obj.get("kind") in policy.redact_kinds else _copy(obj)
     for pointer in policy.drop_paths:
         _drop(out, _split(pointer))
     return out
 
 
+def _same(a: Any, b: Any) -> bool:
+    # NOTE: Python's == says 1 == True == 1.0; JSON does not, so equal values are confirmed by their JSON text.
+    return a is b or (a == b and json.dumps(a) == json.dumps(b))
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _diff(a: Any, b: Any, path: str, ops: list[JsonDict]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in a:
+            if key not in b:
+                ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+        for key, vb in b.items():
+            if key not in a:
+                ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": _copy(vb)})
+            elif not _same(a[key], vb):
+                _diff(a[key], vb, f"{path}/{_escape(key)}", ops)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        # Same length (the common case: a field inside a container changed): element by element.
+        for i, (va, vb) in enumerate(zip(a, b, strict=True)):
+            if not _same(va, vb):
+                _diff(va, vb, f"{path}/{i}", ops)
+    elif isinstance(a, list) and isinstance(b, list):
+        # Lists that grew or shrank: jsonpatch's minimal list diff (moves, inserts), re-rooted at this path.
+        for op in jsonpatch.make_patch(a, b):
+            op = dict(op)
+            op["path"] = path + op["path"]
+            if "from" in op:
+                op["from"] = path + op["from"]
+            ops.append(op)
+    else:
+        ops.append({"op": "replace", "path": path, "value": _copy(b)})
+
+
+def _copy(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
 def make_patch(before: JsonDict, after: JsonDict) -> list[JsonDict]:
-    """RFC 6902 operations turning ``before`` into ``after`` (both already normalized)."""
-    ops: list[JsonDict] = list(jsonpatch.make_patch(before, after))
+    """RFC 6902 operations turning ``before`` into ``after`` (both already normalized).
+
+    Dicts are compared here, subtree by subtree with C-speed equality, so unchanged parts of a large object cost
+    almost nothing; lists are handed to the ``jsonpatch`` library.
+    """
+    ops: list[JsonDict] = []
+    if not _same(before, after):
+        _diff(before, after, "", ops)
     return ops
 
 

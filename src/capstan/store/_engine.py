@@ -15,7 +15,6 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
-from sqlalchemy.pool import NullPool
 
 from capstan.errors import UserError
 
@@ -82,8 +81,9 @@ def create_engines(url: URL) -> tuple[Engine, Engine]:
         db = Path(url.database or "")
         if not db.parent.is_dir():
             raise UserError(f"database {str(db)!r}: directory {str(db.parent)!r} does not exist")
-        write = create_engine(url, poolclass=NullPool)
-        read = create_engine(url, poolclass=NullPool)
+        # One pooled connection for the writer (writes are serialized anyway), a small pool for readers.
+        write = create_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
+        read = create_engine(url, pool_size=4, max_overflow=4, pool_timeout=60)
         _sqlite_pragmas(write, immediate=True)
         _sqlite_pragmas(read, immediate=False)
         return write, read

@@ -1,0 +1,269 @@
+"""History store: ingest throughput (object changes/s) and one object's timeline query latency.
+
+Both back ends in the same run: SQLite (WAL, a file under the output directory) and PostgreSQL 15 (a throw-away
+local server from the Debian package, ``fsync=off`` as in the tests, so compare the two with that in mind).
+
+1. Ingest: ``--changes`` Deployment changes over ``--objects`` objects, built by the real diff builder
+   (``ObjectHistory``: normalisation, RFC 6902 patches, a snapshot every 20 versions), written in batches of
+   ``--batch`` through ``Store.write`` (records + last states + the kind cursor in one transaction). Reported
+   separately: building the batches (pure CPU) and writing them.
+2. Query: with ``--records`` changes stored (written in bulk, same shape), the latency of
+   ``Store.timeline(kind, namespace, name)`` for ``--queries`` random objects, and of ``Store.object_at`` (rebuild
+   from snapshot + patches).
+
+Prints Rich tables, writes bench/out/history_ingest.json and a PNG. ``--smoke`` runs in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from rich.console import Console
+from rich.table import Table
+
+from capstan.record import ObjectHistory
+from capstan.sandbox.datastores import PostgresServer
+from capstan.store import Batch, Store, open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+console = Console(width=160)
+
+
+def deployment(k: int, version: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": f"svc-{k}",
+            "namespace": f"team-{k % 20}",
+            "uid": f"uid-{k:08d}",
+            "resourceVersion": str(version),
+            "labels": {"app": f"svc-{k}", "tier": "inference"},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+        },
+        "spec": {
+            "replicas": 1 + version % 5,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "server",
+                            "image": f"registry.local/vllm:{version % 97}",
+                            "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "64Gi"}},
+                        }
+                    ]
+                }
+            },
+        },
+        "status": {"observedGeneration": version, "readyReplicas": version % 5},
+    }
+
+
+def build_batches(n_changes: int, n_objects: int, batch_size: int) -> tuple[list[Batch], float]:
+    history = ObjectHistory("bench")
+    start = time.perf_counter()
+    batches: list[Batch] = []
+    current = Batch()
+    for i in range(n_changes):
+        k = i % n_objects
+        etype = "ADDED" if i < n_objects else "MODIFIED"
+        current.extend(history.observe(etype, deployment(k, i + 1), observed_at=1_700_000_000.0 + i * 0.001))
+        if len(current.object_changes) >= batch_size:
+            batches.append(current)
+            current = Batch()
+    if not current.is_empty():
+        batches.append(current)
+    return batches, time.perf_counter() - start
+
+
+def ingest(store: Store, batches: list[Batch]) -> float:
+    start = time.perf_counter()
+    for b in batches:
+        store.write(b)
+    return time.perf_counter() - start
+
+
+def query_latency(store: Store, n_objects: int, queries: int, seed: int) -> dict[str, list[float]]:
+    rng = random.Random(seed)
+    timeline_ms: list[float] = []
+    rebuild_ms: list[float] = []
+    for _ in range(queries):
+        k = rng.randrange(n_objects)
+        t0 = time.perf_counter()
+        rows = store.timeline(kind="Deployment", namespace=f"team-{k % 20}", name=f"svc-{k}")
+        timeline_ms.append((time.perf_counter() - t0) * 1000)
+        assert rows, "every object has changes"
+        at = rows[len(rows) // 2].observed_at
+        t0 = time.perf_counter()
+        store.object_at("Deployment", f"team-{k % 20}", f"svc-{k}", at)
+        rebuild_ms.append((time.perf_counter() - t0) * 1000)
+    return {"timeline_ms": timeline_ms, "object_at_ms": rebuild_ms}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true", help="seconds-long run")
+    parser.add_argument("--changes", type=int, default=200_000)
+    parser.add_argument("--objects", type=int, default=2_000)
+    parser.add_argument("--batch", type=int, default=2_000)
+    parser.add_argument("--records", type=int, default=1_000_000, help="stored changes for the query test")
+    parser.add_argument("--query-objects", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    args = parser.parse_args()
+    if args.smoke:
+        args.changes, args.objects, args.records, args.query_objects, args.queries = (
+            4_000,
+            200,
+            8_000,
+            400,
+            50,
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+
+    console.print(f"building {args.changes} changes over {args.objects} objects (diff builder)…")
+    ingest_batches, build_s = build_batches(args.changes, args.objects, args.batch)
+    console.print(f"building {args.records} changes over {args.query_objects} objects for the query test…")
+    query_batches, _ = build_batches(args.records, args.query_objects, 5_000)
+
+    results: dict[str, Any] = {
+        "changes": args.changes,
+        "objects": args.objects,
+        "batch": args.batch,
+        "records": args.records,
+        "query_objects": args.query_objects,
+        "build_changes_per_s": args.changes / build_s,
+        "backends": {},
+    }
+    pg: PostgresServer | None = None
+    workdir = Path(tempfile.mkdtemp(prefix="capstan-bench-history-"))
+    try:
+        for backend in backends:
+            if backend == "sqlite":
+                url_a, url_b = str(workdir / "ingest.db"), str(workdir / "query.db")
+            elif backend == "postgresql":
+                pg = pg or PostgresServer().start()
+                pg.reset()
+                url_a = url_b = pg.url
+            else:
+                raise SystemExit(f"unknown backend {backend!r}")
+            console.print(f"[bold]{backend}[/]: ingest…")
+            store = open_store(url_a)
+            write_s = ingest(store, ingest_batches)
+            store.close()
+            if backend == "postgresql" and pg is not None:
+                pg.reset()
+            console.print(f"[bold]{backend}[/]: loading {args.records} records for the query test…")
+            store = open_store(url_b)
+            load_s = ingest(store, query_batches)
+            stored = store.count("object_changes")
+            lat = query_latency(store, args.query_objects, args.queries, args.seed)
+            size = store.size_bytes()
+            store.close()
+            results["backends"][backend] = {
+                "ingest_changes_per_s": args.changes / write_s,
+                "ingest_with_diff_changes_per_s": args.changes / (write_s + build_s),
+                "bulk_load_changes_per_s": args.records / load_s,
+                "stored_records": stored,
+                "store_bytes": size,
+                "timeline_p50_ms": statistics.median(lat["timeline_ms"]),
+                "timeline_p95_ms": pct(lat["timeline_ms"], 0.95),
+                "timeline_p99_ms": pct(lat["timeline_ms"], 0.99),
+                "object_at_p50_ms": statistics.median(lat["object_at_ms"]),
+                "object_at_p95_ms": pct(lat["object_at_ms"], 0.95),
+                "latencies": lat,
+            }
+    finally:
+        if pg is not None:
+            pg.stop()
+
+    table = Table(
+        title=f"History store ingest ({args.changes} changes, {args.objects} objects, batch {args.batch})"
+    )
+    for col in ("backend", "write changes/s", "diff+write changes/s", "bulk load changes/s"):
+        table.add_column(col, justify="right")
+    for name, r in results["backends"].items():
+        table.add_row(
+            name,
+            f"{r['ingest_changes_per_s']:,.0f}",
+            f"{r['ingest_with_diff_changes_per_s']:,.0f}",
+            f"{r['bulk_load_changes_per_s']:,.0f}",
+        )
+    console.print(table)
+    console.print(f"diff builder alone: {results['build_changes_per_s']:,.0f} changes/s")
+    table = Table(
+        title=f"One object's timeline with {args.records:,} records stored ({args.queries} queries)"
+    )
+    for col in (
+        "backend",
+        "stored",
+        "size MiB",
+        "timeline p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "object_at p50 ms",
+        "p95 ms",
+    ):
+        table.add_column(col, justify="right")
+    for name, r in results["backends"].items():
+        table.add_row(
+            name,
+            f"{r['stored_records']:,}",
+            f"{r['store_bytes'] / 2**20:,.1f}",
+            f"{r['timeline_p50_ms']:.2f}",
+            f"{r['timeline_p95_ms']:.2f}",
+            f"{r['timeline_p99_ms']:.2f}",
+            f"{r['object_at_p50_ms']:.2f}",
+            f"{r['object_at_p95_ms']:.2f}",
+        )
+    console.print(table)
+    if len(results["backends"]) == 2:
+        s, p = results["backends"]["sqlite"], results["backends"]["postgresql"]
+        console.print(
+            f"ratios sqlite/postgresql: write {s['ingest_changes_per_s'] / p['ingest_changes_per_s']:.2f}x, "
+            f"timeline p50 {s['timeline_p50_ms'] / p['timeline_p50_ms']:.2f}x"
+        )
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    names = list(results["backends"])
+    axes[0].bar(names, [results["backends"][n]["ingest_changes_per_s"] for n in names])
+    axes[0].axhline(10_000, color="red", linestyle="--", label="goal 10k/s (SQLite)")
+    axes[0].set_ylabel("changes/s")
+    axes[0].set_title("ingest")
+    axes[0].legend()
+    for n in names:
+        axes[1].hist(results["backends"][n]["latencies"]["timeline_ms"], bins=40, alpha=0.6, label=n)
+    axes[1].axvline(20, color="red", linestyle="--", label="goal 20 ms")
+    axes[1].set_xlabel("timeline query ms")
+    axes[1].set_title(f"one object's timeline, {args.records:,} stored")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(args.out / "history_ingest.png", dpi=100)
+    for r in results["backends"].values():
+        r.pop("latencies")
+    (args.out / "history_ingest.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""The history benchmarks run in smoke mode (so they cannot rot); figures are not asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_history_ingest_bench_smoke(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench/history_ingest.py"), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "timeline" in proc.stdout
+    data = json.loads((tmp_path / "history_ingest.json").read_text())
+    assert set(data["backends"]) == {"sqlite", "postgresql"}
+    assert data["backends"]["sqlite"]["stored_records"] == data["records"]
+    assert (tmp_path / "history_ingest.png").stat().st_size > 0
