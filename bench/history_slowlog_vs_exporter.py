@@ -1,0 +1,270 @@
+"""The same slowlog flood seen by Capstan's engine collector and by redis_exporter: what each lets a user recover.
+
+A real redis-server (Debian package, ``slowlog-max-len`` 128 by default) receives bursts of slow commands, each
+carrying a unique argument (``EVAL <busy-loop> 0 order:<n>``, about 1.2 ms each, logged at a 1 ms threshold),
+faster than the ring can hold between polls. Side by side, in the same run:
+
+- Capstan: ``EngineCollector`` polling every ``--poll`` seconds into a SQLite history store;
+- redis_exporter (github.com/oliver006/redis_exporter, built with ``go install`` into a cache outside the repo) and a
+  scraper that stores its samples every ``--scrape`` seconds, as Prometheus would.
+
+Afterwards, for each: how many slow commands it can count, how many it can show with arguments and client, and
+whether the loss is known. Prints a Rich table, writes bench/out/history_slowlog_vs_exporter.json and a PNG.
+``--smoke`` runs in seconds and never builds redis_exporter (it uses the cached binary if there is one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import redis
+from rich.console import Console
+from rich.table import Table
+
+from capstan.record import EngineCollector, RedisTargetConfig
+from capstan.sandbox.datastores import RedisServer, free_port
+from capstan.store import open_store
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "capstan" / "redis_exporter"
+BINARY = CACHE / "bin" / "redis_exporter"
+# NOTE: pinned: the module proxy here serves exact versions but refuses the version list that @latest needs.
+MODULE = "github.com/oliver006/redis_exporter@v1.67.0"
+BUSY = (
+    "local s=redis.call('TIME') repeat local n=redis.call('TIME') "
+    "until (n[1]-s[1])*1000000+(n[2]-s[2]) >= tonumber(ARGV[1]) return 1"
+)
+console = Console(width=160)
+
+
+def ensure_exporter(*, allow_build: bool) -> Path | None:
+    """The cached redis_exporter binary, building it with the local Go toolchain when allowed."""
+    if BINARY.exists():
+        return BINARY
+    if not allow_build or shutil.which("go") is None:
+        return None
+    CACHE.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "GOTOOLCHAIN": "local",
+        "GOBIN": str(CACHE / "bin"),
+        "CGO_ENABLED": "0",
+        "GOFLAGS": "-p=1",
+    }
+    console.print(f"building redis_exporter ({MODULE}) into {CACHE}…")
+    subprocess.run(["nice", "-n", "10", "go", "install", MODULE], env=env, check=True, timeout=2400)
+    return BINARY if BINARY.exists() else None
+
+
+class Scraper(threading.Thread):
+    """Scrapes redis_exporter every ``interval`` seconds and keeps the slowlog samples, as Prometheus would."""
+
+    NAMES = ("redis_slowlog_last_id", "redis_slowlog_length", "redis_last_slow_execution_duration_seconds")
+
+    def __init__(self, url: str, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.interval = interval
+        self.samples: list[dict[str, float]] = []
+        self.stop = threading.Event()
+        self.errors = 0
+
+    def scrape(self) -> None:
+        try:
+            text = httpx.get(self.url, timeout=10).text
+        except httpx.HTTPError:
+            self.errors += 1
+            return
+        sample: dict[str, float] = {"t": time.time()}
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in self.NAMES:
+                sample[name] = float(line.rsplit(" ", 1)[1])
+        self.samples.append(sample)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.scrape()
+            self.stop.wait(self.interval)
+
+
+def poller(collector: EngineCollector, interval: float, stop: threading.Event) -> None:
+    while not stop.is_set():
+        collector.poll_once()
+        stop.wait(interval)
+
+
+def flood(port: int, bursts: int, per_burst: int, pause: float, busy_us: int) -> int:
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30)
+    sha = client.script_load(BUSY)
+    n = 0
+    for _ in range(bursts):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(per_burst):
+            pipe.execute_command("EVALSHA", sha, "0", str(busy_us), f"order:{n}")
+            n += 1
+        pipe.execute()
+        time.sleep(pause)
+    client.close()
+    return n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--bursts", type=int, default=20)
+    parser.add_argument("--per-burst", type=int, default=300)
+    parser.add_argument("--pause", type=float, default=1.0, help="seconds between bursts")
+    parser.add_argument("--poll", type=float, default=1.0, help="Capstan poll interval (s)")
+    parser.add_argument("--scrape", type=float, default=1.0, help="redis_exporter scrape interval (s)")
+    parser.add_argument("--busy-us", type=int, default=1200, help="duration of each slow command (µs)")
+    parser.add_argument("--no-build", action="store_true", help="never build redis_exporter")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    args = parser.parse_args()
+    if args.smoke:
+        args.bursts, args.per_burst, args.pause, args.poll, args.scrape = 3, 200, 0.5, 0.5, 0.5
+    args.out.mkdir(parents=True, exist_ok=True)
+    exporter_bin = ensure_exporter(allow_build=not (args.smoke or args.no_build))
+
+    server = RedisServer(extra_args=("--slowlog-log-slower-than", "1000")).start()
+    workdir = Path(tempfile.mkdtemp(prefix="capstan-bench-slowlog-"))
+    store = open_store(str(workdir / "history.db"))
+    collector = EngineCollector(
+        RedisTargetConfig(name="cache", address=server.address, logs=["slowlog"]), store
+    )
+    exporter: subprocess.Popen[bytes] | None = None
+    scraper: Scraper | None = None
+    stop = threading.Event()
+    try:
+        if exporter_bin is not None:
+            port = free_port()
+            exporter = subprocess.Popen(
+                [str(exporter_bin), "--redis.addr", f"redis://{server.address}", "--web.listen-address",
+                 f"127.0.0.1:{port}"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            for _ in range(200):
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.05)
+            scraper = Scraper(f"http://127.0.0.1:{port}/metrics", args.scrape)
+            scraper.start()
+        collector.poll_once()  # baseline cursor before the flood
+        thread = threading.Thread(target=poller, args=(collector, args.poll, stop), daemon=True)
+        thread.start()
+        issued = flood(server.port, args.bursts, args.per_burst, args.pause, args.busy_us)
+        time.sleep(max(args.poll, args.scrape) * 2)
+        stop.set()
+        thread.join(timeout=30)
+        collector.poll_once()
+        if scraper is not None:
+            scraper.stop.set()
+            scraper.join(timeout=30)
+            scraper.scrape()
+    finally:
+        stop.set()
+        if exporter is not None:
+            exporter.terminate()
+            exporter.wait(timeout=30)
+        collector.close()
+        server.stop()
+
+    entries = store.engine_entries(target="cache", log_name="slowlog", limit=100_000)
+    flood_entries = [
+        e for e in entries if e.payload["args"][-1:] and e.payload["args"][-1].startswith("order:")
+    ]
+    gaps = store.gaps(source="cache")
+    lost = sum(g.lost or 0 for g in gaps)
+    store.close()
+    capstan = {
+        "counted": len(entries) + lost,
+        "with_args_and_client": len(flood_entries),
+        "with_client_address": sum(1 for e in flood_entries if e.payload["client_address"]),
+        "known_lost": lost,
+        "gap_records": len(gaps),
+    }
+    result: dict[str, Any] = {
+        "issued": issued,
+        "args": vars(args) | {"out": str(args.out)},
+        "capstan": capstan,
+    }
+    if scraper is not None and scraper.samples:
+        ids = [s["redis_slowlog_last_id"] for s in scraper.samples if "redis_slowlog_last_id" in s]
+        durations = {
+            s["redis_last_slow_execution_duration_seconds"]
+            for s in scraper.samples
+            if "redis_last_slow_execution_duration_seconds" in s
+        }
+        result["redis_exporter"] = {
+            "counted": int(max(ids) - min(ids)) if ids else 0,
+            "with_args_and_client": 0,
+            "durations_sampled": len(durations),
+            "scrapes": len(scraper.samples),
+            "max_slowlog_length": max((s.get("redis_slowlog_length", 0) for s in scraper.samples), default=0),
+        }
+    table = Table(title=f"Slowlog flood: {issued} slow commands in {args.bursts} bursts, ring of 128")
+    for col in (
+        "tool",
+        "slow entries counted (all)",
+        "flood commands with args + client",
+        "loss known",
+        "other",
+    ):
+        table.add_column(col, justify="right")
+    table.add_row(
+        "capstan",
+        str(capstan["counted"]),
+        f"{capstan['with_args_and_client']} ({100 * capstan['with_args_and_client'] / max(issued, 1):.0f}%)",
+        f"yes: {capstan['known_lost']} lost in {capstan['gap_records']} gap records",
+        f"polls every {args.poll}s",
+    )
+    if "redis_exporter" in result:
+        r = result["redis_exporter"]
+        table.add_row(
+            "redis_exporter",
+            f"{r['counted']} (last_id delta)",
+            "0 (only the newest entry's duration)",
+            "no",
+            f"{r['scrapes']} scrapes, {r['durations_sampled']} distinct last durations",
+        )
+    else:
+        table.add_row("redis_exporter", "-", "-", "-", "not built (run without --smoke/--no-build)")
+    console.print(table)
+    (args.out / "history_slowlog_vs_exporter.json").write_text(json.dumps(result, indent=2))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    tools = ["issued", "capstan"] + (["redis_exporter"] if "redis_exporter" in result else [])
+    counted = [issued, capstan["counted"]] + (
+        [result["redis_exporter"]["counted"]] if "redis_exporter" in result else []
+    )
+    detail = [issued, capstan["with_args_and_client"]] + ([0] if "redis_exporter" in result else [])
+    xs = range(len(tools))
+    ax.bar([x - 0.2 for x in xs], counted, width=0.4, label="counted")
+    ax.bar([x + 0.2 for x in xs], detail, width=0.4, label="with arguments + client")
+    ax.set_xticks(list(xs), tools)
+    ax.set_title("what a user can recover after a slowlog flood")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.out / "history_slowlog_vs_exporter.png", dpi=100)
+
+
+if __name__ == "__main__":
+    main()
