@@ -42,7 +42,9 @@ from capstan.store import open_store
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "capstan" / "redis_exporter"
 BINARY = CACHE / "bin" / "redis_exporter"
-# NOTE: pinned: the module proxy here serves exact versions but refuses the version list that @latest needs.
+# NOTE: pinned, because @latest needs the proxy's version list. On 2026-11-29 the module proxy reachable from the
+# development machines refused both that list and this version's zip (HTTP 403), so the exporter side could not
+# run there; the bench then says so in its table instead of failing.
 MODULE = "github.com/oliver006/redis_exporter@v1.67.0"
 BUSY = (
     "local s=redis.call('TIME') repeat local n=redis.call('TIME') "
@@ -66,7 +68,13 @@ def ensure_exporter(*, allow_build: bool) -> Path | None:
         "GOFLAGS": "-p=1",
     }
     console.print(f"building redis_exporter ({MODULE}) into {CACHE}…")
-    subprocess.run(["nice", "-n", "10", "go", "install", MODULE], env=env, check=True, timeout=2400)
+    res = subprocess.run(
+        ["nice", "-n", "10", "go", "install", MODULE], env=env, capture_output=True, text=True, timeout=2400
+    )
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["unknown error"])[-1]
+        console.print(f"[red]redis_exporter build failed[/]: {last}")
+        return None
     return BINARY if BINARY.exists() else None
 
 
