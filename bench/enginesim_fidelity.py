@@ -95,7 +95,7 @@ def start_server(
     args = [sys.executable, "-c", code, "--log-level", "WARNING", "enginesim", "serve", "--replicas", str(replicas),
             "--port", str(port), "--preset", preset, "--time-scale", str(time_scale), *(extra or [])]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
             if all(
@@ -109,7 +109,7 @@ def start_server(
             raise RuntimeError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError("server did not start in 60 s")
+    raise RuntimeError("server did not start in 180 s")
 
 
 def _port_free(port: int) -> bool:
