@@ -174,10 +174,10 @@ class Drainer:
             except (KeyError, TypeError, ValueError) as exc:
                 self._dead(item, f"unreadable payload: {exc}", report)
                 continue
-            wait = bucket.wait_time(self._clock())
-            if wait > 0:
-                await self._sleep(wait)
-            bucket.try_take(self._clock())
+            for _ in range(100):  # bounded: each wait is the time until the next token
+                if bucket.try_take(self._clock()):
+                    break
+                await self._sleep(max(0.001, bucket.wait_time(self._clock())))
             result = await self._send(sink, notice)
             now = self._clock()
             if result.ok:

@@ -43,6 +43,7 @@ class Accounting:
     unexpected: list[Injected] = field(default_factory=list)
     duplicates: int = 0
     first_seen: dict[Injected, float] = field(default_factory=dict)
+    digested: set[Injected] = field(default_factory=set)
 
     @property
     def accounted(self) -> int:
@@ -129,6 +130,7 @@ def account(
             note(item, message)
     result.individually = sum(1 for individual in seen.values() if individual)
     result.in_digest = sum(1 for individual in seen.values() if not individual)
+    result.digested = {item for item, individual in seen.items() if not individual}
     result.missing = sorted(wanted - set(seen))
     result.unexpected = sorted(set(result.unexpected))
     return result
