@@ -216,13 +216,14 @@ def start_router(
 
 
 def probe_latency(url: str, n: int) -> float:
-    """Median wall latency of ``n`` sequential tiny non-streaming completions."""
-    body = {"model": MODEL, "prompt": " probe", "max_tokens": 1}
+    """Median wall latency of ``n`` sequential tiny non-streaming chat completions (sglang-router's openai
+    backend implements only the chat endpoint)."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "probe"}], "max_tokens": 1}
     times = []
     with httpx.Client(timeout=30) as c:
         for _ in range(n):
             t0 = time.perf_counter()
-            r = c.post(f"{url}/v1/completions", json=body)
+            r = c.post(f"{url}/v1/chat/completions", json=body)
             times.append(time.perf_counter() - t0)
             r.raise_for_status()
     return statistics.median(times)
