@@ -34,6 +34,7 @@ from capstan.restarts._noise import (
     parse_label_selector,
 )
 from capstan.restarts._pipeline import Outcome, RestartNotifier
+from capstan.restarts._records import count_records, last_seen, restart_batch, restart_records
 from capstan.restarts._render import digest_notices, report_notice, restart_token
 from capstan.restarts._report import (
     EventLine,
@@ -81,10 +82,12 @@ __all__ = [
     "build_report",
     "compile_patterns",
     "container_counts",
+    "count_records",
     "detect_restarts",
     "detect_while_down",
     "digest_notices",
     "explain",
+    "last_seen",
     "last_termination",
     "load_restarts_config",
     "log_tail",
@@ -93,6 +96,8 @@ __all__ = [
     "redact",
     "report_notice",
     "resolve_owner",
+    "restart_batch",
+    "restart_records",
     "restart_token",
     "signal_of",
 ]
