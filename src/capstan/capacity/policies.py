@@ -1,0 +1,414 @@
+"""The policies a simulation compares: Capstan's planner and the incumbents it must beat, emulated fairly.
+
+* ``capstan``: calls :func:`capstan.capacity.planner.plan` about a second after any change and applies it.
+* ``cluster-autoscaler``: cluster-autoscaler's documented defaults: a scan every 10 s; pending pods first fill
+  upcoming (in-flight) nodes; one scale-up per scan, node group chosen by the ``least-waste`` expander (CPU and
+  memory only) from a first-fit-decreasing estimate; a node is unneeded below 0.5 utilisation (GPU requests only
+  on GPU nodes) when its pods fit elsewhere, and removed after 10 min unneeded and not within 10 min of a
+  scale-up (empty nodes up to 10 at once, one non-empty drain per scan). Scans are only run when something can
+  have changed (after an event, or when a timer expires), which gives the same decisions as scanning every 10 s.
+* ``karpenter``: batches pending pods (1 s idle / 10 s max), packs them onto in-flight NodeClaims first, then new
+  ones whose instance type is the cheapest that holds the pods packed onto it; disruption every 10 s: empty nodes
+  at once (``consolidateAfter: 0s``), then one underutilised node whose pods all fit elsewhere (delete
+  consolidation; replacement consolidation is not modelled), at most 10 % of nodes at a time.
+* ``static``: a fixed cluster (counts per node type, normally the oracle's peak) ready from the start.
+* ``oracle``: Capstan's packing with every node ready the moment it is requested and no headroom: the lower bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from capstan.capacity.model import IN_FLIGHT, NodeState, NodeType, Pod
+from capstan.capacity.placement import Capacity, choose_devices, fits, give, take
+from capstan.capacity.planner import PlannerConfig, gpu_horizon, plan
+from capstan.capacity.sim import Policy, Sim, SimNode, SimPod
+from capstan.errors import UserError
+
+POLICY_NAMES = ("capstan", "cluster-autoscaler", "karpenter", "static", "oracle")
+
+
+def _grid(now: float, interval: float, last: float) -> float:
+    t = math.ceil(now / interval - 1e-9) * interval
+    return t if t > last else last + interval
+
+
+class CapstanPolicy:
+    name = "capstan"
+    steers_placement = True
+
+    def __init__(
+        self, config: PlannerConfig | None = None, react: float = 1.0, name: str = "capstan"
+    ) -> None:
+        self.config = config or PlannerConfig()
+        self.react = react
+        self.name = name
+        self.decisions = 0
+        self.unplaceable: dict[str, str] = {}
+        self._planned_at = -1.0
+        self._horizon = 0.0
+
+    def start(self, sim: Sim) -> None:
+        self._horizon = gpu_horizon(sim.node_types)
+        sim.recent_window = max(self._horizon * self.config.forecast_windows, 1.0)
+
+    def on_change(self, sim: Sim, now: float) -> None:
+        t = now + self.react
+        if t > self._planned_at:
+            sim.wake(t, "plan")
+
+    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
+        self._planned_at = now
+        self.decisions += 1
+        p = plan(sim.snapshot(), self.config)
+        for launch in p.launches:
+            node = sim.launch(launch.type, purpose=launch.purpose, node_id=launch.node)
+            for pod in launch.pods:
+                sim.promise(pod, node.id)
+        for nom in p.nominations:
+            sim.promise(nom.pod, nom.node)
+        held = set(p.headroom)
+        for n in sim.active.values():
+            if n.live:
+                sim.set_headroom(n.id, n.id in held)
+        for d in p.drains:
+            sim.drain(d.node)
+        if held or any(launch.purpose == "headroom" for launch in p.launches):
+            # the forecast moves one window per horizon: look again then, so held nodes are drained in time
+            sim.wake(now + max(60.0, self._horizon), "plan")
+
+
+class OraclePolicy(CapstanPolicy):
+    zero_delay = True
+
+    def __init__(self) -> None:
+        super().__init__(PlannerConfig(headroom=False), react=0.0, name="oracle")
+
+
+class StaticPolicy:
+    name = "static"
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.counts = counts
+
+    def start(self, sim: Sim) -> None:
+        for nt in sim.node_types:
+            for _ in range(self.counts.get(nt.name, 0)):
+                sim.launch(nt.name, purpose="static")
+
+    def on_change(self, sim: Sim, now: float) -> None:
+        return None
+
+    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
+        return None
+
+
+def _live_count(sim: Sim, nt: NodeType) -> int:
+    return sum(1 for n in sim.active.values() if n.nt.name == nt.name and n.live)
+
+
+def _ffd(pods: list[Pod], nt: NodeType, limit: int | None) -> tuple[int, list[Pod]]:
+    """First-fit decreasing of ``pods`` onto new nodes of ``nt``: (node count, pods placed)."""
+    bins: list[Capacity] = []
+    placed: list[Pod] = []
+    order = sorted(pods, key=lambda p: (-(p.cpu_milli / nt.cpu_milli + p.memory_mib / nt.memory_mib), p.name))
+    for p in order:
+        for cap in bins:
+            if fits(cap, p):
+                take(cap, p, choose_devices(cap, p))
+                placed.append(p)
+                break
+        else:
+            if limit is not None and len(bins) >= limit:
+                continue
+            cap = Capacity.of(nt)
+            take(cap, p, choose_devices(cap, p))
+            bins.append(cap)
+            placed.append(p)
+    return len(bins), placed
+
+
+@dataclass
+class CAConfig:
+    scan_interval: float = 10.0
+    scale_down_unneeded_time: float = 600.0
+    scale_down_delay_after_add: float = 600.0
+    utilization_threshold: float = 0.5
+    gpu_utilization_threshold: float = 0.5
+    max_empty_bulk_delete: int = 10
+    gpu_unready_is_upcoming: bool = True
+    """CA's GPU hack: a node whose GPUs are not yet allocatable counts as upcoming, not as a node without GPUs."""
+
+
+class ClusterAutoscalerPolicy:
+    name = "cluster-autoscaler"
+
+    def __init__(self, config: CAConfig | None = None) -> None:
+        self.cfg = config or CAConfig()
+        self.unneeded_since: dict[str, float] = {}
+        self.last_scale_up = -math.inf
+        self.last_scan = -math.inf
+        self.scale_ups: list[tuple[float, str, int]] = []
+        self.removals: list[tuple[float, str]] = []
+
+    def start(self, sim: Sim) -> None:
+        return None
+
+    def on_change(self, sim: Sim, now: float) -> None:
+        sim.wake(_grid(now, self.cfg.scan_interval, self.last_scan), "scan")
+
+    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
+        self.last_scan = now
+        self._scale_up(sim, now)
+        self._scale_down(sim, now)
+
+    def _upcoming(self, sim: Sim) -> list[SimNode]:
+        states = (
+            set(IN_FLIGHT) if self.cfg.gpu_unready_is_upcoming else {NodeState.REQUESTED, NodeState.BOOTING}
+        )
+        return [n for n in sim.active.values() if n.state in states and not n.allocatable]
+
+    def _scale_up(self, sim: Sim, now: float) -> None:
+        pending = sorted(
+            (sp for sp in sim.pending.values() if sp.state == "pending"),
+            key=lambda s: (s.pod.arrival, s.pod.name),
+        )
+        if not pending:
+            return
+        templates = [(n, Capacity.of(n.nt)) for n in self._upcoming(sim)]
+        left: list[Pod] = []
+        for sp in pending:
+            for n, cap in templates:
+                if fits(cap, sp.pod) and sim.compatible(n.nt, sp.pod):
+                    take(cap, sp.pod, choose_devices(cap, sp.pod))
+                    break
+            else:
+                left.append(sp.pod)
+        if not left:
+            return
+        best: tuple[tuple[float, str], NodeType, int, list[Pod]] | None = None
+        for nt in sim.node_types:
+            ok = [p for p in left if sim.compatible(nt, p)]
+            if not ok:
+                continue
+            quota = None if nt.max_count is None else nt.max_count - _live_count(sim, nt)
+            if quota is not None and quota <= 0:
+                continue
+            count, placed = _ffd(ok, nt, quota)
+            if not placed:
+                continue
+            cpu = sum(p.cpu_milli for p in placed)
+            mem = sum(p.memory_mib for p in placed)
+            waste = (count * nt.cpu_milli - cpu) / (count * nt.cpu_milli) + (count * nt.memory_mib - mem) / (
+                count * nt.memory_mib
+            )
+            key = (waste, nt.name)
+            if best is None or key < best[0]:
+                best = (key, nt, count, placed)
+        if best is None:
+            return
+        _, nt, count, placed = best
+        for _ in range(count):
+            sim.launch(nt.name)
+        sim.mark_decided(p.name for p in placed)
+        self.last_scale_up = now
+        self.scale_ups.append((now, nt.name, count))
+        if len(placed) < len(left):
+            sim.wake(now + self.cfg.scan_interval, "scan")
+
+    def _utilization(self, n: SimNode) -> float:
+        if n.nt.gpu:
+            return 1.0 - n.cap.free_gpu_milli() / (n.nt.gpu * 1000)
+        return max(1.0 - n.cap.cpu / n.nt.cpu_milli, 1.0 - n.cap.mem / n.nt.memory_mib)
+
+    def _scale_down(self, sim: Sim, now: float) -> None:
+        ready = [n for n in sim.active.values() if n.allocatable and not n.promised]
+        cands = sorted(
+            (n for n in ready if self._utilization(n) < self._threshold(n)),
+            key=lambda n: (self._utilization(n), n.requested_at, n.id),
+        )
+        removing: set[str] = set()
+        undo: list[tuple[Capacity, SimPod, tuple[tuple[int, int], ...]]] = []
+        for n in cands:
+            targets = [m for m in ready if m.id != n.id and m.id not in removing]
+            ok = True
+            for name in n.pods:
+                sp = sim.pods[name]
+                dest = sim.schedule(sp, targets)
+                if dest is None:
+                    ok = False
+                    break
+                a = choose_devices(dest.cap, sp.pod)
+                take(dest.cap, sp.pod, a)
+                undo.append((dest.cap, sp, a))
+            if ok:
+                removing.add(n.id)
+        for cap, sp, a in reversed(undo):
+            give(cap, sp.pod, a)
+        for nid in list(self.unneeded_since):
+            if nid not in removing:
+                del self.unneeded_since[nid]
+        for nid in removing:
+            self.unneeded_since.setdefault(nid, now)
+        if not removing:
+            return
+        cooldown_end = self.last_scale_up + self.cfg.scale_down_delay_after_add
+        due = sorted(
+            (nid for nid in removing if now - self.unneeded_since[nid] >= self.cfg.scale_down_unneeded_time),
+            key=lambda nid: (self.unneeded_since[nid], nid),
+        )
+        if now >= cooldown_end and due:
+            empty = [nid for nid in due if not sim.nodes[nid].pods][: self.cfg.max_empty_bulk_delete]
+            busy = [nid for nid in due if sim.nodes[nid].pods][:1]
+            for nid in empty + busy:
+                sim.drain(nid)
+                self.removals.append((now, nid))
+                self.unneeded_since.pop(nid, None)
+        pending_due = [
+            self.unneeded_since[nid] + self.cfg.scale_down_unneeded_time for nid in self.unneeded_since
+        ]
+        if pending_due:
+            at = max(min(pending_due), cooldown_end)
+            sim.wake(_grid(max(at, now + 1e-6), self.cfg.scan_interval, now), "scan")
+
+    def _threshold(self, n: SimNode) -> float:
+        return self.cfg.gpu_utilization_threshold if n.nt.gpu else self.cfg.utilization_threshold
+
+
+@dataclass
+class KarpenterConfig:
+    batch_idle: float = 1.0
+    batch_max: float = 10.0
+    disruption_interval: float = 10.0
+    budget_fraction: float = 0.1
+
+
+class KarpenterPolicy:
+    name = "karpenter"
+
+    def __init__(self, config: KarpenterConfig | None = None) -> None:
+        self.cfg = config or KarpenterConfig()
+        self.batch_start: float | None = None
+        self.batch_last = 0.0
+        self.seen: set[str] = set()
+        self.last_poll = -math.inf
+
+    def start(self, sim: Sim) -> None:
+        return None
+
+    def on_change(self, sim: Sim, now: float) -> None:
+        new = [name for name, sp in sim.pending.items() if sp.state == "pending" and name not in self.seen]
+        if new:
+            self.seen.update(new)
+            if self.batch_start is None:
+                self.batch_start = now
+            self.batch_last = now
+            sim.wake(
+                min(self.batch_last + self.cfg.batch_idle, self.batch_start + self.cfg.batch_max), "batch"
+            )
+        sim.wake(_grid(now, self.cfg.disruption_interval, self.last_poll), "disrupt")
+
+    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
+        if tag == "batch":
+            if self.batch_start is None:
+                return
+            close = min(self.batch_last + self.cfg.batch_idle, self.batch_start + self.cfg.batch_max)
+            if now + 1e-9 < close:
+                sim.wake(close, "batch")
+                return
+            self.batch_start = None
+            self._provision(sim)
+        else:
+            self.last_poll = now
+            self._disrupt(sim, now)
+
+    def _provision(self, sim: Sim) -> None:
+        pods = sorted(
+            (sp.pod for sp in sim.pending.values() if sp.state == "pending"),
+            key=lambda p: (-p.cpu_milli, -p.memory_mib, p.name),
+        )
+        inflight = [n for n in sim.active.values() if n.live and not n.allocatable]
+        claims: list[tuple[list[Pod], dict[str, Capacity]]] = []
+        for pod in pods:
+            placed = False
+            for n in inflight:
+                if fits(n.cap, pod) and sim.compatible(n.nt, pod):
+                    placed = sim.promise(pod.name, n.id)
+                    break
+            if placed:
+                continue
+            for claim_pods, caps in claims:
+                ok = {t: c for t, c in caps.items() if fits(c, pod) and sim.compatible(sim.types[t], pod)}
+                if ok:
+                    for t in list(caps):
+                        if t not in ok:
+                            del caps[t]
+                    for c in ok.values():
+                        take(c, pod, choose_devices(c, pod))
+                    claim_pods.append(pod)
+                    placed = True
+                    break
+            if placed:
+                continue
+            caps = {}
+            for nt in sim.node_types:
+                if not sim.compatible(nt, pod):
+                    continue
+                if (
+                    nt.max_count is not None
+                    and _live_count(sim, nt) + sum(1 for _, cs in claims if nt.name in cs) >= nt.max_count
+                ):
+                    continue
+                c = Capacity.of(nt)
+                take(c, pod, choose_devices(c, pod))
+                caps[nt.name] = c
+            if caps:
+                claims.append(([pod], caps))
+        for claim_pods, caps in claims:
+            nt = min((sim.types[t] for t in caps), key=lambda t: (t.price_per_hour, t.name))
+            node = sim.launch(nt.name)
+            for pod in claim_pods:
+                sim.promise(pod.name, node.id)
+
+    def _disrupt(self, sim: Sim, now: float) -> None:
+        live = [n for n in sim.active.values() if n.live]
+        budget = max(1, int(len(live) * self.cfg.budget_fraction))
+        ready = [n for n in live if n.allocatable and not n.promised]
+        empty = sorted((n for n in ready if not n.pods), key=lambda n: n.id)
+        for n in empty[:budget]:
+            sim.drain(n.id)
+        if empty:
+            return
+        for n in sorted(ready, key=lambda n: (len(n.pods), -n.nt.price_per_hour, n.id)):
+            targets = [m for m in ready if m.id != n.id]
+            undo = []
+            ok = True
+            for name in n.pods:
+                sp = sim.pods[name]
+                dest = sim.schedule(sp, targets)
+                if dest is None:
+                    ok = False
+                    break
+                a = choose_devices(dest.cap, sp.pod)
+                take(dest.cap, sp.pod, a)
+                undo.append((dest.cap, sp.pod, a))
+            for cap, p, a in reversed(undo):
+                give(cap, p, a)
+            if ok:
+                sim.drain(n.id)
+                return
+
+
+def make_policy(name: str, static_counts: dict[str, int] | None = None) -> Policy:
+    if name == "capstan":
+        return CapstanPolicy()
+    if name == "cluster-autoscaler":
+        return ClusterAutoscalerPolicy()
+    if name == "karpenter":
+        return KarpenterPolicy()
+    if name == "oracle":
+        return OraclePolicy()
+    if name == "static":
+        return StaticPolicy(static_counts or {})
+    raise UserError(f"--policy {name}: unknown policy; choose from {', '.join(POLICY_NAMES)}")

@@ -1,0 +1,625 @@
+"""Discrete-event simulator that replays a workload against a capacity policy and accounts every GPU-second.
+
+The event core is a heap ordered by (time, sequence number), so equal times resolve in insertion order and a run
+is a pure function of (workload, node types, policy, seed). The cluster has kube-scheduler's default behaviour
+(:mod:`capstan.capacity.placement`): a pod that arrives is bound at once to the best-scoring allocatable node, or
+waits; waiting pods are retried whenever capacity appears. Gangs are bound all-or-nothing (the
+``GangScheduling`` plugin of KEP-4671). A policy reacts to state changes and wake-ups it asked for, and acts only
+through :class:`Sim`'s methods: launch, promise (reserve a pod on a node), bind, drain.
+
+Accounting (conservation is checked by :meth:`SimResult.check`): every GPU-second of every node is either
+allocated to a pod or idle for exactly one cause: ``booting`` (requested until GPUs allocatable), ``unallocated``
+(allocatable, node has pods, free GPU shares: fragmentation), ``empty`` (no pods: waiting for scale-down,
+draining, or a static cluster's spare node), ``headroom`` (held or launched on purpose for forecast demand) or
+``duplicate`` (launched for pods, never ran one).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, Workload
+from capstan.capacity.placement import (
+    Assignment,
+    Capacity,
+    choose_devices,
+    fits,
+    give,
+    least_allocated_score,
+    take,
+    why_incompatible,
+)
+from capstan.capacity.planner import NodeView, Snapshot
+
+IDLE_CAUSES = ("booting", "unallocated", "empty", "headroom", "duplicate")
+STAGES = ("reaction", "boot", "gpu_ready", "scheduling")
+TERMINATION_S = 30.0
+"""Seconds a drained node is still billed while it terminates."""
+
+
+@dataclass(slots=True)
+class SimNode:
+    id: str
+    nt: NodeType
+    state: NodeState
+    cap: Capacity
+    requested_at: float
+    purpose: Literal["pods", "headroom", "static"] = "pods"
+    ready_at: float | None = None
+    gpu_at: float | None = None
+    gone_at: float | None = None
+    pods: dict[str, Assignment] = field(default_factory=dict)
+    promised: dict[str, Assignment] = field(default_factory=dict)
+    headroom: bool = False
+    ever_used: bool = False
+    idle_since: float | None = None
+    last: float = 0.0
+    gpu_s: float = 0.0
+    alloc_s: float = 0.0
+    idle_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(IDLE_CAUSES, 0.0))
+    view: NodeView | None = None
+
+    @property
+    def allocatable(self) -> bool:
+        return self.state == NodeState.GPU_ALLOCATABLE or (self.state == NodeState.READY and self.nt.gpu == 0)
+
+    @property
+    def live(self) -> bool:
+        return self.state not in (NodeState.DRAINING, NodeState.GONE)
+
+
+@dataclass(slots=True)
+class SimPod:
+    pod: Pod
+    state: Literal["pending", "promised", "bound", "done", "unplaceable"] = "pending"
+    node: str | None = None
+    decided_at: float | None = None
+    bound_at: float | None = None
+    moves: int = 0
+    reason: str = ""
+
+
+class Policy(Protocol):
+    """A capacity policy: it sees state changes and its own wake-ups and acts through the :class:`Sim`."""
+
+    name: str
+
+    def start(self, sim: Sim) -> None: ...
+
+    def on_change(self, sim: Sim, now: float) -> None: ...
+
+    def on_wake(self, sim: Sim, now: float, tag: str) -> None: ...
+
+
+@dataclass
+class SimResult:
+    policy: str
+    workload: str
+    end: float
+    nodes: list[SimNode]
+    pods: list[SimPod]
+    events: list[tuple[float, str, str, str]]
+    launches: int
+    drains: int
+    moves: int
+
+    def gpu_hours(self) -> float:
+        return sum(n.gpu_s for n in self.nodes) / 3600
+
+    def allocated_gpu_hours(self) -> float:
+        return sum(n.alloc_s for n in self.nodes) / 3600
+
+    def idle_gpu_hours(self) -> dict[str, float]:
+        return {c: sum(n.idle_s[c] for n in self.nodes) / 3600 for c in IDLE_CAUSES}
+
+    def cost(self) -> float:
+        return sum(
+            ((n.gone_at if n.gone_at is not None else self.end) - n.requested_at) / 3600 * n.nt.price_per_hour
+            for n in self.nodes
+        )
+
+    def pending_stages(self) -> dict[str, list[float]]:
+        """Seconds each bound pod spent in each pending stage, plus ``total``."""
+        nodes = {n.id: n for n in self.nodes}
+        out: dict[str, list[float]] = {s: [] for s in (*STAGES, "total")}
+        for sp in self.pods:
+            if sp.bound_at is None:
+                continue
+            total = max(0.0, sp.bound_at - sp.pod.arrival)
+            stages = dict.fromkeys(STAGES, 0.0)
+            node = nodes.get(sp.node or "")
+            if sp.decided_at is not None and total > 0 and node is not None:
+                stages["reaction"] = min(total, max(0.0, sp.decided_at - sp.pod.arrival))
+                left = total - stages["reaction"]
+                start = max(sp.decided_at, sp.pod.arrival)
+                if node.ready_at is not None and node.ready_at > start:
+                    stages["boot"] = min(left, node.ready_at - start)
+                    left -= stages["boot"]
+                    start = node.ready_at
+                if node.gpu_at is not None and node.gpu_at > start:
+                    stages["gpu_ready"] = min(left, node.gpu_at - start)
+                    left -= stages["gpu_ready"]
+                stages["scheduling"] = left
+            else:
+                stages["scheduling"] = total
+            for s in STAGES:
+                out[s].append(stages[s])
+            out["total"].append(total)
+        return out
+
+    def unplaced(self) -> list[SimPod]:
+        return [p for p in self.pods if p.state not in ("done", "bound")]
+
+    def check(self) -> list[str]:
+        """Conservation: every pod ended placed or reported with a reason, and GPU-seconds add up per node."""
+        problems = []
+        for sp in self.pods:
+            if sp.state in ("pending", "promised", "unplaceable") and not sp.reason:
+                problems.append(f"pod {sp.pod.name} ended {sp.state} without a reason")
+            if sp.state == "done" and sp.bound_at is None:
+                problems.append(f"pod {sp.pod.name} done but never bound")
+        for n in self.nodes:
+            total = n.alloc_s + sum(n.idle_s.values())
+            if abs(total - n.gpu_s) > 1e-6 * max(1.0, n.gpu_s):
+                problems.append(f"node {n.id}: allocated+idle {total:.3f} != provisioned {n.gpu_s:.3f} GPU-s")
+            life = (n.gone_at if n.gone_at is not None else self.end) - n.requested_at
+            if abs(n.gpu_s - life * n.nt.gpu) > 1e-6 * max(1.0, n.gpu_s):
+                problems.append(
+                    f"node {n.id}: provisioned {n.gpu_s:.3f} != life × GPUs {life * n.nt.gpu:.3f}"
+                )
+        return problems
+
+
+class Sim:
+    """One replay: the cluster, the event heap, the default scheduler, and the accounting."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        node_types: tuple[NodeType, ...],
+        policy: Policy,
+        *,
+        seed: int = 0,
+        record: bool = True,
+        zero_delay: bool = False,
+        progress: Callable[[float], None] | None = None,
+        recent_window: float = 3600.0,
+    ) -> None:
+        self.workload = workload
+        self.node_types = node_types
+        self.types = {t.name: t for t in node_types}
+        self.policy = policy
+        self.rng = random.Random(seed)
+        self.record = record
+        self.zero_delay = zero_delay or bool(getattr(policy, "zero_delay", False))
+        self.progress = progress
+        self.recent_window = recent_window
+        self.now = 0.0
+        self._heap: list[tuple[float, int, str, str]] = []
+        self._seq = 0
+        self.nodes: dict[str, SimNode] = {}
+        self.active: dict[str, SimNode] = {}
+        """Nodes not yet gone (includes draining ones)."""
+        self.pods: dict[str, SimPod] = {}
+        self.pending: dict[str, SimPod] = {}
+        self.recent: deque[Pod] = deque()
+        self.events: list[tuple[float, str, str, str]] = []
+        self.launches = 0
+        self.drains = 0
+        self.moves = 0
+        self._next_id = 0
+        self._wakes: set[tuple[float, str]] = set()
+        self._gangs: dict[str, list[str]] = {}
+        self._compat: dict[tuple[str, tuple[object, ...]], bool] = {}
+        self._changed = False
+
+    # ----- event core -----
+    def _push(self, t: float, kind: str, ref: str) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, ref))
+
+    def wake(self, t: float, tag: str) -> None:
+        """Ask for ``policy.on_wake(tag)`` at ``t`` (deduplicated)."""
+        t = max(t, self.now)
+        if (t, tag) in self._wakes:
+            return
+        self._wakes.add((t, tag))
+        self._push(t, "wake", tag)
+
+    def _log(self, kind: str, ref: str, detail: str = "") -> None:
+        if self.record:
+            self.events.append((self.now, kind, ref, detail))
+
+    # ----- accounting -----
+    def _account(self, n: SimNode) -> None:
+        dt = self.now - n.last
+        n.last = self.now
+        if dt <= 0 or n.nt.gpu == 0:
+            return
+        gpus = n.nt.gpu
+        n.gpu_s += gpus * dt
+        if n.state in (NodeState.REQUESTED, NodeState.BOOTING, NodeState.READY):
+            n.idle_s["headroom" if n.purpose == "headroom" else "booting"] += gpus * dt
+            return
+        if n.state == NodeState.DRAINING:
+            n.idle_s["empty"] += gpus * dt
+            return
+        free = n.cap.free_gpu_milli() / GPU_MILLI
+        n.alloc_s += (gpus - free) * dt
+        if n.pods:
+            n.idle_s["unallocated"] += free * dt
+        elif n.headroom or (n.purpose == "headroom" and not n.ever_used):
+            n.idle_s["headroom"] += free * dt
+        else:
+            n.idle_s["empty"] += free * dt
+
+    def _touch(self, n: SimNode) -> None:
+        n.view = None
+        self._changed = True
+
+    # ----- node lifecycle -----
+    def launch(
+        self, type_name: str, *, purpose: Literal["pods", "headroom", "static"] = "pods", node_id: str = ""
+    ) -> SimNode:
+        nt = self.types[type_name]
+        nid = node_id or f"n{self._next_id}"
+        self._next_id = max(self._next_id, _id_num(nid)) + 1
+        n = SimNode(nid, nt, NodeState.REQUESTED, Capacity.of(nt), self.now, purpose=purpose, last=self.now)
+        self.nodes[nid] = n
+        self.active[nid] = n
+        self.launches += 1
+        self._log("node.requested", nid, type_name)
+        n.state = NodeState.BOOTING
+        self._log("node.booting", nid)
+        if self.zero_delay or purpose == "static":
+            self._node_ready(n)
+        else:
+            self._push(self.now + nt.boot_delay.sample(self.rng), "ready", nid)
+        self._touch(n)
+        return n
+
+    def _node_ready(self, n: SimNode) -> None:
+        self._account(n)
+        n.state = NodeState.READY
+        n.ready_at = self.now
+        self._log("node.ready", n.id)
+        if n.nt.gpu == 0:
+            self._allocatable(n)
+        elif self.zero_delay or n.purpose == "static":
+            self._node_gpu(n)
+        else:
+            self._push(self.now + n.nt.gpu_ready_delay.sample(self.rng), "gpu", n.id)
+        self._touch(n)
+
+    def _node_gpu(self, n: SimNode) -> None:
+        self._account(n)
+        n.state = NodeState.GPU_ALLOCATABLE
+        n.gpu_at = self.now
+        self._log("node.gpu_allocatable", n.id)
+        self._allocatable(n)
+        self._touch(n)
+
+    def _allocatable(self, n: SimNode) -> None:
+        if n.gpu_at is None:
+            n.gpu_at = self.now
+        for name in sorted(n.promised, key=lambda p: self.pods[p].pod.arrival):
+            a = n.promised.pop(name)
+            give(n.cap, self.pods[name].pod, a)
+            self._bind(self.pods[name], n)
+        if not n.pods:
+            n.idle_since = self.now
+        self._retry_pending([n])
+
+    def set_headroom(self, nid: str, held: bool) -> None:
+        n = self.nodes[nid]
+        if n.headroom != held and n.live:
+            self._account(n)
+            n.headroom = held
+
+    def drain(self, nid: str) -> None:
+        n = self.nodes[nid]
+        if not n.live:
+            return
+        for name, a in list(n.promised.items()):
+            give(n.cap, self.pods[name].pod, a)
+            del n.promised[name]
+            sp = self.pods[name]
+            sp.state, sp.node = "pending", None
+            self.pending[name] = sp
+        evicted = list(n.pods)
+        self._account(n)
+        n.state = NodeState.DRAINING
+        self.drains += 1
+        self._log("node.draining", nid)
+        for name in evicted:
+            sp = self.pods[name]
+            self._unbind(sp, n)
+            sp.moves += 1
+            self.moves += 1
+            self._log("pod.evicted", name, nid)
+            sp.state = "pending"
+            self.pending[name] = sp
+        self._push(self.now + TERMINATION_S, "gone", nid)
+        self._touch(n)
+        if evicted:
+            self._retry_pending(self.allocatable_nodes())
+
+    def _node_gone(self, n: SimNode) -> None:
+        self._account(n)
+        n.state = NodeState.GONE
+        n.gone_at = self.now
+        self.active.pop(n.id, None)
+        if n.purpose == "pods" and not n.ever_used:
+            n.idle_s["duplicate"] += sum(n.idle_s[c] for c in IDLE_CAUSES if c != "duplicate")
+            for c in IDLE_CAUSES:
+                if c != "duplicate":
+                    n.idle_s[c] = 0.0
+        self._log("node.gone", n.id)
+        self._touch(n)
+
+    # ----- pods -----
+    def compatible(self, nt: NodeType, pod: Pod) -> bool:
+        key = (nt.name, pod.shape())
+        ok = self._compat.get(key)
+        if ok is None:
+            ok = self._compat[key] = why_incompatible(nt, pod) is None
+        return ok
+
+    def allocatable_nodes(self) -> list[SimNode]:
+        return [n for n in self.active.values() if n.allocatable]
+
+    def _bind(self, sp: SimPod, n: SimNode) -> None:
+        self._account(n)
+        a = choose_devices(n.cap, sp.pod)
+        take(n.cap, sp.pod, a)
+        n.pods[sp.pod.name] = a
+        n.ever_used = True
+        n.idle_since = None
+        n.headroom = False
+        first = sp.bound_at is None
+        sp.state, sp.node = "bound", n.id
+        self.pending.pop(sp.pod.name, None)
+        if first:
+            sp.bound_at = self.now
+            self._push(self.now + sp.pod.duration, "end", sp.pod.name)
+        self._log("pod.bound", sp.pod.name, n.id)
+        self._touch(n)
+
+    def _unbind(self, sp: SimPod, n: SimNode) -> None:
+        self._account(n)
+        give(n.cap, sp.pod, n.pods.pop(sp.pod.name))
+        if not n.pods and not n.promised:
+            n.idle_since = self.now
+        self._touch(n)
+
+    def promise(self, pod_name: str, nid: str) -> bool:
+        """Reserve ``pod`` on node ``nid`` (bound now if allocatable, else when its GPUs are)."""
+        sp = self.pending.get(pod_name)
+        n = self.nodes.get(nid)
+        if sp is None or n is None or not n.live or not fits(n.cap, sp.pod):
+            return False
+        if sp.decided_at is None:
+            sp.decided_at = self.now
+        if n.allocatable:
+            self._bind(sp, n)
+            return True
+        a = choose_devices(n.cap, sp.pod)
+        take(n.cap, sp.pod, a)
+        n.promised[pod_name] = a
+        n.headroom = False
+        sp.state, sp.node = "promised", nid
+        self.pending.pop(pod_name, None)
+        self._log("pod.promised", pod_name, nid)
+        self._touch(n)
+        return True
+
+    def mark_decided(self, pod_names: Iterable[str]) -> None:
+        for name in pod_names:
+            sp = self.pods.get(name)
+            if sp is not None and sp.decided_at is None:
+                sp.decided_at = self.now
+
+    def schedule(self, sp: SimPod, candidates: list[SimNode]) -> SimNode | None:
+        """kube-scheduler defaults: filter, then highest LeastAllocated score (ties: node order)."""
+        best: SimNode | None = None
+        best_score = -1.0
+        pod = sp.pod
+        for n in candidates:
+            if not n.allocatable or not fits(n.cap, pod) or not self.compatible(n.nt, pod):
+                continue
+            s = least_allocated_score(n.nt, n.cap, pod)
+            if s > best_score:
+                best, best_score = n, s
+        return best
+
+    def _try_unit(self, unit: list[SimPod], candidates: list[SimNode]) -> bool:
+        """Bind all of ``unit`` or none (gangs)."""
+        if len(unit) == 1:
+            n = self.schedule(unit[0], candidates)
+            if n is None:
+                return False
+            self._bind(unit[0], n)
+            return True
+        trial: list[tuple[SimPod, SimNode, Assignment]] = []
+        for sp in unit:
+            n = self.schedule(sp, candidates)
+            if n is None:
+                for p, m, a in trial:
+                    give(m.cap, p.pod, a)
+                return False
+            a = choose_devices(n.cap, sp.pod)
+            take(n.cap, sp.pod, a)
+            trial.append((sp, n, a))
+        for p, m, a in trial:
+            give(m.cap, p.pod, a)
+        for p, m, _ in trial:
+            self._bind(p, m)
+        return True
+
+    def _gang_unit(self, sp: SimPod) -> list[SimPod] | None:
+        members = [self.pods[m] for m in self._gangs.get(sp.pod.gang, [])]
+        if len(members) < sp.pod.gang_size or any(m.state != "pending" for m in members):
+            return None
+        return members
+
+    def _retry_pending(self, candidates: list[SimNode]) -> None:
+        if getattr(self.policy, "steers_placement", False) or not candidates or not self.pending:
+            return
+        order = sorted(self.pending.values(), key=lambda s: (-s.pod.priority, s.pod.arrival, s.pod.name))
+        tried: set[str] = set()
+        for sp in order:
+            if sp.state != "pending" or sp.pod.name in tried:
+                continue
+            unit = [sp]
+            if sp.pod.gang:
+                got = self._gang_unit(sp)
+                if got is None:
+                    continue
+                unit = got
+            tried.update(u.pod.name for u in unit)
+            self._try_unit(unit, candidates)
+
+    def _arrive(self, sp: SimPod) -> None:
+        pod = sp.pod
+        self._log("pod.created", pod.name)
+        self.recent.append(pod)
+        if not any(self.compatible(nt, pod) for nt in self.node_types):
+            reasons = "; ".join(f"{nt.name}: {why_incompatible(nt, pod)}" for nt in self.node_types)
+            sp.state = "unplaceable"
+            sp.reason = f"fits no node type ({reasons})"
+            self._log("pod.unplaceable", pod.name, sp.reason)
+            return
+        self.pending[pod.name] = sp
+        if pod.gang:
+            self._gangs.setdefault(pod.gang, []).append(pod.name)
+        if getattr(self.policy, "steers_placement", False):
+            return
+        unit: list[SimPod] | None = [sp]
+        if pod.gang:
+            unit = self._gang_unit(sp)
+        if unit is not None:
+            self._try_unit(unit, self.allocatable_nodes())
+
+    def _end(self, sp: SimPod) -> None:
+        if sp.state != "bound":
+            # evicted and not yet back: it keeps its original end time (its remaining run is lost)
+            if sp.state == "promised":
+                m = self.nodes[sp.node or ""]
+                give(m.cap, sp.pod, m.promised.pop(sp.pod.name))
+                self._touch(m)
+            self.pending.pop(sp.pod.name, None)
+            sp.state, sp.node = "done", sp.node
+            self._log("pod.done", sp.pod.name, "while evicted")
+            return
+        n = self.nodes[sp.node or ""]
+        self._unbind(sp, n)
+        sp.state = "done"
+        self._log("pod.done", sp.pod.name, n.id)
+        if n.allocatable:
+            self._retry_pending([n])
+
+    # ----- snapshot for planners -----
+    def snapshot(self) -> Snapshot:
+        while self.recent and self.recent[0].arrival < self.now - self.recent_window:
+            self.recent.popleft()
+        views = []
+        for n in self.active.values():
+            if not n.live:
+                continue
+            if n.view is None:
+                avail = n.gpu_at if n.gpu_at is not None else n.requested_at + n.nt.boot_delay.mean()
+                n.view = NodeView(
+                    n.id,
+                    n.nt.name,
+                    n.state,
+                    n.cap.cpu,
+                    n.cap.mem,
+                    tuple(n.cap.devs),
+                    len(n.pods) + len(n.promised),
+                    avail,
+                    n.idle_since,
+                )
+            views.append(n.view)
+        promised = tuple((name, n.id) for n in self.active.values() for name in n.promised)
+        return Snapshot(
+            now=self.now,
+            node_types=self.node_types,
+            nodes=tuple(views),
+            pending=tuple(sp.pod for sp in self.pending.values()),
+            promised=promised,
+            recent=tuple(self.recent),
+            next_id=self._next_id,
+        )
+
+    # ----- run -----
+    def run(self, max_events: int | None = None) -> SimResult:
+        for p in self.workload.pods:
+            if p.name in self.pods:
+                raise ValueError(f"duplicate pod name {p.name!r} in {self.workload.name}")
+            self.pods[p.name] = SimPod(p)
+            self._push(p.arrival, "arrive", p.name)
+        self.policy.start(self)
+        limit = max_events if max_events is not None else 200 * len(self.workload.pods) + 100_000
+        active = len(self.workload.pods)
+        horizon = max(self.workload.horizon(), 1.0)
+        for _ in range(limit):
+            if not self._heap:
+                break
+            t, _, kind, ref = heapq.heappop(self._heap)
+            self.now = t
+            if kind == "arrive":
+                self._arrive(self.pods[ref])
+                if self.pods[ref].state == "unplaceable":
+                    active -= 1
+            elif kind == "end":
+                self._end(self.pods[ref])
+                active -= 1
+            elif kind == "ready":
+                n = self.nodes[ref]
+                if n.state == NodeState.BOOTING:
+                    self._node_ready(n)
+            elif kind == "gpu":
+                n = self.nodes[ref]
+                if n.state == NodeState.READY:
+                    self._node_gpu(n)
+            elif kind == "gone":
+                self._node_gone(self.nodes[ref])
+            elif kind == "wake":
+                self._wakes.discard((t, ref))
+                self.policy.on_wake(self, t, ref)
+            if active == 0:
+                break
+            if self._changed or kind == "arrive":
+                self._changed = False
+                self.policy.on_change(self, t)
+            if self.progress is not None:
+                self.progress(min(1.0, t / horizon))
+        else:
+            raise RuntimeError(f"simulation of {self.workload.name} did not finish within {limit} events")
+        for sp in self.pods.values():
+            if sp.state in ("pending", "promised") and not sp.reason:
+                sp.reason = "still pending when the trace ended (no capacity became available)"
+        for n in self.nodes.values():
+            if n.state != NodeState.GONE:
+                self._account(n)
+        return SimResult(
+            policy=self.policy.name,
+            workload=self.workload.name,
+            end=self.now,
+            nodes=list(self.nodes.values()),
+            pods=list(self.pods.values()),
+            events=self.events,
+            launches=self.launches,
+            drains=self.drains,
+            moves=self.moves,
+        )
+
+
+def _id_num(nid: str) -> int:
+    digits = "".join(ch for ch in nid if ch.isdigit())
+    return int(digits) if digits else 0

@@ -1,0 +1,337 @@
+"""Trace readers and the synthetic generator: every source becomes a :class:`Workload` of pods.
+
+Formats (documented in docs/capacity.md, recognised by their CSV header so any file of the same shape works):
+
+* openb pod list (``openb_pod_list_*.csv``): one batch or service task a row; duration is
+  ``deletion_time - scheduled_time`` (``creation_time`` when never scheduled).
+* GenAI request rate (``qps.csv``): samples summed per window across containers give a demand curve, turned into
+  inference replicas (``ceil(demand / per_replica)``); replicas above the current count leave newest first.
+* ``synthetic:agentic``: a seeded bursty agentic-inference generator (calm/burst Markov-modulated arrivals,
+  fan-out, some two-node gangs).
+
+A malformed row raises :class:`UserError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from capstan.capacity.model import GPU_MILLI, NodeType, Pod, Toleration, Workload
+from capstan.errors import UserError
+
+OPENB_POD_COLUMNS = (
+    "name",
+    "cpu_milli",
+    "memory_mib",
+    "num_gpu",
+    "gpu_milli",
+    "gpu_spec",
+    "qos",
+    "pod_phase",
+    "creation_time",
+    "deletion_time",
+    "scheduled_time",
+)
+GENAI_QPS_COLUMNS = ("timestamp_anon", "value", "container_ip", "request_type")
+QOS_PRIORITY = {"LS": 1000, "Guaranteed": 1000, "Burstable": 500, "BE": 0}
+GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+
+
+def sniff_format(path: Path) -> str:
+    """``openb-pods`` or ``genai-qps`` from the header line; anything else is a one-line error."""
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh), None)
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read ({exc})") from None
+    cols = tuple(h.strip() for h in header or ())
+    if cols == OPENB_POD_COLUMNS:
+        return "openb-pods"
+    if cols == GENAI_QPS_COLUMNS:
+        return "genai-qps"
+    raise UserError(
+        f"{path}:1: unknown trace header {','.join(cols)!r}; expected an openb pod list or a GenAI qps.csv"
+    )
+
+
+def _int(path: Path, line: int, col: str, text: str, *, blank: int | None = None) -> int:
+    text = text.strip()
+    if not text and blank is not None:
+        return blank
+    try:
+        return int(float(text)) if "." in text else int(text)
+    except ValueError:
+        raise UserError(f"{path}:{line}: column {col}: expected an integer, got {text!r}") from None
+
+
+def read_openb_pods(path: Path) -> Workload:
+    """Read an openb pod list (default or gpuspec variants) into a workload sorted by arrival."""
+    pods: list[Pod] = []
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = tuple(h.strip() for h in next(reader, ()))
+        if header != OPENB_POD_COLUMNS:
+            raise UserError(f"{path}:1: expected header {','.join(OPENB_POD_COLUMNS)}")
+        for row in reader:
+            line = reader.line_num
+            if not row:
+                continue
+            if len(row) != len(OPENB_POD_COLUMNS):
+                raise UserError(f"{path}:{line}: expected {len(OPENB_POD_COLUMNS)} columns, got {len(row)}")
+            name = row[0].strip()
+            cpu = _int(path, line, "cpu_milli", row[1])
+            mem = _int(path, line, "memory_mib", row[2])
+            num_gpu = _int(path, line, "num_gpu", row[3])
+            gpu_milli = _int(path, line, "gpu_milli", row[4])
+            created = _int(path, line, "creation_time", row[8])
+            deleted = _int(path, line, "deletion_time", row[9])
+            scheduled = _int(path, line, "scheduled_time", row[10], blank=created)
+            if not name:
+                raise UserError(f"{path}:{line}: empty name")
+            if cpu < 0 or mem < 0 or num_gpu < 0 or not 0 <= gpu_milli <= GPU_MILLI:
+                raise UserError(f"{path}:{line}: negative request or gpu_milli outside 0..1000")
+            if (num_gpu == 0) != (gpu_milli == 0) or (num_gpu > 1 and gpu_milli != GPU_MILLI):
+                raise UserError(f"{path}:{line}: num_gpu={num_gpu} and gpu_milli={gpu_milli} disagree")
+            if deleted < created:
+                raise UserError(f"{path}:{line}: deletion_time before creation_time")
+            models = frozenset(m.strip() for m in row[5].split("|") if m.strip())
+            pods.append(
+                Pod(
+                    name=name,
+                    arrival=float(created),
+                    cpu_milli=cpu,
+                    memory_mib=mem,
+                    num_gpu=num_gpu,
+                    gpu_milli=gpu_milli,
+                    gpu_models=models,
+                    tolerations=(GPU_TOLERATION,) if num_gpu else (),
+                    priority=QOS_PRIORITY.get(row[6].strip(), 0),
+                    duration=float(max(1, deleted - max(scheduled, created))),
+                )
+            )
+    pods.sort(key=lambda p: (p.arrival, p.name))
+    return Workload(name=path.name, pods=tuple(pods))
+
+
+@dataclass(frozen=True)
+class ReplicaShape:
+    """The pod that serves one replica of an inference service, and how much demand one replica absorbs."""
+
+    cpu_milli: int = 8000
+    memory_mib: int = 32768
+    num_gpu: int = 1
+    gpu_milli: int = GPU_MILLI
+    gpu_models: frozenset[str] = frozenset()
+    per_replica: float = 2.0
+    min_replicas: int = 1
+
+
+def demand_to_replicas(
+    service: str, curve: list[tuple[float, float]], window: float, shape: ReplicaShape
+) -> list[Pod]:
+    """Turn ``(window start, demand)`` into replica pods: replica i lives while ``ceil(demand/per) > i``."""
+    live: list[float] = []  # start time of replica i
+    pods: list[Pod] = []
+    end_time = (curve[-1][0] + window) if curve else 0.0
+
+    def emit(idx: int, start: float, stop: float) -> None:
+        pods.append(
+            Pod(
+                name=f"{service}-r{idx}-{int(start)}",
+                arrival=start,
+                cpu_milli=shape.cpu_milli,
+                memory_mib=shape.memory_mib,
+                num_gpu=shape.num_gpu,
+                gpu_milli=shape.gpu_milli,
+                gpu_models=shape.gpu_models,
+                tolerations=(GPU_TOLERATION,) if shape.num_gpu else (),
+                priority=1000,
+                duration=max(1.0, stop - start),
+                service=service,
+            )
+        )
+
+    for t, demand in curve:
+        want = max(shape.min_replicas, math.ceil(demand / shape.per_replica - 1e-9))
+        while len(live) > want:
+            idx = len(live) - 1
+            emit(idx, live.pop(), t)
+        while len(live) < want:
+            live.append(t)
+    for idx in range(len(live) - 1, -1, -1):
+        emit(idx, live[idx], end_time)
+    pods.sort(key=lambda p: (p.arrival, p.name))
+    return pods
+
+
+def read_genai_qps(path: Path, window: float = 300.0, shape: ReplicaShape | None = None) -> Workload:
+    """Sum the qps samples per window across containers and turn the curve into replica pods."""
+    if window <= 0:
+        raise UserError("window must be > 0 seconds")
+    sums: dict[int, float] = defaultdict(float)
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = tuple(h.strip() for h in next(reader, ()))
+        if header != GENAI_QPS_COLUMNS:
+            raise UserError(f"{path}:1: expected header {','.join(GENAI_QPS_COLUMNS)}")
+        for row in reader:
+            line = reader.line_num
+            if not row:
+                continue
+            if len(row) != len(GENAI_QPS_COLUMNS):
+                raise UserError(f"{path}:{line}: expected {len(GENAI_QPS_COLUMNS)} columns, got {len(row)}")
+            try:
+                ts, value = float(row[0]), float(row[1])
+            except ValueError:
+                raise UserError(f"{path}:{line}: timestamp_anon and value must be numbers") from None
+            if not (math.isfinite(ts) and math.isfinite(value)) or value < 0:
+                raise UserError(f"{path}:{line}: value must be a finite number >= 0")
+            sums[int(ts // window)] += value
+    if not sums:
+        raise UserError(f"{path}: no samples")
+    first = min(sums)
+    curve = [((k - first) * window, sums.get(k, 0.0)) for k in range(first, max(sums) + 1)]
+    pods = demand_to_replicas("genai", curve, window, shape or ReplicaShape())
+    return Workload(name=path.name, pods=tuple(pods))
+
+
+@dataclass(frozen=True)
+class AgenticSpec:
+    """Knobs of the synthetic bursty agentic-inference generator (all times in seconds)."""
+
+    hours: float = 6.0
+    calm_rate_per_min: float = 0.5
+    burst_rate_per_min: float = 6.0
+    mean_calm: float = 1800.0
+    mean_burst: float = 300.0
+    fan_out_max: int = 4
+    gang_fraction: float = 0.05
+    median_life: float = 900.0
+
+
+def synthetic_agentic(seed: int, spec: AgenticSpec | None = None) -> Workload:
+    """Seeded bursty arrivals of agent sessions, each fanning out into tool/model replicas on GPUs."""
+    spec = spec or AgenticSpec()
+    rng = random.Random(seed)
+    horizon = spec.hours * 3600
+    pods: list[Pod] = []
+    t, burst = 0.0, False
+    phase_end = rng.expovariate(1 / spec.mean_calm)
+    shapes = [  # (cpu, mem, num_gpu, gpu_milli, models, weight)
+        (4000, 16384, 1, 250, frozenset(), 4),
+        (4000, 16384, 1, 500, frozenset(), 3),
+        (8000, 32768, 1, 1000, frozenset(), 3),
+        (16000, 65536, 2, 1000, frozenset({"A100"}), 1),
+        (2000, 4096, 0, 0, frozenset(), 1),
+    ]
+    weights = [s[5] for s in shapes]
+    n = 0
+    for _ in range(1_000_000):  # bounded: the horizon ends it long before
+        rate = (spec.burst_rate_per_min if burst else spec.calm_rate_per_min) / 60
+        gap = rng.expovariate(rate)
+        if t + gap >= phase_end:
+            t = phase_end
+            burst = not burst
+            phase_end = t + rng.expovariate(1 / (spec.mean_burst if burst else spec.mean_calm))
+            if t >= horizon:
+                break
+            continue
+        t += gap
+        if t >= horizon:
+            break
+        life = spec.median_life * math.exp(rng.gauss(0, 0.8))
+        if rng.random() < spec.gang_fraction:
+            gang = f"gang-{n}"
+            for k in range(2):
+                pods.append(
+                    Pod(
+                        name=f"agent-{n}-g{k}",
+                        arrival=t,
+                        cpu_milli=32000,
+                        memory_mib=262144,
+                        num_gpu=8,
+                        gpu_milli=GPU_MILLI,
+                        gpu_models=frozenset({"A100"}),
+                        tolerations=(GPU_TOLERATION,),
+                        priority=1000,
+                        gang=gang,
+                        gang_size=2,
+                        duration=life,
+                    )
+                )
+            n += 1
+            continue
+        fan = rng.randint(1, spec.fan_out_max)
+        for k in range(fan):
+            cpu, mem, ng, gm, models, _ = rng.choices(shapes, weights)[0]
+            pods.append(
+                Pod(
+                    name=f"agent-{n}-{k}",
+                    arrival=t + k * 0.5,
+                    cpu_milli=cpu,
+                    memory_mib=mem,
+                    num_gpu=ng,
+                    gpu_milli=gm,
+                    gpu_models=models,
+                    tolerations=(GPU_TOLERATION,) if ng else (),
+                    priority=500,
+                    duration=life * rng.uniform(0.5, 1.0),
+                )
+            )
+        n += 1
+    pods.sort(key=lambda p: (p.arrival, p.name))
+    return Workload(name=f"synthetic-agentic-seed{seed}", pods=tuple(pods))
+
+
+def grow(workload: Workload, factor: int, seed: int) -> Workload:
+    """``factor`` copies of every pod with seeded arrival jitter (up to 60 s): the same trace, ``factor``× the load."""
+    if factor <= 1:
+        return workload
+    rng = random.Random(seed)
+    pods = list(workload.pods)
+    for k in range(1, factor):
+        for p in workload.pods:
+            jitter = 0.0 if p.gang else rng.uniform(0, 60)
+            pods.append(
+                replace(
+                    p,
+                    name=f"{p.name}~{k}",
+                    arrival=p.arrival + jitter,
+                    gang=f"{p.gang}~{k}" if p.gang else "",
+                )
+            )
+    pods.sort(key=lambda p: (p.arrival, p.name))
+    return Workload(name=f"{workload.name}x{factor}", pods=tuple(pods))
+
+
+def grow_node_types(types: tuple[NodeType, ...], factor: int) -> tuple[NodeType, ...]:
+    return tuple(
+        replace(t, max_count=t.max_count * factor if t.max_count is not None else None) for t in types
+    )
+
+
+def load_trace(spec: str, seed: int = 0, window: float = 300.0) -> Workload:
+    """A trace by path (format from the header) or ``synthetic:agentic[:hours]``."""
+    if spec.startswith("synthetic:"):
+        parts = spec.split(":")
+        if parts[1] != "agentic" or len(parts) > 3:
+            raise UserError(
+                f"--trace {spec}: unknown generator; use synthetic:agentic or synthetic:agentic:HOURS"
+            )
+        hours = AgenticSpec().hours
+        if len(parts) == 3:
+            try:
+                hours = float(parts[2])
+            except ValueError:
+                raise UserError(f"--trace {spec}: HOURS must be a number") from None
+        return synthetic_agentic(seed, AgenticSpec(hours=hours))
+    path = Path(spec)
+    fmt = sniff_format(path)
+    return read_openb_pods(path) if fmt == "openb-pods" else read_genai_qps(path, window)

@@ -1,0 +1,179 @@
+"""``capstan capacity``: replay a trace against capacity policies and show what each one cost.
+
+Thin shell over :mod:`capstan.capacity`: parse options, load the trace and node types, run, print a Rich table,
+write PNG plots. All decisions live in the package.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from capstan.capacity import (
+    IDLE_CAUSES,
+    POLICY_NAMES,
+    STAGES,
+    Delay,
+    NodeType,
+    Summary,
+    Workload,
+    inference_node_types,
+    load_node_type_file,
+    load_trace,
+    read_openb_nodes,
+    run_policies,
+    write_plots,
+    write_sweep_plot,
+)
+from capstan.errors import UserError
+
+app = typer.Typer(help="GPU capacity planning: simulate policies on real traces.", no_args_is_help=True)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
+
+
+def parse_duration(text: str, option: str) -> float:
+    """``90``, ``90s``, ``5m`` or ``1.5h`` in seconds; anything else is a one-line error naming the option."""
+    m = _DURATION.match(text)
+    if not m:
+        raise UserError(f"{option} {text!r}: expected seconds, or a number with s/m/h (e.g. 5m)")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+def resolve_node_types(trace: str, nodes: Path | None, boot: Delay, gpu_ready: Delay) -> tuple[NodeType, ...]:
+    """Node types from ``--nodes`` (YAML node-type file or openb node CSV), the openb list next to the trace,
+    or the built-in inference menu."""
+    if nodes is not None:
+        if nodes.suffix.lower() in (".yaml", ".yml", ".json"):
+            return load_node_type_file(nodes, boot, gpu_ready)
+        return read_openb_nodes(nodes, boot, gpu_ready)
+    sibling = Path(trace).parent / "openb_node_list_all_node.csv"
+    if (
+        not trace.startswith("synthetic:")
+        and Path(trace).name.startswith("openb_pod_list")
+        and sibling.exists()
+    ):
+        return read_openb_nodes(sibling, boot, gpu_ready)
+    return inference_node_types(boot, gpu_ready)
+
+
+def summary_table(summaries: list[Summary], title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("policy")
+    for col in ("GPU-h", "alloc %", "idle GPU-h", *(f"idle {c}" for c in IDLE_CAUSES)):
+        table.add_column(col, justify="right")
+    table.add_column("pending p50/p95/p99 (s)", justify="right")
+    for stage in STAGES:
+        table.add_column(f"p99 {stage} (s)", justify="right")
+    for col in ("cost $", "launches", "drains", "moves", "unplaced", "run s"):
+        table.add_column(col, justify="right")
+    for s in summaries:
+        p = s.pending["total"]
+        table.add_row(
+            s.policy,
+            f"{s.gpu_hours:,.0f}",
+            f"{100 * s.allocation_rate:.1f}",
+            f"{s.idle_total:,.0f}",
+            *(f"{s.idle[c]:,.0f}" for c in IDLE_CAUSES),
+            f"{p[0]:.0f}/{p[1]:.0f}/{p[2]:.0f}",
+            *(f"{s.pending[st][2]:.0f}" for st in STAGES),
+            f"{s.cost:,.0f}",
+            str(s.launches),
+            str(s.drains),
+            str(s.moves),
+            str(s.unplaced),
+            f"{s.seconds:.1f}",
+        )
+    return table
+
+
+def _run(
+    workload: Workload,
+    types: tuple[NodeType, ...],
+    policies: list[str],
+    seed: int,
+    console: Console,
+    label: str,
+) -> list[Summary]:
+    show = len(workload.pods) >= 2000 and console.is_terminal
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, disable=not show
+    ) as bar:
+        task = bar.add_task(label, total=100.0)
+
+        def progress(policy: str, frac: float) -> None:
+            bar.update(task, description=f"{label} {policy}", completed=100 * frac)
+
+        results = run_policies(workload, types, policies, seed=seed, progress=progress if show else None)
+    return [s for _, s in results.values()]
+
+
+@app.command()
+def simulate(
+    trace: str = typer.Option(
+        ..., "--trace", help="Trace file (openb pod list or GenAI qps.csv) or synthetic:agentic[:HOURS]."
+    ),
+    policy: list[str] = typer.Option(list(POLICY_NAMES), "--policy", help="Policies to compare (repeat)."),
+    boot_delay: str = typer.Option(
+        "5m", "--boot-delay", help="Node boot delay, request → Ready (e.g. 300, 5m)."
+    ),
+    gpu_ready_delay: str = typer.Option("90s", "--gpu-ready-delay", help="Ready → GPUs allocatable."),
+    nodes: Path | None = typer.Option(
+        None, "--nodes", help="Node types: YAML node-type file or openb node list CSV."
+    ),
+    sweep: bool = typer.Option(
+        False, "--sweep", help="Also sweep the boot delay over 3, 6, 9, 12, 15 minutes."
+    ),
+    max_pods: int = typer.Option(0, "--max-pods", help="Replay only the first N pods (0: all)."),
+    window: float = typer.Option(300.0, "--window", help="GenAI qps.csv: seconds per demand window."),
+    seed: int = typer.Option(0, "--seed", help="Seed for delays and the synthetic generator."),
+    out: Path = typer.Option(Path("capacity-out"), "--out", help="Directory for PNG plots."),
+) -> None:
+    """Replay a trace against capacity policies: idle GPU-hours by cause, pending time by stage, cost, churn."""
+    console = Console()
+    boot = Delay("fixed", parse_duration(boot_delay, "--boot-delay"))
+    ready = Delay("fixed", parse_duration(gpu_ready_delay, "--gpu-ready-delay"))
+    for name in policy:
+        if name not in POLICY_NAMES:
+            raise UserError(f"--policy {name}: unknown policy; choose from {', '.join(POLICY_NAMES)}")
+    if max_pods < 0:
+        raise UserError("--max-pods must be >= 0")
+    workload = load_trace(trace, seed=seed, window=window)
+    if max_pods:
+        workload = Workload(workload.name, workload.pods[:max_pods])
+    types = resolve_node_types(trace, nodes, boot, ready)
+    title = f"{workload.name}: {len(workload.pods)} pods, {len(types)} node types, boot {boot.a:.0f}s + GPU {ready.a:.0f}s"
+    summaries = _run(workload, types, policy, seed, console, "simulating")
+    console.print(summary_table(summaries, title))
+    for s in summaries:
+        for reason, count in sorted(s.unplaced_reasons.items()):
+            console.print(f"[yellow]{s.policy}: {count} pod(s) not placed: {reason}[/yellow]")
+        for problem in s.problems[:5]:
+            console.print(f"[red]{s.policy}: conservation check failed: {problem}[/red]")
+    paths = write_plots(summaries, out, workload.name)
+    if sweep:
+        rows = []
+        for minutes in (3, 6, 9, 12, 15):
+            sweep_types = resolve_node_types(trace, nodes, Delay("fixed", minutes * 60.0), ready)
+            for s in _run(workload, sweep_types, policy, seed, console, f"sweep {minutes} min"):
+                rows.append((minutes * 60.0, s.policy, s))
+        sweep_table = Table(title=f"Boot-delay sweep — {workload.name}")
+        for col in ("boot min", "policy", "idle GPU-h", "p99 pending s", "cost $"):
+            sweep_table.add_column(col, justify="right")
+        for d, name, s in rows:
+            sweep_table.add_row(
+                f"{d / 60:.0f}",
+                name,
+                f"{s.idle_total:,.0f}",
+                f"{s.pending['total'][2]:.0f}",
+                f"{s.cost:,.0f}",
+            )
+        console.print(sweep_table)
+        paths.append(write_sweep_plot(rows, out, workload.name))
+    for p in paths:
+        console.print(f"wrote {p}")
