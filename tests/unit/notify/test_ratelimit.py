@@ -53,3 +53,13 @@ def test_blocks_problem_names_the_block() -> None:
     assert blocks_problem(long) == ("invalid_blocks", "blocks[1]: text must be less than 3001 characters")
     assert blocks_problem({"type": "divider"}) == ("invalid_blocks_format", "blocks must be an array")
     assert blocks_problem([{"type": "bogus"}]) == ("invalid_blocks", "blocks[0]: unknown block type 'bogus'")
+
+
+def test_parse_retry_after() -> None:
+    from capstan.notify import parse_retry_after
+
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after(" 2.5 ") == 2.5
+    assert parse_retry_after(None) is None and parse_retry_after("soon") is None
+    assert parse_retry_after("Sun, 29 Nov 2026 10:00:30 GMT", now=1_795_946_400.0) == 30.0
+    assert parse_retry_after("-3") == 0.0
