@@ -116,6 +116,9 @@ CLIENT_IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "scheduler": ("system:kube-scheduler", ()),
     "kwok": ("kwok-controller", ("system:masters",)),
     "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ("system:masters",)),
+    # The aggregation layer's proxy identity (kube-apiserver --proxy-client-cert-file), trusted through the
+    # requestheader CA so controllers stop complaining about a missing front-proxy bundle.
+    "front-proxy-client": ("front-proxy-client", ()),
 }
 
 

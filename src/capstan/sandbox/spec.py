@@ -71,6 +71,9 @@ class SandboxSpec(StrictModel):
     name: str = "default"
     event_ttl: str = "1h"
     etcd_compaction_interval: str = "5m"
+    # Client QPS of kube-scheduler and kube-controller-manager (their defaults, 50 and 20, throttle a cluster of
+    # thousands of pods created at once; real control planes at scale raise them too).
+    client_qps: int = Field(default=500, ge=1, le=10_000)
     node_pools: list[NodePool] = Field(
         default_factory=lambda: [
             NodePool(name="cpu", count=2, cpu="16", memory="64Gi", instance_type="m6i.4xlarge"),
