@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from capstan.enginesim import LatencyModel, ReplicaSpec, running_replicas
-from capstan.replay import AgenticConfig, ReplayConfig, ReplayRequest, agentic_requests, replay
+from capstan.replay import (
+    AgenticConfig,
+    ReplayConfig,
+    ReplayRequest,
+    agentic_requests,
+    mooncake_requests,
+    replay,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -70,3 +79,19 @@ async def test_unreachable_target_is_an_error_not_a_hang() -> None:
     report = await replay(reqs, ReplayConfig(target="http://127.0.0.1:9", backends=["http://127.0.0.1:9"]))
     assert report.results[0].error is not None
     assert report.backends[0].error is not None
+
+
+async def test_mooncake_requests_share_prefixes_as_traced(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 1100, "output_length": 3, "hash_ids": [0, 1, 2]}\n'
+        '{"timestamp": 2000, "input_length": 1300, "output_length": 3, "hash_ids": [0, 1, 7]}\n'
+        '{"timestamp": 4000, "input_length": 600, "output_length": 3, "hash_ids": [9, 10]}\n'
+    )
+    reqs = list(mooncake_requests(trace, model="m"))
+    async with running_replicas([spec()]) as (rep,):
+        url = f"http://127.0.0.1:{rep.bound_port}"
+        report = await replay(reqs, ReplayConfig(target=url, time_scale=10.0))
+    assert [r.prompt_tokens for r in report.results] == [1100, 1300, 600]
+    # The second request shares hash ids 0 and 1 (1024 tokens = 64 blocks) with the first; the third nothing.
+    assert [r.cached_tokens for r in report.results] == [0, 1024, 0]
