@@ -10,8 +10,9 @@ The contract, in order:
    is joined with no separator; a list of token ids bypasses text, see :func:`prompt_token_ids`). ``/v1/chat/
    completions``: :func:`render_chat`, a fixed chat template: for each message ``" <|{role}|> {content} <|end|>"``
    (content parts of type ``text`` are joined with ``" "``; ``tool_calls`` are appended as compact, key-sorted
-   JSON), then the generation prompt ``" <|assistant|>"``. The template is prefix-stable: the prompt of turn *k* is
-   a prefix of the prompt of turn *k+1* when the client resends the conversation.
+   JSON), then the generation prompt ``" <|assistant|>"``. A request's ``tools`` (OpenAI function definitions)
+   come first, as ``" <|tools|> {compact key-sorted JSON array} <|end|>"``. The template is prefix-stable: the
+   prompt of turn *k* is a prefix of the prompt of turn *k+1* when the client resends the conversation.
 2. **Tokenization** (:class:`Tokenizer`). A token is a run of whitespace followed by 1–8 non-whitespace characters
    (regex ``\\s*\\S{1,8}``), or trailing whitespace. Its id is ``crc32(utf8 bytes) mod VOCAB_SIZE`` (131072): a
    fixed vocabulary, so the same text always gives the same ids in every process and language, and encoding is a

@@ -20,9 +20,15 @@ def _content_text(content: Any) -> str:
     raise ValueError(f"message content must be a string or a list of parts, got {type(content).__name__}")
 
 
-def render_chat(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
-    """Render chat messages with the fixed, prefix-stable template of the contract."""
+def render_chat(
+    messages: Sequence[Mapping[str, Any]],
+    add_generation_prompt: bool = True,
+    tools: Sequence[Any] | None = None,
+) -> str:
+    """Render chat messages (and tool definitions, first) with the fixed, prefix-stable template of the contract."""
     out: list[str] = []
+    if tools:
+        out.append(f" <|tools|> {json.dumps(list(tools), sort_keys=True, separators=(',', ':'))} <|end|>")
     for i, msg in enumerate(messages):
         if not isinstance(msg, Mapping):
             raise ValueError(f"messages[{i}] must be an object")
@@ -45,7 +51,10 @@ def prompt_text(body: Mapping[str, Any]) -> str:
         messages = body["messages"]
         if not isinstance(messages, list) or not messages:
             raise ValueError("'messages' must be a non-empty array")
-        return render_chat(messages)
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise ValueError("'tools' must be an array")
+        return render_chat(messages, tools=tools)
     if "prompt" in body:
         prompt = body["prompt"]
         if isinstance(prompt, str):

@@ -127,3 +127,17 @@ def test_kv_event_batch_layout_matches_vllm() -> None:
     assert kv_topic("127.0.0.1", 8000, "m") == "kv@127.0.0.1:8000@m"
     with pytest.raises(ValueError, match="unknown"):
         decode_kv_batch(msgpack.packb([1.0, [["Nope"]]]))
+
+
+def test_tools_render_first_and_keep_turns_prefix_stable() -> None:
+    tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+    turn1 = {"messages": [{"role": "user", "content": "list files"}], "tools": tools}
+    turn2 = {"messages": [*turn1["messages"], {"role": "assistant", "content": "ok"}], "tools": tools}
+    t1, t2 = prompt_text(turn1), prompt_text(turn2)
+    assert t1.startswith(' <|tools|> [{"function":{"name":"ls"')
+    tok = Tokenizer()
+    a, b = tok.encode(t1), tok.encode(t2)
+    assert b[: len(a)] == a
+    assert block_hashes(tok.encode(prompt_text({"messages": turn1["messages"]}) * 4)) != block_hashes(a * 4)
+    with pytest.raises(ValueError, match="'tools'"):
+        prompt_text({"messages": [{"role": "user", "content": "x"}], "tools": {"a": 1}})
