@@ -261,7 +261,7 @@ class Engine:
         for seq in self._running:
             if seq.req.request_id == request_id:
                 if self._step is not None:
-                    self._forget_in_step(seq, now)
+                    self._forget_in_step(seq)
                 self._running.remove(seq)
                 self._release(seq)
                 self._finish(seq, now, aborted=True)
@@ -380,7 +380,7 @@ class Engine:
         done = int((now - step.start) // step.duration) + 1
         step.repeats = max(1, min(step.repeats, done))
 
-    def _forget_in_step(self, seq: _Seq, now: float) -> None:
+    def _forget_in_step(self, seq: _Seq) -> None:
         step = self._step
         assert step is not None
         step.prefill = [(s, n) for s, n in step.prefill if s is not seq]
