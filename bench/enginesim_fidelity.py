@@ -216,6 +216,37 @@ async def closed_loop(
 
 
 # ---- 3: whole-trace speed on the virtual clock --------------------------------------------------------------
+# ---- 4: latency under load (virtual clock) -----------------------------------------------------------------
+def load_curve(rates: list[float], n: int) -> list[tuple[float, float, float, float, float]]:
+    """Poisson arrivals of 2000-token prompts (no shared prefix) with 200 output tokens on one engine:
+    (rate, TTFT p50, TTFT p90, mean ITL, mean running) per rate, model seconds."""
+    import random
+
+    p = get_preset(PRESET)
+    rows = []
+    for rate in rates:
+        rng = random.Random(1)
+        e = Engine(
+            EngineConfig(latency=p.latency, num_gpu_blocks=p.num_gpu_blocks, max_num_seqs=p.max_num_seqs)
+        )
+        t = 0.0
+        done = []
+        running_samples = []
+        for i in range(n):
+            t += rng.expovariate(rate)
+            done += e.advance(t)
+            running_samples.append(e.load().running)
+            toks = [rng.randrange(100_000) for _ in range(2000)]
+            e.submit(EngineRequest(f"r{i}", 2000, block_hashes(toks), 200), t)
+        while (nxt := e.next_event_time()) is not None:
+            done += e.advance(nxt)
+        ttft = sorted(c.ttft for c in done if c.ttft is not None)
+        itl = [(c.e2e - (c.ttft or 0)) / (c.output_tokens - 1) for c in done]
+        rows.append((rate, ttft[len(ttft) // 2], ttft[int(len(ttft) * 0.9)], sum(itl) / len(itl),
+                     sum(running_samples) / len(running_samples)))  # fmt: skip
+    return rows
+
+
 def trace_speed(n: int) -> dict[str, float]:
     p = get_preset(PRESET)
     mt = MooncakeText()
@@ -344,6 +375,31 @@ def main() -> None:
     ax.set_title("one enginesim process: capacity per core")
     fig.tight_layout()
     fig.savefig(args.out / "enginesim_throughput.png")
+
+    rates = [0.5, 1.0, 1.5, 2.0] if smoke else [0.25, 0.5, 1.0, 1.5, 2.0, 2.25, 2.4]
+    curve = load_curve(rates, 60 if smoke else 600)
+    lt = Table(
+        title=f"latency under load, one engine ({PRESET}), 2000-token prompts, 200 output tokens, no reuse"
+    )
+    for col in ("arrivals/s", "TTFT p50 s", "TTFT p90 s", "mean ITL ms", "mean running"):
+        lt.add_column(col, justify="right")
+    for rate, p50, p90, itl, run in curve:
+        lt.add_row(f"{rate:g}", f"{p50:.3f}", f"{p90:.3f}", f"{itl * 1e3:.1f}", f"{run:.1f}")
+    console.print(lt)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([r[0] for r in curve], [r[1] for r in curve], "o-", label="TTFT p50")
+    ax.plot([r[0] for r in curve], [r[2] for r in curve], "s-", label="TTFT p90")
+    ax2 = ax.twinx()
+    ax2.plot([r[0] for r in curve], [r[3] * 1e3 for r in curve], "^--", color="gray", label="mean ITL (ms)")
+    ax.set_xlabel("arrivals per second")
+    ax.set_ylabel("TTFT (model s)")
+    ax2.set_ylabel("ITL (ms)")
+    ax.set_yscale("log")
+    ax.legend(loc="upper left")
+    ax2.legend(loc="lower right")
+    ax.set_title(f"one engine, {PRESET}")
+    fig.tight_layout()
+    fig.savefig(args.out / "enginesim_load.png")
 
     n = 300 if smoke else 3000
     ts = trace_speed(n)
