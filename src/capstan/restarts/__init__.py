@@ -34,8 +34,20 @@ from capstan.restarts._noise import (
     parse_label_selector,
 )
 from capstan.restarts._pipeline import Outcome, RestartNotifier
-from capstan.restarts._records import count_records, last_seen, restart_batch, restart_records
-from capstan.restarts._render import digest_notices, report_notice, restart_token
+from capstan.restarts._records import (
+    count_records,
+    last_seen,
+    notified_restarts,
+    restart_batch,
+    restart_records,
+    unsent_digested,
+)
+from capstan.restarts._render import (
+    digest_notices,
+    recovered_digest_notices,
+    report_notice,
+    restart_token,
+)
 from capstan.restarts._report import (
     EventLine,
     NodeInfo,
@@ -92,7 +104,9 @@ __all__ = [
     "load_restarts_config",
     "log_tail",
     "messages_from_slack_receiver",
+    "notified_restarts",
     "parse_label_selector",
+    "recovered_digest_notices",
     "redact",
     "report_notice",
     "resolve_owner",
@@ -100,4 +114,5 @@ __all__ = [
     "restart_records",
     "restart_token",
     "signal_of",
+    "unsent_digested",
 ]

@@ -165,3 +165,20 @@ def digest_notices(digest: Digest, cluster: str, *, channel: str | None = None) 
             )
         )
     return notices
+
+
+def recovered_digest_notices(
+    restarts: list[ContainerRestart], cluster: str, *, since: float, until: float
+) -> list[Notice]:
+    """Digests for restarts whose digest was lost when Capstan stopped, one per namespace (the owner workload
+    is not kept in the records)."""
+    by_namespace: dict[str, list[ContainerRestart]] = {}
+    for restart in restarts:
+        by_namespace.setdefault(restart.namespace, []).append(restart)
+    notices = []
+    for namespace in sorted(by_namespace):
+        digest = Digest(
+            f"{namespace} (recovered after a Capstan restart)", since, until, by_namespace[namespace], "mute"
+        )
+        notices.extend(digest_notices(digest, cluster))
+    return notices

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from capstan.restarts import detect_restarts, detect_while_down, last_seen, restart_batch
+from tests.integration.notify.conftest import Slack
 from tests.unit.restarts.podkit import pod, status
 
 pytestmark = pytest.mark.integration
@@ -38,4 +39,73 @@ def test_records_counts_and_restarts_while_down(tmp_path: Path) -> None:
         ("app", 5, 7, True),
         ("proxy", 0, 1, True),
     ]
+    reopened.close()
+
+
+async def test_digest_lost_in_a_crash_is_recovered_from_the_store(tmp_path: Path, slack: Slack) -> None:
+    import random
+
+    from prometheus_client import CollectorRegistry
+
+    from capstan.config import load_model
+    from capstan.notify import DeliveryPolicy, Drainer, NotifyMetrics, SlackWebhookSink
+    from capstan.restarts import (
+        RestartNotifier,
+        RestartsConfig,
+        RestartSnapshot,
+        account,
+        messages_from_slack_receiver,
+        recovered_digest_notices,
+        unsent_digested,
+    )
+
+    store_mod = pytest.importorskip("capstan.store")
+    path = str(tmp_path / "crash.db")
+    store = store_mod.open_store(path)
+    config = load_model(
+        RestartsConfig,
+        {
+            "mute_seconds": 600,
+            "sinks": [{"type": "slack_webhook", "name": "slack", "url": slack.webhook_url}],
+        },
+        "test",
+    )
+
+    def drainer_for(outbox: object) -> Drainer:
+        return Drainer(
+            outbox,  # type: ignore[arg-type]
+            {"slack": SlackWebhookSink("slack", slack.webhook_url, timeout=5)},
+            clock=lambda: 1000.0,
+            rng=random.Random(1),
+            policy=DeliveryPolicy(rate_per_second=100, burst=10),
+            metrics=NotifyMetrics(CollectorRegistry()),
+        )
+
+    first = drainer_for(store)
+    notifier = RestartNotifier(config, first.enqueue)
+    injected = []
+    for name, before, after in (("web-7d9f8-a", 0, 1), ("web-7d9f8-b", 0, 1), ("web-7d9f8-a", 1, 2)):
+        old = pod(name=name, uid=f"uid-{name}", containers=[status("app", before)])
+        new = pod(
+            name=name, uid=f"uid-{name}", containers=[status("app", after, reason="Error", exit_code=1)]
+        )
+        [restart] = detect_restarts(old, new)
+        outcome = notifier.on_restart(RestartSnapshot(restart=restart, pod=new, observed_at=1000.0), 1000.0)
+        store.write(restart_batch(new, [restart], 1000.0, notify={"app": outcome.action}))
+        injected.append(("default", name, "app", after))
+    await first.drain_once()
+    store.close()  # Capstan is killed inside the mute window: the digest of two restarts was never enqueued
+
+    reopened = store_mod.open_store(path)
+    lost = unsent_digested(reopened.restarts(namespace="default"), [i.payload for i in reopened.outbox()])
+    assert [(r.pod, r.restart_count) for r in lost] == [("web-7d9f8-a", 2), ("web-7d9f8-b", 1)]
+    second = drainer_for(reopened)
+    for index, notice in enumerate(recovered_digest_notices(lost, "dev", since=1000.0, until=1001.0)):
+        second.enqueue("slack", notice, f"recovered/{index}")
+    await second.drain_once()
+    result = account(injected, messages_from_slack_receiver(slack.receiver.snapshot()))
+    assert (result.individually, result.in_digest, result.missing) == (1, 2, [])
+    assert (
+        unsent_digested(reopened.restarts(namespace="default"), [i.payload for i in reopened.outbox()]) == []
+    )
     reopened.close()
