@@ -29,6 +29,7 @@ class RequestResult:
     id: str
     session: str | None
     planned: float
+    closed_loop: bool = False  # sent `think` seconds after its session's previous turn, not at `planned`
     sent: float = 0.0
     status: int = 0
     ttft: float | None = None
@@ -109,6 +110,11 @@ def summarize(report: ReplayReport) -> dict[str, float]:
         "output_tokens_per_s": sum(r.completion_tokens for r in ok) / model_span
         if model_span > 0
         else math.nan,
+        # How late open-loop requests left versus their schedule: large values mean the replayer (or its
+        # concurrency bound) could not keep up, and the run did not replay the trace faithfully.
+        "send_lateness_p99": percentile(
+            [r.sent - r.planned for r in report.results if not r.closed_loop], 99
+        ),
     }
     readable = [b for b in report.backends if b.error is None]
     if readable:
@@ -180,7 +186,8 @@ class _Sender:
                 await self.sleep_until_model(prev_done + req.think)
             else:
                 await self.sleep_until_model(req.t)
-            res = RequestResult(id=req.id, session=req.session, planned=req.t)
+            closed = req.think is not None and prev_done is not None
+            res = RequestResult(id=req.id, session=req.session, planned=req.t, closed_loop=closed)
             out.append(res)
             async with self.sem:
                 await self.send(req, res)
@@ -188,6 +195,7 @@ class _Sender:
 
     async def send(self, req: ReplayRequest, res: RequestResult) -> None:
         cfg = self.cfg
+        res.sent = self.model_now()
         body = expand_body(req, self.mooncake, cfg.model)
         headers = {"x-session-id": req.session} if req.session else {}
         if cfg.stream:
@@ -195,7 +203,6 @@ class _Sender:
             body["stream_options"] = {"include_usage": True}
         url = cfg.target.rstrip("/") + req.path
         start = self.model_now()
-        res.sent = start
         try:
             if cfg.stream:
                 await self._stream(url, body, headers, res, start)

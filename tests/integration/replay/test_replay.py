@@ -72,6 +72,7 @@ async def test_schedule_is_honoured_and_errors_are_recorded() -> None:
     assert by_id["b"].sent >= 5.0
     assert by_id["c"].status == 404 and by_id["c"].error is not None and "nope" in by_id["c"].error
     assert report.summary["errors"] == 1
+    assert 0 <= report.summary["send_lateness_p99"] < 5.0
 
 
 async def test_unreachable_target_is_an_error_not_a_hang() -> None:
