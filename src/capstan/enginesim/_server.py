@@ -232,9 +232,9 @@ class Replica:
             pending = self._pending.pop(c.request_id, None)
             if pending is not None:
                 pending.queue.put_nowait(c)
-        self._publish(now)
+        self._publish()
 
-    def _publish(self, now: float) -> None:
+    def _publish(self) -> None:
         events = self.engine.drain_kv_events()
         if not events or self._pub is None:
             return
@@ -246,7 +246,6 @@ class Replica:
             self.kv_batches_sent += 1
         except zmq.Again:
             self.kv_batches_dropped += 1
-        del now
 
     async def _drive(self) -> None:
         wake = self._wake
