@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import os
@@ -40,7 +41,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from capstan.replay import AgenticConfig, ReplayConfig, agentic_requests, replay, summarize
+from capstan.replay import AgenticConfig, ReplayConfig, ReplayRequest, agentic_requests, replay, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_VENV = ROOT / "bench/out/peers-venv"
@@ -198,7 +199,7 @@ def start_router(
         argv = [
             str(peers_py), "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
             "--policy", policy.removeprefix("sglang-"), "--backend", "openai", "--worker-urls", *urls,
-            "--log-level", "warn",
+            "--log-level", "warn", "--prometheus-port", str(free_ports(1)),
         ]  # fmt: skip
     else:
         argv = [
@@ -215,9 +216,23 @@ def start_router(
     return child, f"http://127.0.0.1:{port}"
 
 
-def probe_latency(url: str, n: int) -> float:
-    """Median wall latency of ``n`` sequential tiny non-streaming chat completions (sglang-router's openai
-    backend implements only the chat endpoint)."""
+def openai_strict(requests: list[ReplayRequest]) -> list[ReplayRequest]:
+    """The generator's tool outputs as ``user`` messages: sglang-router's openai backend rejects ``tool``
+    messages without a ``tool_call_id`` (4xx). The same text in the same place, for every policy alike."""
+    out = []
+    for r in requests:
+        msgs = r.body.get("messages")
+        if isinstance(msgs, list):
+            body = dict(r.body)
+            body["messages"] = [{**m, "role": "user"} if m.get("role") == "tool" else m for m in msgs]
+            r = dataclasses.replace(r, body=body)
+        out.append(r)
+    return out
+
+
+def probe_latency(url: str, n: int) -> tuple[float, float]:
+    """Median and fastest wall latency of ``n`` sequential tiny non-streaming chat completions (sglang-router's
+    openai backend implements only the chat endpoint)."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": "probe"}], "max_tokens": 1}
     times = []
     with httpx.Client(timeout=30) as c:
@@ -226,7 +241,7 @@ def probe_latency(url: str, n: int) -> float:
             r = c.post(f"{url}/v1/chat/completions", json=body)
             times.append(time.perf_counter() - t0)
             r.raise_for_status()
-    return statistics.median(times)
+    return statistics.median(times), min(times)
 
 
 def capstan_quantiles(url: str, metric: str) -> tuple[float, float]:
@@ -331,7 +346,7 @@ def main() -> None:
         turns_max=8,
         think_time_s=2.0,
     )
-    requests = agentic_requests(acfg)
+    requests = openai_strict(agentic_requests(acfg))
     console.print(
         f"workload: {len(requests)} agentic requests, {args.sessions} sessions; {args.replicas} replicas × "
         f"{args.kv_blocks * 16:,} KV tokens, time scale {args.time_scale}"
@@ -374,7 +389,8 @@ def main() -> None:
                             "busiest_prefill_over_mean",
                         )
                     },
-                    "proxy_overhead_ms": (via - direct) * 1000,
+                    "proxy_overhead_ms": (via[0] - direct[0]) * 1000,
+                    "proxy_overhead_min_ms": (via[1] - direct[1]) * 1000,
                     "router_rss_mib": rss,
                     "decision_p50_le_ms": d50 * 1000,
                     "decision_p99_le_ms": d99 * 1000,
@@ -402,7 +418,8 @@ def main() -> None:
         ("out tok/s", "output_tokens_per_s", "{:.0f}"),
         ("GPU-s/req", "gpu_seconds_per_request", "{:.3f}"),
         ("busiest prefill/mean", "busiest_prefill_over_mean", "{:.2f}"),
-        ("proxy overhead ms", "proxy_overhead_ms", "{:.2f}"),
+        ("overhead median ms", "proxy_overhead_ms", "{:.2f}"),
+        ("overhead min ms", "proxy_overhead_min_ms", "{:.2f}"),
         ("router RSS MiB", "router_rss_mib", "{:.0f}"),
         ("decide p50 ≤ ms", "decision_p50_le_ms", "{:.2f}"),
         ("p99 ≤ ms", "decision_p99_le_ms", "{:.2f}"),
@@ -410,7 +427,10 @@ def main() -> None:
         ("p99 ≤ ms", "hash_p99_le_ms", "{:.2f}"),
     ]
     for label, _, _ in cols:
-        table.add_column(label, justify="left" if label == "policy" else "right")
+        if label == "policy":
+            table.add_column(label, no_wrap=True, min_width=24)
+        else:
+            table.add_column(label, justify="right")
     for r in rows:
         if "error" in r:
             table.add_row(r["policy"], *["-"] * (len(cols) - 2), "")
