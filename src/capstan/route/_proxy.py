@@ -41,6 +41,13 @@ from capstan.route._kvevents import KVEventSubscriber
 from capstan.route._metrics import RouterMetrics
 from capstan.route._model import Endpoint, EndpointState, RouteRequest
 from capstan.route._scheduler import NoEndpointError, Scheduler
+from capstan.route._upstream import (
+    AiohttpUpstream,
+    HttpxUpstream,
+    UpstreamClient,
+    UpstreamError,
+    UpstreamResponse,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -148,7 +155,7 @@ def validate_body(raw: bytes, kind: str) -> dict[str, Any]:
 @dataclass
 class _Upstream:
     endpoint: Endpoint
-    response: httpx.Response
+    response: UpstreamResponse
     ticket: int
 
 
@@ -157,7 +164,7 @@ class _RelayResponse(Response):
     http.disconnect)."""
 
     def __init__(self, upstream: _Upstream, router: Router, sse: bool) -> None:
-        headers = {k: v for k, v in upstream.response.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers = {k: v for k, v in upstream.response.headers if k.lower() not in _HOP_BY_HOP}
         super().__init__(status_code=upstream.response.status_code)
         # NOTE: set by hand: Response.__init__ would declare "content-length: 0" for the empty initial body.
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
@@ -198,7 +205,7 @@ class _RelayResponse(Response):
                 async for chunk in up.response.aiter_raw():
                     tracker.first_token(up.ticket)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            except httpx.HTTPError as exc:
+            except UpstreamError as exc:
                 self.router.metrics.errors.labels(up.endpoint.name, "stream").inc()
                 log.warning("upstream %s failed mid-stream: %s", up.endpoint.name, exc)
                 if self.sse:
@@ -238,9 +245,13 @@ class Router:
         self.metrics = RouterMetrics()
         self.hasher = PromptHasher(cfg.scheduler.block_size)
         p = cfg.proxy
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
-        timeout = httpx.Timeout(connect=p.connect_timeout_s, read=p.read_timeout_s, write=30.0, pool=30.0)
-        self.client = httpx.AsyncClient(transport=transport, limits=limits, timeout=timeout)
+        self.upstream: UpstreamClient = (
+            AiohttpUpstream(p.connect_timeout_s, p.read_timeout_s)
+            if p.upstream_client == "aiohttp"
+            else HttpxUpstream(p.connect_timeout_s, p.read_timeout_s)
+        )
+        # the monitor's low-rate polling keeps httpx
+        self.client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(p.poll_timeout_s))
         self.monitor = EndpointMonitor(
             self.source,
             self.client,
@@ -287,6 +298,7 @@ class Router:
         if self.subscriber is not None:
             await self.subscriber.stop()
         await self.client.aclose()
+        await self.upstream.aclose()
 
     def _endpoints_changed(self, current: tuple[Endpoint, ...] | Any) -> None:
         names = {e.name for e in current}
@@ -411,13 +423,9 @@ class Router:
             self.metrics.requests.labels(ep.name).inc()
             try:
                 upstream = await self._await_or_disconnect(
-                    request,
-                    self.client.send(
-                        self.client.build_request("POST", f"{ep.url}{path}", content=raw, headers=headers),
-                        stream=True,
-                    ),
+                    request, self.upstream.open(f"{ep.url}{path}", raw, headers)
                 )
-            except httpx.HTTPError as exc:
+            except UpstreamError as exc:
                 self.tracker.finish(tid)
                 self.metrics.errors.labels(ep.name, "connect").inc()
                 self.monitor.mark_failed(ep.name)
@@ -445,7 +453,7 @@ class Router:
     async def _buffered(self, request: Request, up: _Upstream) -> Response:
         try:
             content = await self._await_or_disconnect(request, up.response.aread())
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             self.metrics.errors.labels(up.endpoint.name, "stream").inc()
             raise _Reject(
                 502,
@@ -455,7 +463,7 @@ class Router:
         finally:
             await up.response.aclose()
             self.tracker.finish(up.ticket)
-        headers = {k: v for k, v in up.response.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers = {k: v for k, v in up.response.headers if k.lower() not in _HOP_BY_HOP}
         headers.pop("content-encoding", None)
         return Response(content, status_code=up.response.status_code, headers=headers)
 
@@ -468,7 +476,7 @@ class Router:
             if work in done:
                 return work.result()
             work.cancel()
-            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+            with contextlib.suppress(asyncio.CancelledError, UpstreamError):
                 await work
             raise ClientDisconnect()
         finally:

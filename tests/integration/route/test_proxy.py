@@ -57,11 +57,16 @@ def router_for(
     return Router(load_model(RouteConfig, cfg, "test"))
 
 
-@pytest.fixture(scope="module")
-def gateway(upstreams: list[tuple[Upstream, ServerThread]]) -> Iterator[tuple[Router, str]]:
+@pytest.fixture(scope="module", params=["aiohttp", "httpx"])
+def gateway(
+    request: pytest.FixtureRequest, upstreams: list[tuple[Upstream, ServerThread]]
+) -> Iterator[tuple[Router, str]]:
     router = router_for(
         [(u.name, s.url) for u, s in upstreams],
-        {"scheduler": {"prefix": {"kind": "approximate", "stride": 1}}},
+        {
+            "scheduler": {"prefix": {"kind": "approximate", "stride": 1}},
+            "proxy": {"poll_interval_s": 0.05, "upstream_client": request.param},
+        },
     )
     with ServerThread(router.app) as srv:
         wait_until(lambda: all(e.healthy for e in router.snapshot(set())))
