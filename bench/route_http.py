@@ -176,7 +176,7 @@ def start_engines(args: argparse.Namespace, out: Path, tag: str) -> tuple[Child,
 
 
 def start_router(
-    policy: str, urls: list[str], kv: list[str], out: Path, peers_py: Path | None
+    policy: str, urls: list[str], kv: list[str], out: Path, peers_py: Path | None, upstream_client: str
 ) -> tuple[Child, str]:
     port = free_ports(1)
     log = out / f"route_http_{policy}_router.log"
@@ -186,6 +186,7 @@ def start_router(
                 {"name": f"r{i}", "url": u, "models": [MODEL], "kv_events": kv[i]} for i, u in enumerate(urls)
             ],
             "scheduler": CAPSTAN_POLICIES[policy],
+            "proxy": {"upstream_client": upstream_client},
         }
         path = out / f"route_http_{policy}.yaml"
         path.write_text(yaml.safe_dump(cfg))
@@ -325,6 +326,7 @@ def main() -> None:
     ap.add_argument("--client-requests", type=int, default=1500)
     ap.add_argument("--probes", type=int, default=40)
     ap.add_argument("--policies", nargs="*", default=None)
+    ap.add_argument("--upstream-client", choices=["aiohttp", "httpx"], default="aiohttp", help="Capstan's")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
     args = ap.parse_args()
     out: Path = args.out
@@ -357,7 +359,7 @@ def main() -> None:
         router: Child | None = None
         try:
             direct = probe_latency(urls[0], args.probes)
-            router, url = start_router(policy, urls, kv, out, peers_py)
+            router, url = start_router(policy, urls, kv, out, peers_py, args.upstream_client)
             time.sleep(0.5)  # let the router's first health/metrics rounds land
             via = probe_latency(url, args.probes)
             report = asyncio.run(
