@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -236,6 +237,7 @@ def main() -> None:
     finally:
         if pg is not None:
             pg.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
     table = Table(
         title=f"History store ingest ({args.changes} changes, {args.objects} objects, batch {args.batch})"

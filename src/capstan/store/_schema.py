@@ -55,7 +55,9 @@ object_changes = Table(
     Column("patch", Json, nullable=True),
     Column("snapshot", Json, nullable=True),
     UniqueConstraint("source", "uid", "resource_version", "change_type"),
-    Index("ix_object_changes_lookup", "source", "kind", "namespace", "name", "observed_at"),
+    # NOTE: queries name an object by (kind, namespace, name) and often omit the source, so source is not the
+    # leading column (SQLite cannot skip-scan a leading column it is not given).
+    Index("ix_object_changes_lookup", "kind", "namespace", "name", "observed_at"),
     Index("ix_object_changes_uid_seq", "source", "uid", "version_seq"),
     Index("ix_object_changes_observed_at", "observed_at"),
 )
