@@ -51,6 +51,10 @@ K8S_HEADROOM = (
     "to {node}, or a CapacityBuffer: the node autoscaler sees it as needed"
 )
 K8S_DRAIN = "taint capstan.io/draining:NoSchedule, cordon, then delete the Node/NodeClaim"
+K8S_CONSOLIDATE = (
+    "taint capstan.io/draining:NoSchedule, evict its pods through the Eviction API (PodDisruptionBudgets hold), "
+    "re-place them by nodeAffinity on the next decision, then delete the Node/NodeClaim"
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class NodeView:
     pods: int
     available_at: float
     idle_since: float | None = None
+    bound: tuple[Pod, ...] = ()
+    """Pods running on the node (used to decide whether they can move elsewhere)."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +93,17 @@ class PlannerConfig:
     forecast_quantile: float = 0.9
     headroom: bool = True
     max_headroom_nodes: int = 8
+    max_phantoms: int = 32
+    """At most this many forecast pods (largest first) are replayed for headroom: bounds the decision's cost."""
     lookahead: int = 48
     drain: bool = True
+    consolidate: bool = True
+    consolidation_threshold: float = 0.5
+    """Only nodes with less than this share of their GPUs (CPU for CPU nodes) allocated are emptied."""
+    max_consolidations: int = 1
+    consolidation_candidates: int = 16
+    min_idle_s: float = 60.0
+    """An empty node is drained only after it has been empty this long (damps launch/drain flapping)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +142,8 @@ class Plan:
     waiting: tuple[str, ...] = ()
     """Pods left pending on purpose: incomplete gangs, or node-type limits reached."""
     headroom_k8s: str = K8S_HEADROOM
+    recheck_at: float | None = None
+    """When this plan may change with no new event (an empty node's idle time runs out)."""
 
 
 @dataclass(slots=True)
@@ -162,9 +179,12 @@ class _Work:
         self.cfg = cfg
         self.types = {t.name: t for t in snap.node_types}
         self.compat: dict[tuple[str, tuple[object, ...]], str | None] = {}
+        self.shapes: dict[str, tuple[object, ...]] = {}
+        self.ok_by_shape: dict[tuple[object, ...], frozenset[str]] = {}
         self.count: dict[str, int] = {t.name: 0 for t in snap.node_types}
         self.bins: list[_Bin] = []
         self.new_bins: list[_Bin] = []
+        self.views: dict[str, NodeView] = {}
         self.next_id = snap.next_id
         for i, n in enumerate(snap.nodes):
             nt = self.types.get(n.type)
@@ -174,18 +194,44 @@ class _Work:
             ready = n.state == NodeState.GPU_ALLOCATABLE or (n.state == NodeState.READY and nt.gpu == 0)
             kind: Literal["ready", "inflight"] = "ready" if ready else "inflight"
             self.bins.append(_Bin(n.id, nt, Capacity(n.cpu, n.mem, list(n.devs)), kind, i, n.pods))
+            self.views[n.id] = n
+
+    def ok_types(self, pod: Pod) -> frozenset[str]:
+        shape = self.shapes.get(pod.name) or pod.shape()
+        got = self.ok_by_shape.get(shape)
+        if got is None:
+            got = frozenset(nt.name for nt in self.snap.node_types if self.incompatible(nt, pod) is None)
+            self.ok_by_shape[shape] = got
+        return got
 
     def incompatible(self, nt: NodeType, pod: Pod) -> str | None:
-        key = (nt.name, pod.shape())
+        shape = self.shapes.get(pod.name)
+        if shape is None:
+            shape = self.shapes[pod.name] = pod.shape()
+        key = (nt.name, shape)
         if key not in self.compat:
             self.compat[key] = why_incompatible(nt, pod)
         return self.compat[key]
 
-    def best_bin(self, pod: Pod, kinds: tuple[str, ...]) -> tuple[_Bin, Assignment] | None:
+    def best_bin(
+        self,
+        pod: Pod,
+        kinds: tuple[str, ...],
+        exclude: frozenset[str] = frozenset(),
+        busy_only: bool = False,
+        first_fit: bool = False,
+    ) -> tuple[_Bin, Assignment] | None:
+        """Best placement among bins of ``kinds`` (earlier kinds first); ``first_fit`` takes the first one of
+        the first kind instead of scoring fragmentation (cheap, for forecast phantoms)."""
         best: tuple[tuple[float, ...], _Bin, Assignment] | None = None
+        ok_types = self.ok_types(pod)
         for b in self.bins:
-            if b.kind not in kinds or not fits(b.cap, pod) or self.incompatible(b.nt, pod) is not None:
+            if b.kind not in kinds or b.nt.name not in ok_types or not fits(b.cap, pod):
                 continue
+            if (busy_only and not b.pods) or b.id in exclude:
+                continue
+            if first_fit and b.kind == kinds[0]:
+                return b, choose_devices(b.cap, pod)
             a = choose_devices(b.cap, pod)
             kind_rank = kinds.index(b.kind)
             used = 1.0 - b.cap.cpu / b.nt.cpu_milli
@@ -252,7 +298,7 @@ def _place_unit(
     opened: list[_Bin] = []
     kinds = ("ready", "inflight", "new")
     for pod in unit:
-        found = w.best_bin(pod, kinds)
+        found = w.best_bin(pod, kinds, first_fit=phantom)
         if found is None and allow_new:
             choice = w.choose_type(pod, queue, start)
             if isinstance(choice, NodeType):
@@ -302,6 +348,54 @@ def forecast_pods(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> list[Po
 def gpu_horizon(types: tuple[NodeType, ...]) -> float:
     """How far ahead headroom must look: the longest mean time from request to allocatable GPUs."""
     return max((t.boot_delay.mean() + t.gpu_ready_delay.mean() for t in types if t.gpu), default=0.0)
+
+
+def _utilization(b: _Bin) -> float:
+    if b.nt.gpu:
+        return 1.0 - b.cap.free_gpu_milli() / (1000 * b.nt.gpu)
+    return 1.0 - b.cap.cpu / b.nt.cpu_milli
+
+
+def _consolidate(w: _Work, cfg: PlannerConfig) -> list[Drain]:
+    """Empty the least-used nodes whose pods all fit on other busy nodes (best fit), up to the configured count.
+
+    Kubernetes: the node is tainted and drained (Eviction API, PodDisruptionBudgets respected); its pods come back
+    through the scheduling gate and get nodeAffinity to the nodes chosen on the next decision.
+    """
+    untouched = [b for b in w.bins if b.kind == "ready" and b.pods and not b.real and not b.phantom]
+    cands = sorted(
+        (b for b in untouched if _utilization(b) < cfg.consolidation_threshold and w.views[b.id].bound),
+        key=lambda b: (_utilization(b), -b.nt.price_per_hour, b.order),
+    )[: cfg.consolidation_candidates]
+    drains: list[Drain] = []
+    removed: set[str] = set()
+    for b in cands:
+        if len(drains) >= cfg.max_consolidations:
+            break
+        if b.pods != len(w.views[b.id].bound):
+            continue  # pods promised to it: keep
+        exclude = frozenset(removed | {b.id})
+        undo: list[tuple[_Bin, Pod, Assignment]] = []
+        ok = True
+        for pod in sorted(w.views[b.id].bound, key=_queue_key):
+            found = w.best_bin(pod, ("ready",), exclude=exclude, busy_only=True)
+            if found is None:
+                ok = False
+                break
+            dest, a = found
+            take(dest.cap, pod, a)
+            undo.append((dest, pod, a))
+        if not ok:
+            for dest, pod, a in reversed(undo):
+                give(dest.cap, pod, a)
+            continue
+        removed.add(b.id)
+        drains.append(
+            Drain(
+                b.id, w.snap.now, f"consolidate: its {len(undo)} pod(s) fit on other nodes", K8S_CONSOLIDATE
+            )
+        )
+    return drains
 
 
 def plan(snapshot: Snapshot, config: PlannerConfig | None = None) -> Plan:
@@ -354,7 +448,9 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None) -> Plan:
     pod_bins = {b.id for b in w.new_bins}
     headroom_new = 0
     if cfg.headroom:
-        phantoms = sorted(forecast_pods(snapshot, cfg, gpu_horizon(snapshot.node_types)), key=_queue_key)
+        phantoms = sorted(forecast_pods(snapshot, cfg, gpu_horizon(snapshot.node_types)), key=_queue_key)[
+            : cfg.max_phantoms
+        ]
         for j, ph in enumerate(phantoms):
             allow = headroom_new < cfg.max_headroom_nodes
             before = len(w.new_bins)
@@ -372,14 +468,24 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None) -> Plan:
         for b in w.new_bins
     )
     headroom: list[str] = []
-    drains: list[Drain] = []
+    drains: list[Drain] = _consolidate(w, cfg) if cfg.consolidate else []
+    drained = {d.node for d in drains}
+    recheck: list[float] = []
     for b in w.bins:
+        if b.id in drained:
+            continue
         if b.kind == "new":
             continue
         if b.pods - b.phantom > 0:
             continue
+        view = w.views[b.id]
         if b.phantom:
             headroom.append(b.id)
+        elif b.kind == "inflight":
+            continue  # let it come up: cancelling and relaunching churns; it is drained once idle if unused
+        elif view.idle_since is not None and snapshot.now - view.idle_since < cfg.min_idle_s:
+            recheck.append(view.idle_since + cfg.min_idle_s)
+            continue
         elif cfg.drain:
             drains.append(
                 Drain(b.id, snapshot.now, "empty and not needed by the forecast within its boot delay")
@@ -391,4 +497,5 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None) -> Plan:
         headroom=tuple(headroom),
         unplaceable=tuple(unplaceable),
         waiting=tuple(waiting),
+        recheck_at=min(recheck, default=None),
     )

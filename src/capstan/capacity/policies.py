@@ -46,7 +46,7 @@ class CapstanPolicy:
         self.name = name
         self.decisions = 0
         self.unplaceable: dict[str, str] = {}
-        self._planned_at = -1.0
+        self._scheduled: float | None = None
         self._horizon = 0.0
 
     def start(self, sim: Sim) -> None:
@@ -54,12 +54,14 @@ class CapstanPolicy:
         sim.recent_window = max(self._horizon * self.config.forecast_windows, 1.0)
 
     def on_change(self, sim: Sim, now: float) -> None:
-        t = now + self.react
-        if t > self._planned_at:
-            sim.wake(t, "plan")
+        if self._scheduled is not None and self._scheduled >= now:
+            return  # a decision is already due: it will see this change too
+        self._scheduled = now + self.react
+        sim.wake(self._scheduled, "plan")
 
     def on_wake(self, sim: Sim, now: float, tag: str) -> None:
-        self._planned_at = now
+        if self._scheduled is not None and self._scheduled <= now:
+            self._scheduled = None
         self.decisions += 1
         p = plan(sim.snapshot(), self.config)
         for launch in p.launches:
@@ -74,6 +76,8 @@ class CapstanPolicy:
                 sim.set_headroom(n.id, n.id in held)
         for d in p.drains:
             sim.drain(d.node)
+        if p.recheck_at is not None:
+            sim.wake(p.recheck_at, "plan")
         if held or any(launch.purpose == "headroom" for launch in p.launches):
             # the forecast moves one window per horizon: look again then, so held nodes are drained in time
             sim.wake(now + max(60.0, self._horizon), "plan")

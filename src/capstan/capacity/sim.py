@@ -482,7 +482,8 @@ class Sim:
                     continue
                 unit = got
             tried.update(u.pod.name for u in unit)
-            self._try_unit(unit, candidates)
+            # a gang may need nodes other than the one that just changed
+            self._try_unit(unit, self.allocatable_nodes() if len(unit) > 1 else candidates)
 
     def _arrive(self, sp: SimPod) -> None:
         pod = sp.pod
@@ -543,6 +544,7 @@ class Sim:
                     len(n.pods) + len(n.promised),
                     avail,
                     n.idle_since,
+                    tuple(self.pods[p].pod for p in n.pods),
                 )
             views.append(n.view)
         promised = tuple((name, n.id) for n in self.active.values() for name in n.promised)

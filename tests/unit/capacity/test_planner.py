@@ -1,0 +1,210 @@
+"""The planner's decisions on small hand-written snapshots."""
+
+from __future__ import annotations
+
+import pytest
+
+from capstan.capacity import Delay, NodeState, NodeType, NodeView, PlannerConfig, Pod, Snapshot, Taint, plan
+from capstan.capacity.model import Toleration
+
+pytestmark = pytest.mark.unit
+
+BOOT = Delay("fixed", 300)
+GPU_UP = Delay("fixed", 60)
+T4x4 = NodeType("t4-4", 32000, 131072, 4, "T4", 2.0, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
+V100x8 = NodeType("v100-8", 64000, 262144, 8, "V100", 25.0, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
+V100x1 = NodeType("v100-1", 8000, 32768, 1, "V100", 3.2, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
+CPU = NodeType("cpu-16", 16000, 65536, 0, "", 0.8, boot_delay=BOOT)
+NO_HEADROOM = PlannerConfig(headroom=False, consolidate=False)
+
+
+def pod(
+    name: str, gpus: int = 1, milli: int = 1000, models: frozenset[str] = frozenset(), **kw: object
+) -> Pod:
+    return Pod(
+        name=name,
+        arrival=float(kw.pop("arrival", 0.0)),  # type: ignore[arg-type]
+        cpu_milli=int(kw.pop("cpu", 4000)),  # type: ignore[call-overload]
+        memory_mib=int(kw.pop("mem", 8192)),  # type: ignore[call-overload]
+        num_gpu=gpus,
+        gpu_milli=milli if gpus else 0,
+        gpu_models=models,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def node(
+    nid: str,
+    nt: NodeType,
+    state: NodeState = NodeState.GPU_ALLOCATABLE,
+    devs: tuple[int, ...] | None = None,
+    bound: tuple[Pod, ...] = (),
+    cpu: int | None = None,
+    mem: int | None = None,
+) -> NodeView:
+    d = devs if devs is not None else (1000,) * nt.gpu
+    return NodeView(
+        nid,
+        nt.name,
+        state,
+        cpu if cpu is not None else nt.cpu_milli - sum(p.cpu_milli for p in bound),
+        mem if mem is not None else nt.memory_mib - sum(p.memory_mib for p in bound),
+        d,
+        len(bound),
+        0.0,
+        bound=bound,
+    )
+
+
+def test_share_goes_to_the_partly_used_device_not_a_fresh_node() -> None:
+    """Fragmentation: a 300m share fills the hole on the node with a 700m share rather than opening a GPU."""
+    used = pod("old", milli=700)
+    snap = Snapshot(
+        now=0.0,
+        node_types=(T4x4,),
+        nodes=(node("a", T4x4, bound=()), node("b", T4x4, devs=(300, 1000, 1000, 1000), bound=(used,))),
+        pending=(pod("new", milli=300),),
+    )
+    p = plan(snap, NO_HEADROOM)
+    assert [(n.pod, n.node) for n in p.nominations] == [("new", "b")]
+    assert not p.launches
+
+
+def test_whole_gpu_pod_avoids_breaking_into_shared_devices() -> None:
+    """Best fit per device: a whole-GPU pod takes a free device; the partly used one stays for shares."""
+    snap = Snapshot(
+        now=0.0,
+        node_types=(T4x4,),
+        nodes=(node("b", T4x4, devs=(500, 1000, 1000, 1000), bound=(pod("s", milli=500),)),),
+        pending=(pod("whole"), pod("share", milli=500)),
+    )
+    p = plan(snap, NO_HEADROOM)
+    assert {n.pod for n in p.nominations} == {"whole", "share"}
+    assert not p.launches
+
+
+def test_gpu_model_constraint_picks_a_matching_type() -> None:
+    snap = Snapshot(
+        now=0.0, node_types=(T4x4, V100x1), nodes=(), pending=(pod("v", models=frozenset({"V100"})),)
+    )
+    p = plan(snap, NO_HEADROOM)
+    assert [(launch.type, launch.pods) for launch in p.launches] == [("v100-1", ("v",))]
+
+
+def test_cheapest_value_per_dollar_type_and_packing_of_the_queue() -> None:
+    """Four 1-GPU pods fit one 4×T4 node; the planner launches one node for all four, not four nodes."""
+    pending = tuple(pod(f"p{i}") for i in range(4))
+    p = plan(Snapshot(now=0.0, node_types=(T4x4, V100x8), nodes=(), pending=pending), NO_HEADROOM)
+    assert len(p.launches) == 1
+    assert p.launches[0].type == "t4-4"
+    assert sorted(p.launches[0].pods) == ["p0", "p1", "p2", "p3"]
+    assert "nodeAffinity" in p.launches[0].k8s
+
+
+def test_gang_is_provisioned_atomically() -> None:
+    """A 2 × 8-GPU gang gets two nodes in one plan; a gang whose members cannot all be provisioned gets none."""
+    gang = tuple(pod(f"g{i}", gpus=8, gang="job", gang_size=2) for i in range(2))
+    p = plan(Snapshot(now=0.0, node_types=(V100x8,), nodes=(), pending=gang), NO_HEADROOM)
+    assert sorted(x for launch in p.launches for x in launch.pods) == ["g0", "g1"]
+    assert len(p.launches) == 2
+
+    capped = NodeType("v100-8", 64000, 262144, 8, "V100", 25.0, boot_delay=BOOT, max_count=1)
+    p = plan(Snapshot(now=0.0, node_types=(capped,), nodes=(), pending=gang), NO_HEADROOM)
+    assert not p.launches
+    assert sorted(p.waiting) == ["g0", "g1"]
+
+
+def test_incomplete_gang_waits_without_provisioning() -> None:
+    gang = (pod("g0", gpus=8, gang="job", gang_size=2),)
+    p = plan(Snapshot(now=0.0, node_types=(V100x8,), nodes=(), pending=gang), NO_HEADROOM)
+    assert not p.launches
+    assert p.waiting == ("g0",)
+
+
+def test_no_duplicate_node_for_a_pod_promised_to_a_booting_node() -> None:
+    booting = node("n7", T4x4, state=NodeState.BOOTING, devs=(0, 1000, 1000, 1000), cpu=28000, mem=122880)
+    snap = Snapshot(
+        now=100.0,
+        node_types=(T4x4,),
+        nodes=(booting,),
+        pending=(pod("promised"), pod("fresh")),
+        promised=(("promised", "n7"),),
+    )
+    p = plan(snap, NO_HEADROOM)
+    assert not p.launches
+    # the new pod uses the booting node's spare capacity instead of a new node
+    assert [(n.pod, n.node) for n in p.nominations] == [("fresh", "n7")]
+    assert "until the node's GPUs are allocatable" in p.nominations[0].k8s
+
+
+def test_promise_to_a_vanished_node_is_replanned() -> None:
+    snap = Snapshot(
+        now=0.0, node_types=(T4x4,), nodes=(), pending=(pod("x"),), promised=(("x", "gone-node"),)
+    )
+    p = plan(snap, NO_HEADROOM)
+    assert [launch.pods for launch in p.launches] == [("x",)]
+
+
+def test_empty_node_is_drained_when_the_forecast_needs_nothing() -> None:
+    snap = Snapshot(now=5000.0, node_types=(T4x4,), nodes=(node("idle", T4x4),), pending=())
+    p = plan(snap, PlannerConfig())
+    assert [d.node for d in p.drains] == ["idle"]
+    assert not p.headroom
+
+
+def test_empty_node_is_held_when_the_forecast_expects_demand_within_its_boot_delay() -> None:
+    recent = tuple(pod(f"r{i}", arrival=4900.0 + i) for i in range(2))
+    snap = Snapshot(now=5000.0, node_types=(T4x4,), nodes=(node("idle", T4x4),), pending=(), recent=recent)
+    p = plan(snap, PlannerConfig())
+    assert p.headroom == ("idle",)
+    assert not p.drains
+    assert not p.launches
+
+
+def test_headroom_launch_is_sized_from_the_forecast_not_a_constant() -> None:
+    """No capacity, a burst of 6 one-GPU arrivals in the last window: two 4-GPU nodes of headroom."""
+    burst = tuple(pod(f"b{i}", arrival=4800.0 + i) for i in range(6))
+    snap = Snapshot(now=5000.0, node_types=(T4x4,), nodes=(), pending=(), recent=burst)
+    p = plan(snap, PlannerConfig(consolidate=False))
+    assert [launch.purpose for launch in p.launches] == ["headroom", "headroom"]
+    quiet = Snapshot(now=5000.0, node_types=(T4x4,), nodes=(), pending=(), recent=burst[:1])
+    assert len(plan(quiet, PlannerConfig(consolidate=False)).launches) == 1
+    old = Snapshot(now=50_000.0, node_types=(T4x4,), nodes=(), pending=(), recent=burst)
+    assert not plan(old, PlannerConfig(consolidate=False)).launches
+
+
+def test_taints_and_selectors_steer_type_choice() -> None:
+    tainted = NodeType("t4-4-tainted", 32000, 131072, 4, "T4", 1.0, taints=(Taint("dedicated", "ml"),))
+    p = plan(Snapshot(now=0.0, node_types=(tainted, T4x4), nodes=(), pending=(pod("x"),)), NO_HEADROOM)
+    assert p.launches[0].type == "t4-4"
+    tol = pod("y", tolerations=(Toleration("dedicated", "Equal", "ml"),))
+    p = plan(Snapshot(now=0.0, node_types=(tainted, T4x4), nodes=(), pending=(tol,)), NO_HEADROOM)
+    assert p.launches[0].type == "t4-4-tainted"
+    sel = pod("z", node_selector=(("node.kubernetes.io/instance-type", "v100-8"),))
+    p = plan(Snapshot(now=0.0, node_types=(T4x4, V100x8), nodes=(), pending=(sel,)), NO_HEADROOM)
+    assert p.launches[0].type == "v100-8"
+
+
+def test_pod_larger_than_every_type_is_unplaceable_with_reason() -> None:
+    big = pod("huge", gpus=16)
+    p = plan(Snapshot(now=0.0, node_types=(T4x4, CPU), nodes=(), pending=(big, pod("ok"))), NO_HEADROOM)
+    assert [u[0] for u in p.unplaceable] == ["huge"]
+    assert "nvidia.com/gpu 16 > 4" in p.unplaceable[0][1]
+    assert [launch.pods for launch in p.launches] == [("ok",)]
+
+
+def test_consolidation_empties_a_lightly_used_node_whose_pods_fit_elsewhere() -> None:
+    a_pod, b_pod = pod("a1", milli=500), pod("b1", milli=300)
+    nodes = (
+        node("a", T4x4, devs=(500, 0, 0, 0), bound=(a_pod, pod("a2"), pod("a3"), pod("a4"))),
+        node("b", T4x4, devs=(700, 1000, 1000, 1000), bound=(b_pod,)),
+    )
+    p = plan(Snapshot(now=0.0, node_types=(T4x4,), nodes=nodes, pending=()), PlannerConfig(headroom=False))
+    assert [d.node for d in p.drains] == ["b"]
+    assert "consolidate" in p.drains[0].reason
+
+
+def test_plan_is_deterministic() -> None:
+    pending = tuple(pod(f"p{i}", milli=(i * 137) % 900 + 100) for i in range(40))
+    snap = Snapshot(now=0.0, node_types=(T4x4, V100x8, V100x1, CPU), nodes=(), pending=pending)
+    assert plan(snap) == plan(snap)
