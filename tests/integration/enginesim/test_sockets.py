@@ -1,0 +1,29 @@
+"""Replica listening sockets give accepted connections TCP_NODELAY (else Nagle + delayed ACK add ~40 ms)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from capstan.enginesim._serve import _bind
+
+pytestmark = pytest.mark.integration
+
+
+def test_accepted_connections_are_tcp_with_nodelay() -> None:
+    listener = _bind("127.0.0.1", 0)
+    try:
+        listener.setblocking(True)
+        listener.listen(1)
+        client = socket.create_connection(listener.getsockname(), timeout=5)
+        conn, _ = listener.accept()
+        try:
+            # asyncio sets TCP_NODELAY only on sockets whose proto is TCP; Linux also inherits it from the listener.
+            assert conn.proto == socket.IPPROTO_TCP
+            assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        finally:
+            conn.close()
+            client.close()
+    finally:
+        listener.close()
