@@ -141,7 +141,7 @@ class ProxyConfig(StrictModel):
         default=3, ge=1, description="endpoints tried when one fails before the first byte"
     )
     upstream_client: Literal["aiohttp", "httpx"] = Field(
-        default="httpx", description="HTTP client for upstream requests (see bench/route_http.py)"
+        default="aiohttp", description="HTTP client for upstream requests (see bench/route_http.py)"
     )
     poll_interval_s: float = Field(default=0.075, ge=0.01, le=10)
     poll_timeout_s: float = Field(default=0.5, gt=0)
