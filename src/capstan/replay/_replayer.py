@@ -55,6 +55,10 @@ class BackendCounters:
     generation_tokens: float = 0.0
     gpu_busy_seconds: float = 0.0
     prefill_tokens_computed: float = 0.0
+    ttft_sum: float = 0.0
+    ttft_count: float = 0.0
+    e2e_sum: float = 0.0
+    e2e_count: float = 0.0
     error: str | None = None
 
 
@@ -126,6 +130,11 @@ def summarize(report: ReplayReport) -> dict[str, float]:
         s["backend_hit_ratio"] = h / q if q else math.nan
         s["gpu_seconds_per_request"] = busy / len(ok) if ok else math.nan
         s["busiest_prefill_over_mean"] = max(prefill) / mean_prefill if mean_prefill else math.nan
+        # The backends' own view (their /metrics histograms): free of client-side and network overhead.
+        n_ttft = sum(b.ttft_count for b in readable)
+        n_e2e = sum(b.e2e_count for b in readable)
+        s["backend_ttft_mean"] = sum(b.ttft_sum for b in readable) / n_ttft if n_ttft else math.nan
+        s["backend_e2e_mean"] = sum(b.e2e_sum for b in readable) / n_e2e if n_e2e else math.nan
     return s
 
 
@@ -143,7 +152,15 @@ async def read_counters(client: httpx.AsyncClient, base_url: str) -> BackendCoun
         resp = await client.get(base_url.rstrip("/") + "/metrics", timeout=10.0)
         resp.raise_for_status()
         values: dict[str, float] = {}
+        histograms = {"vllm:time_to_first_token_seconds": "ttft", "vllm:e2e_request_latency_seconds": "e2e"}
         for fam in text_string_to_metric_families(resp.text):
+            hist = histograms.get(fam.name)
+            if hist is not None:
+                for suffix in ("sum", "count"):
+                    values[f"{hist}_{suffix}"] = sum(
+                        s.value for s in fam.samples if s.name.endswith("_" + suffix)
+                    )
+                continue
             key = names.get(fam.name)
             if key is None:
                 continue
@@ -157,6 +174,10 @@ async def read_counters(client: httpx.AsyncClient, base_url: str) -> BackendCoun
             generation_tokens=g("generation_tokens", 0.0),
             gpu_busy_seconds=g("gpu_busy_seconds", 0.0),
             prefill_tokens_computed=g("prefill_tokens_computed", 0.0),
+            ttft_sum=g("ttft_sum", 0.0),
+            ttft_count=g("ttft_count", 0.0),
+            e2e_sum=g("e2e_sum", 0.0),
+            e2e_count=g("e2e_count", 0.0),
         )
     except (httpx.HTTPError, ValueError) as exc:
         return BackendCounters(url=base_url, error=f"{type(exc).__name__}: {exc}")

@@ -49,6 +49,8 @@ async def test_agentic_replay_records_cache_reuse_and_counters() -> None:
     assert backend.prefix_cache_queries == sum(r.prompt_tokens for r in report.results)
     assert backend.gpu_busy_seconds > 0
     assert report.summary["backend_hit_ratio"] == pytest.approx(report.summary["usage_hit_ratio"])
+    assert backend.ttft_count == 12 and backend.e2e_count == 12
+    assert 0 < report.summary["backend_ttft_mean"] <= report.summary["backend_e2e_mean"]
 
 
 async def test_schedule_is_honoured_and_errors_are_recorded() -> None:
