@@ -1,0 +1,404 @@
+"""The live shell of restart diagnostics: watch pods, gather each restart's evidence, notify, record.
+
+Pure decisions (detection, report, noise control, rendering) live in the other modules; this one only fetches and
+writes. Per restart it reads, each with a timeout and each allowed to fail without stopping the report: the owner
+chain (ReplicaSet → Deployment…), the node, the pod's Events (by uid), the previous container's log, and the
+changes the history recorder stored for the workload, its ConfigMaps/Secrets and its node in the preceding window.
+Messages go through the store's outbox (so a crash loses none) and one drainer delivers them.
+
+Work for one pod is handled in order by one worker (a pod's restarts hash to the same worker), so its restart
+records and last-seen counts never go backwards; different pods are handled concurrently by a bounded pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from capstan.kube import ApiError, Delta, Informer, KubeClient, resources
+from capstan.notify import Drainer, NotifyMetrics, build_sink
+from capstan.restarts._config import RestartsConfig
+from capstan.restarts._detect import ContainerRestart, Pod, detect_restarts, detect_while_down, pod_uid
+from capstan.restarts._pipeline import RestartNotifier
+from capstan.restarts._records import last_seen, restart_batch, unsent_digested
+from capstan.restarts._render import recovered_digest_notices
+from capstan.restarts._report import RecordedChange, RestartSnapshot
+from capstan.store import Batch, Store
+
+log = logging.getLogger(__name__)
+
+_OWNER_KINDS = {
+    "ReplicaSet": resources.REPLICASETS,
+    "Deployment": resources.DEPLOYMENTS,
+    "StatefulSet": resources.STATEFULSETS,
+    "DaemonSet": resources.DAEMONSETS,
+    "Job": resources.JOBS,
+    "CronJob": resources.CRONJOBS,
+}
+_LOG_LIMIT_BYTES = 512 * 1024
+
+
+def slim_pod(pod: Pod) -> dict[str, Any]:
+    """What detection needs of the previous version of a pod: identity, sidecar policy, container counts."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta},
+        "spec": {
+            "initContainers": [
+                {"name": c.get("name"), "restartPolicy": c.get("restartPolicy")}
+                for c in spec.get("initContainers") or []
+            ]
+        },
+        "status": {
+            key: [
+                {"name": s.get("name"), "restartCount": s.get("restartCount", 0)}
+                for s in status.get(key) or []
+            ]
+            for key in ("initContainerStatuses", "containerStatuses")
+        },
+    }
+
+
+def referenced_config(pod: Pod) -> set[tuple[str, str]]:
+    """(kind, name) of the ConfigMaps and Secrets a pod mounts or reads into its environment."""
+    spec = pod.get("spec") or {}
+    refs: set[tuple[str, str]] = set()
+    for vol in spec.get("volumes") or []:
+        if (vol.get("configMap") or {}).get("name"):
+            refs.add(("ConfigMap", vol["configMap"]["name"]))
+        if (vol.get("secret") or {}).get("secretName"):
+            refs.add(("Secret", vol["secret"]["secretName"]))
+        for src in (vol.get("projected") or {}).get("sources") or []:
+            if (src.get("configMap") or {}).get("name"):
+                refs.add(("ConfigMap", src["configMap"]["name"]))
+            if (src.get("secret") or {}).get("name"):
+                refs.add(("Secret", src["secret"]["name"]))
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        for env_from in c.get("envFrom") or []:
+            if (env_from.get("configMapRef") or {}).get("name"):
+                refs.add(("ConfigMap", env_from["configMapRef"]["name"]))
+            if (env_from.get("secretRef") or {}).get("name"):
+                refs.add(("Secret", env_from["secretRef"]["name"]))
+        for env in c.get("env") or []:
+            source = env.get("valueFrom") or {}
+            if (source.get("configMapKeyRef") or {}).get("name"):
+                refs.add(("ConfigMap", source["configMapKeyRef"]["name"]))
+            if (source.get("secretKeyRef") or {}).get("name"):
+                refs.add(("Secret", source["secretKeyRef"]["name"]))
+    return refs
+
+
+def summarize_patch(kind: str, patch: list[dict[str, Any]] | None, change: str) -> str:
+    """A short description of what changed (paths only for Secrets: a value is never shown)."""
+    if change != "modified" or not patch:
+        return change
+    paths = []
+    for op in patch:
+        path = str(op.get("path", ""))
+        if kind == "Secret" and path.startswith("/data"):
+            path = "/data"
+        paths.append(f"{op.get('op')} {path}")
+    unique = list(dict.fromkeys(paths))
+    more = f" (+{len(unique) - 5} more)" if len(unique) > 5 else ""
+    return "; ".join(unique[:5]) + more
+
+
+class RestartWatcher:
+    """Runs restart diagnostics for one cluster until stopped."""
+
+    def __init__(
+        self,
+        config: RestartsConfig,
+        client: KubeClient,
+        store: Store,
+        *,
+        source: str = "default",
+        namespace: str | None = None,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        registry: CollectorRegistry | None = None,
+        workers: int = 8,
+        call_timeout: float = 5.0,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.store = store
+        self.source = source
+        self.namespace = namespace
+        self.clock = clock
+        self.registry = registry or CollectorRegistry()
+        self.sinks = {s.name: build_sink(s) for s in config.sinks}
+        self.drainer = Drainer(
+            store,
+            self.sinks,
+            clock=clock,
+            rng=rng or random.Random(0),
+            policy=config.delivery,
+            metrics=NotifyMetrics(self.registry),
+        )
+        self.notifier = RestartNotifier(config, self.drainer.enqueue)
+        self.workers = workers
+        self.call_timeout = call_timeout
+        self._previous: dict[str, dict[str, Any]] = {}
+        self._queues: list[asyncio.Queue[tuple[Pod, list[ContainerRestart], float] | None]] = []
+        self.synced = asyncio.Event()
+        self.handled = 0
+        self._owner_cache: dict[tuple[str, str, str], tuple[float, Mapping[str, Any] | None]] = {}
+
+    # ---- evidence -----------------------------------------------------------------------------------------------
+    async def _get(self, coro: Any) -> Any:
+        async with asyncio.timeout(self.call_timeout):
+            return await coro
+
+    async def _owners(self, pod: Pod) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+        found: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        obj: Mapping[str, Any] | None = pod
+        now = self.clock()
+        for _ in range(5):  # bounded walk up the controller chain
+            refs = (obj.get("metadata") or {}).get("ownerReferences") if obj else None
+            ref = next((r for r in refs or [] if r.get("controller")), None)
+            if ref is None or ref.get("kind") not in _OWNER_KINDS:
+                break
+            key = (str(ref["kind"]), namespace, str(ref["name"]))
+            cached = self._owner_cache.get(key)
+            if cached is not None and now - cached[0] < 30.0:
+                obj = cached[1]
+            else:
+                try:
+                    obj = await self._get(self.client.get(_OWNER_KINDS[key[0]], key[2], namespace))
+                except (ApiError, TimeoutError):
+                    obj = None
+                self._owner_cache[key] = (now, obj)
+            if obj is None:
+                break
+            found[key] = obj
+        return found
+
+    def _changes(
+        self, pod: Pod, owners: Mapping[tuple[str, str, str], Mapping[str, Any]], now: float
+    ) -> list[RecordedChange]:
+        window = self.config.report.change_window_seconds
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "")
+        targets = {(kind, namespace, name) for kind, _, name in owners}
+        targets |= {(kind, namespace, name) for kind, name in referenced_config(pod)}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            targets.add(("Node", "", str(node)))
+        out: list[RecordedChange] = []
+        for kind, ns, name in sorted(targets):
+            for c in self.store.timeline(
+                source=self.source,
+                kind=kind,
+                namespace=ns,
+                name=name,
+                since=now - window,
+                until=now,
+                limit=50,
+            ):
+                if kind == "Node" and c.change_type == "modified" and not c.patch:
+                    continue
+                out.append(
+                    RecordedChange(
+                        c.observed_at,
+                        kind,
+                        ns,
+                        name,
+                        c.change_type,
+                        summarize_patch(kind, c.patch, c.change_type),
+                    )
+                )
+        return sorted(out, key=lambda r: r.at)
+
+    async def snapshot(self, restart: ContainerRestart, pod: Pod, now: float) -> RestartSnapshot:
+        """Gather everything a report needs; every part may fail on its own and is then described, not fatal."""
+        meta = pod.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        owners = await self._owners(pod)
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        node: Mapping[str, Any] | None = None
+        node_error: str | None = None
+        if node_name:
+            try:
+                node = await self._get(self.client.get(resources.NODES, str(node_name)))
+            except ApiError as exc:
+                node_error = (
+                    f"node {node_name} not found (deleted?)" if exc.not_found else f"node {node_name}: {exc}"
+                )
+            except TimeoutError:
+                node_error = f"node {node_name}: no answer within {self.call_timeout:.0f} s"
+        else:
+            node_error = "pod is not bound to a node"
+        events: list[dict[str, Any]] = []
+        with contextlib.suppress(ApiError, TimeoutError):
+            events, _ = await self._get(
+                self.client.list(
+                    resources.EVENTS, namespace=namespace, field_selector=f"involvedObject.uid={pod_uid(pod)}"
+                )
+            )
+        previous_log: str | None = None
+        log_error: str | None = None
+        try:
+            previous_log = await self._get(
+                self.client.pod_log(
+                    namespace,
+                    name,
+                    restart.container,
+                    previous=True,
+                    tail_lines=max(self.config.report.log_lines * 4, 200),
+                    limit_bytes=_LOG_LIMIT_BYTES,
+                )
+            )
+        except ApiError as exc:
+            log_error = exc.message or str(exc)
+        except TimeoutError:
+            log_error = f"no answer within {self.call_timeout:.0f} s"
+        try:
+            changes = await asyncio.to_thread(self._changes, pod, owners, now)
+        except Exception as exc:  # the history store is optional evidence
+            log.warning("recorded changes unavailable", extra={"error": str(exc)})
+            changes = []
+        return RestartSnapshot(
+            restart=restart,
+            pod=pod,
+            observed_at=now,
+            owners=owners,
+            node=node,
+            node_error=node_error,
+            events=events,
+            previous_log=previous_log,
+            log_error=log_error,
+            changes=changes,
+        )
+
+    # ---- handling -------------------------------------------------------------------------------------------------
+    async def _handle(self, pod: Pod, restarts: list[ContainerRestart], now: float) -> None:
+        notify: dict[str, str] = {}
+        for restart in restarts:
+            snap = await self.snapshot(restart, pod, now)
+            outcome = self.notifier.on_restart(snap, now)
+            notify[restart.container] = outcome.action
+        batch = restart_batch(pod, restarts, now, notify=notify)
+        await asyncio.to_thread(self.store.write, batch)
+        self.handled += len(restarts)
+
+    async def _worker(self, queue: asyncio.Queue[tuple[Pod, list[ContainerRestart], float] | None]) -> None:
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            pod, restarts, now = item
+            try:
+                await self._handle(pod, restarts, now)
+            except Exception:
+                log.exception(
+                    "restart handling failed", extra={"pod": (pod.get("metadata") or {}).get("name")}
+                )
+            finally:
+                queue.task_done()
+
+    def _dispatch(self, pod: Pod, restarts: list[ContainerRestart], now: float) -> None:
+        index = zlib.crc32(pod_uid(pod).encode()) % len(self._queues)
+        self._queues[index].put_nowait((pod, restarts, now))
+
+    async def _baseline(self, pods: list[Pod], now: float) -> None:
+        batch = Batch()
+        for pod in pods:
+            batch.extend(restart_batch(pod, [], now))
+        if not batch.is_empty():
+            await asyncio.to_thread(self.store.write, batch)
+
+    def _recover_digests(self, now: float) -> None:
+        """Digests that were still being collected when Capstan stopped are sent now (nothing is lost)."""
+        window = max(self.config.mute_seconds, self.config.cap_window_seconds) * 2 + 3600
+        records = self.store.restarts(since=now - window, limit=100_000)
+        payloads = [item.payload for item in self.store.outbox(limit=100_000)]
+        lost = unsent_digested(records, payloads)
+        if lost:
+            for notice in recovered_digest_notices(
+                lost, self.config.cluster_name, since=now - window, until=now
+            ):
+                for dest in self.sinks:
+                    self.drainer.enqueue(dest, notice, f"recovered/{notice.title}/{now:.0f}/{dest}")
+
+    async def _on_delta(self, delta: Delta, last: Mapping[tuple[str, str], int], initial: list[Pod]) -> None:
+        if delta.type == "synced":
+            await self._baseline(initial, self.clock())
+            initial.clear()
+            self.synced.set()
+            return
+        pod = delta.obj
+        assert pod is not None
+        uid = pod_uid(pod)
+        now = self.clock()
+        if delta.type == "deleted":
+            self._previous.pop(uid, None)
+            return
+        old = self._previous.get(uid)
+        if old is None:
+            # First sight: restarts since the stored counts (Capstan was down), else a baseline only.
+            restarts = detect_while_down(pod, last)
+            if restarts:
+                self._dispatch(pod, restarts, now)
+            elif delta.via == "watch":
+                await self._baseline([pod], now)
+            else:
+                initial.append(pod)
+        else:
+            restarts = detect_restarts(old, pod)
+            if restarts:
+                self._dispatch(pod, restarts, now)
+        self._previous[uid] = slim_pod(pod)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        now = self.clock()
+        last = last_seen(await asyncio.to_thread(self.store.restart_counts))
+        await asyncio.to_thread(self._recover_digests, now)
+        self._queues = [asyncio.Queue() for _ in range(self.workers)]
+        workers = [asyncio.create_task(self._worker(q)) for q in self._queues]
+        drainer = asyncio.create_task(self.drainer.run(stop))
+        informer = Informer(self.client, resources.PODS, namespace=self.namespace, keep_objects=False)
+
+        async def ticker() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+                self.notifier.tick(self.clock())
+
+        tick = asyncio.create_task(ticker())
+        initial: list[Pod] = []
+
+        async def consume() -> None:
+            async for delta in informer.deltas():
+                await self._on_delta(delta, last, initial)
+
+        consumer = asyncio.create_task(consume())
+        try:
+            await stop.wait()
+        finally:
+            informer.stop()
+            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+            for q in self._queues:
+                q.put_nowait(None)
+            await asyncio.gather(*workers, return_exceptions=True)
+            self.notifier.flush(self.clock())
+            tick.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await tick
+            # One last bounded pass so what is due now goes out; the rest stays in the outbox for next time.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.drainer.drain_once(), timeout=10)
+            await asyncio.gather(drainer, return_exceptions=True)
