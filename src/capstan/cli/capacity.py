@@ -64,7 +64,7 @@ def resolve_node_types(trace: str, nodes: Path | None, boot: Delay, gpu_ready: D
 
 def summary_table(summaries: list[Summary], title: str) -> Table:
     table = Table(title=title)
-    table.add_column("policy")
+    table.add_column("policy", no_wrap=True, min_width=18)
     for col in ("GPU-h", "alloc %", "idle GPU-h", *(f"idle {c}" for c in IDLE_CAUSES)):
         table.add_column(col, justify="right")
     table.add_column("pending p50/p95/p99 (s)", justify="right")
@@ -136,6 +136,8 @@ def simulate(
 ) -> None:
     """Replay a trace against capacity policies: idle GPU-hours by cause, pending time by stage, cost, churn."""
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=260)  # the table is wide; keep it readable in logs and pipes
     boot = Delay("fixed", parse_duration(boot_delay, "--boot-delay"))
     ready = Delay("fixed", parse_duration(gpu_ready_delay, "--gpu-ready-delay"))
     for name in policy:

@@ -16,6 +16,7 @@ from capstan.logs import configure_logging
 
 def build_app() -> typer.Typer:
     """Assemble the CLI; each capability owns one module under ``capstan.cli`` that exposes ``app``."""
+    from capstan.cli import capacity as capacity_cli
     from capstan.cli import demo as demo_cli
     from capstan.cli import dev as dev_cli
     from capstan.cli import enginesim as enginesim_cli
@@ -46,6 +47,7 @@ def build_app() -> typer.Typer:
     app.add_typer(sandbox_cli.app, name="sandbox")
     app.add_typer(demo_cli.app, name="demo")
     # Capability sub-apps register below, one line each.
+    app.add_typer(capacity_cli.app, name="capacity")
     app.add_typer(dev_cli.app, name="dev")
     app.add_typer(restarts_cli.app, name="restarts")
     app.add_typer(enginesim_cli.app, name="enginesim")

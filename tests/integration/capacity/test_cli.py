@@ -1,0 +1,122 @@
+"""``capstan capacity simulate`` end to end: real trace files, a real process, its table, plots and errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+OPENB = ROOT / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
+HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+
+
+def capstan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from capstan.cli.main import main; main()", "capacity", "simulate", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+
+
+def test_simulate_openb_prints_table_and_writes_plots(tmp_path: Path) -> None:
+    out = tmp_path / "plots"
+    r = capstan(
+        "--trace",
+        str(OPENB / "openb_pod_list_gpuspec20.csv"),
+        "--max-pods",
+        "150",
+        "--policy",
+        "capstan",
+        "--policy",
+        "cluster-autoscaler",
+        "--policy",
+        "static",
+        "--boot-delay",
+        "4m",
+        "--out",
+        str(out),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "capstan" in r.stdout and "cluster-autoscaler" in r.stdout and "static" in r.stdout
+    assert "idle" in r.stdout and "cost" in r.stdout
+    assert "conservation check failed" not in r.stdout
+    for name in ("idle_gpu_hours.png", "pending_p99.png", "cost_allocation.png"):
+        assert (out / name).stat().st_size > 1000
+
+
+def test_sweep_writes_the_boot_delay_plot(tmp_path: Path) -> None:
+    r = capstan(
+        "--trace",
+        "synthetic:agentic:0.1",
+        "--policy",
+        "capstan",
+        "--policy",
+        "cluster-autoscaler",
+        "--sweep",
+        "--out",
+        str(tmp_path),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "Boot-delay sweep" in r.stdout
+    assert (tmp_path / "boot_delay_sweep.png").stat().st_size > 1000
+
+
+def test_unknown_policy_is_one_line_exit_2(tmp_path: Path) -> None:
+    r = capstan("--trace", "synthetic:agentic:0.1", "--policy", "magic", "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "--policy magic: unknown policy" in r.stderr
+
+
+def test_bad_node_type_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    f = tmp_path / "types.yaml"
+    f.write_text("node_types:\n  - name: x\n    cpu_milli: 1000\n    memory_mib: 1024\n    gpus: 2\n")
+    r = capstan("--trace", "synthetic:agentic:0.1", "--nodes", str(f), "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "types.yaml" in r.stderr and "gpus" in r.stderr
+
+
+def test_malformed_trace_row_names_file_and_line(tmp_path: Path) -> None:
+    f = tmp_path / "pods.csv"
+    f.write_text(HEADER + "p0,1000,1024,1,500,,LS,Running,0,10,0\np1,1000,1024,1,500,,LS,Running,0,oops,0\n")
+    r = capstan("--trace", str(f), "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert f"{f}:3: column deletion_time" in r.stderr
+
+
+def test_pod_larger_than_every_type_is_reported_and_run_goes_on(tmp_path: Path) -> None:
+    types = tmp_path / "types.yaml"
+    types.write_text(
+        "node_types:\n"
+        "  - name: l4-1\n    cpu_milli: 8000\n    memory_mib: 32768\n    gpu: 1\n    gpu_model: L4\n"
+        "    price_per_hour: 0.8\n    boot_delay: {kind: uniform, low: 120, high: 240}\n"
+    )
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        HEADER
+        + "small,1000,1024,1,500,,LS,Running,0,600,0\n"
+        + "huge,1000,1024,8,1000,,LS,Running,10,600,10\n"
+        + "later,1000,1024,1,1000,,LS,Running,20,900,20\n"
+    )
+    r = capstan(
+        "--trace",
+        str(pods),
+        "--nodes",
+        str(types),
+        "--policy",
+        "capstan",
+        "--policy",
+        "cluster-autoscaler",
+        "--out",
+        str(tmp_path),
+    )
+    assert r.returncode == 0, r.stderr
+    assert "1 pod(s) not placed: fits no node type" in r.stdout
