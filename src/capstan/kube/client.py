@@ -216,6 +216,41 @@ class KubeClient:
         result: dict[str, Any] = await self.request("GET", resource.collection_path(namespace), query=query)
         return result
 
+    async def list_pages(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = LIST_PAGE,
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        """Pages of one consistent list (``continue`` tokens pin the snapshot), each with the list's resourceVersion.
+
+        Consumers that need not hold every object at once (the informer) process page by page, so a list of 10k pods
+        costs one page of memory, not ten thousand objects.
+        """
+        token: str | None = None
+        for _ in range(_MAX_PAGES):
+            page = await self.list_page(
+                resource,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=limit,
+                continue_token=token,
+            )
+            items = page.get("items") or []
+            for item in items:
+                item.setdefault("kind", resource.kind)
+                item.setdefault("apiVersion", resource.api_version)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or None
+            yield items, str(meta.get("resourceVersion") or "")
+            if not token:
+                return
+        raise ApiError(0, "TooManyPages", f"list {resource.name}: more than {_MAX_PAGES} pages")
+
     async def list(
         self,
         resource: Resource,

@@ -153,21 +153,36 @@ class Informer:
         else:
             self.state[key] = delta.obj if self.keep_objects else _minimal(delta.obj)
 
-    async def _list(self) -> list[Delta]:
-        items, rv = await self.client.list(
+    async def _list(self) -> AsyncIterator[Delta]:
+        """A (re)list, page by page: added/modified per page, deletions once every page was seen, then synced."""
+        first = not self._has_known and self.stats.lists == 0
+        via: Via = "list" if first else "relist"
+        seen: set[str] = set()
+        rv = ""
+        async for items, page_rv in self.client.list_pages(
             self.resource,
             namespace=self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
-        )
+        ):
+            rv = page_rv or rv
+            page_known = {}
+            for obj in items:
+                key = object_key(obj)
+                seen.add(key)
+                if key in self.state:
+                    page_known[key] = self.state[key]
+            for delta in diff_states(page_known, items, rv, via=via):
+                yield delta
+        gone = {key: self.state[key] for key in self.state.keys() - seen}
+        for delta in diff_states(gone, [], rv, via=via):
+            yield delta
         self.stats.lists += 1
-        first = not self._has_known and self.stats.lists == 1
-        deltas = diff_states(self.state, items, rv, via="list" if first else "relist")
         if not first:
             self.stats.relists += 1
         self._has_known = True
         self.resource_version = rv
-        return [*deltas, Delta("synced", None, "list" if first else "relist", rv)]
+        yield Delta("synced", None, via, rv)
 
     def _apply_event(self, event: Mapping[str, Any]) -> list[Delta]:
         etype = event.get("type")
@@ -210,7 +225,7 @@ class Informer:
         while not self._stopped.is_set():
             try:
                 if need_list:
-                    for delta in await self._list():
+                    async for delta in self._list():
                         self._remember(delta)
                         yield delta
                     need_list = False

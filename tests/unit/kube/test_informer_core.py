@@ -101,3 +101,38 @@ def test_resource_for() -> None:
     assert resources.NODES.item_path("n1", subresource="status") == "/api/v1/nodes/n1/status"
     with pytest.raises(Exception, match="unknown kind 'Gizmo'"):
         resource_for("Gizmo")
+
+
+class _PagedClient:
+    """Serves one list in pages, then a watch that ends at once (a fake for the pure relist logic)."""
+
+    def __init__(self, pages: list[list[dict[str, Any]]], rv: str) -> None:
+        self.pages = pages
+        self.rv = rv
+
+    async def list_pages(self, resource: Any, **kw: Any) -> Any:
+        for page in self.pages:
+            yield [dict(o) for o in page], self.rv
+
+    async def watch(self, resource: Any, **kw: Any) -> Any:
+        raise ApiError(410, "Expired", "too old")
+        yield  # pragma: no cover
+
+
+async def test_paged_relist_diffs_each_page_and_deletes_at_the_end() -> None:
+    known = {"a/x": obj("x", 1), "a/y": obj("y", 2), "a/gone": obj("gone", 3)}
+    client = _PagedClient([[obj("x", 1), obj("y", 5)], [obj("z", 9)]], rv="10")
+    inf = Informer(client, resources.CONFIGMAPS, known=known)  # type: ignore[arg-type]
+    out = []
+    async for delta in inf.deltas():
+        out.append((delta.type, delta.key, delta.via))
+        if delta.type == "synced":
+            inf.stop()
+            break
+    assert out == [
+        ("modified", "a/y", "relist"),
+        ("added", "a/z", "relist"),
+        ("deleted", "a/gone", "relist"),
+        ("synced", "", "relist"),
+    ]
+    assert set(inf.state) == {"a/x", "a/y", "a/z"} and inf.resource_version == "10"
