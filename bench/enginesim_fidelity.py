@@ -174,16 +174,17 @@ async def http_ttft(
 # ---- 2: throughput of one process ----------------------------------------------------------------------------
 async def closed_loop(
     ports: list[int], prompt: str, concurrency: int, seconds: float, stream: bool
-) -> tuple[float, int, int]:
+) -> tuple[float, int, int, str]:
     done = 0
     errors = 0
+    first_error = ""
     stop_at = time.monotonic() + seconds
     limits = httpx.Limits(max_connections=concurrency * 2)
 
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
 
         async def worker(i: int) -> None:
-            nonlocal done, errors
+            nonlocal done, errors, first_error
             n = 0
             while time.monotonic() < stop_at:  # bounded by the deadline
                 port = ports[(i + n) % len(ports)]
@@ -195,6 +196,7 @@ async def closed_loop(
                     "stream": stream,
                 }
                 url = f"http://127.0.0.1:{port}/v1/completions"
+                why = ""
                 try:
                     if stream:
                         async with client.stream("POST", url, json=body) as resp:
@@ -202,9 +204,13 @@ async def closed_loop(
                                 pass
                             ok = resp.status_code == 200
                     else:
-                        ok = (await client.post(url, json=body)).status_code == 200
-                except httpx.HTTPError:
-                    ok = False
+                        resp = await client.post(url, json=body)
+                        ok = resp.status_code == 200
+                    why = "" if ok else f"HTTP {resp.status_code}"
+                except httpx.HTTPError as exc:
+                    ok, why = False, repr(exc)[:200]
+                if why and not first_error:
+                    first_error = why
                 if ok:
                     done += 1
                 else:
@@ -212,7 +218,7 @@ async def closed_loop(
 
         start = time.monotonic()
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
-        return done / (time.monotonic() - start), errors, done
+        return done / (time.monotonic() - start), errors, done, first_error
 
 
 # ---- 3: whole-trace speed on the virtual clock --------------------------------------------------------------
@@ -344,7 +350,9 @@ def main() -> None:
             for stream in (False, True):
                 server = psutil.Process(proc.pid)
                 cpu0, own0 = sum(server.cpu_times()[:2]), time.process_time()
-                rps, errs, done = asyncio.run(closed_loop(ports, prompt, conc, seconds, stream))
+                rps, errs, done, why = asyncio.run(closed_loop(ports, prompt, conc, seconds, stream))
+                if why:
+                    console.print(f"{label} {'stream' if stream else 'json'}: first error: {why}")
                 server_ms = (sum(server.cpu_times()[:2]) - cpu0) / max(1, done) * 1e3
                 client_ms = (time.process_time() - own0) / max(1, done) * 1e3
                 rows.append((label, "stream" if stream else "json", rps, errs, server_ms, client_ms))

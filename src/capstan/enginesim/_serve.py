@@ -67,6 +67,9 @@ async def running_replicas(specs: Sequence[ReplicaSpec]) -> AsyncIterator[list[R
                 log_level="warning",
                 access_log=False,
                 timeout_graceful_shutdown=2,
+                # Longer than clients' idle keep-alive (httpx: 5 s) so a pooled connection is never closed by the
+                # server just as a client reuses it (a reset, not an answer).
+                timeout_keep_alive=65,
             )
             server = _Server(config)
             servers.append(server)

@@ -308,7 +308,12 @@ async def replay(
     """Replay ``requests`` against ``cfg.target``; then read the counters of ``cfg.backends``."""
     if cfg.time_scale <= 0 or cfg.max_concurrency < 1:
         raise ValueError("time_scale must be positive and max_concurrency at least 1")
-    limits = httpx.Limits(max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency)
+    # keepalive_expiry below the common 5 s server idle timeout: never reuse a connection the server may be closing.
+    limits = httpx.Limits(
+        max_connections=cfg.max_concurrency,
+        max_keepalive_connections=cfg.max_concurrency,
+        keepalive_expiry=4.0,
+    )
     timeout = httpx.Timeout(cfg.request_timeout_s, connect=10.0)
     results: list[RequestResult] = []
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
