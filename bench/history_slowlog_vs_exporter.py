@@ -255,7 +255,9 @@ def main() -> None:
             f"{r['scrapes']} scrapes, {r['durations_sampled']} distinct last durations",
         )
     else:
-        table.add_row("redis_exporter", "-", "-", "-", "not built (run without --smoke/--no-build)")
+        table.add_row(
+            "redis_exporter", "-", "-", "-", "not available: build skipped (--smoke/--no-build) or failed"
+        )
     console.print(table)
     (args.out / "history_slowlog_vs_exporter.json").write_text(json.dumps(result, indent=2))
     fig, ax = plt.subplots(figsize=(7, 4))
