@@ -329,7 +329,7 @@ def main() -> None:
     ap.add_argument("--upstream-client", choices=["aiohttp", "httpx"], default="aiohttp", help="Capstan's")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
     args = ap.parse_args()
-    out: Path = args.out
+    out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     if args.smoke:
         args.replicas, args.sessions, args.probes, args.time_scale = 2, 4, 5, 10.0
@@ -444,8 +444,15 @@ def main() -> None:
         "args": {k: str(v) for k, v in vars(args).items()},
         "rows": rows,
     }
+    (out / "route_http.json").write_text(json.dumps(results, indent=1, default=str))
     if not args.smoke and peers_py is not None:
-        clients = compare_clients(args, out, peers_py)
+        try:
+            clients = compare_clients(args, out, peers_py)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, RuntimeError) as exc:
+            err = getattr(exc, "stderr", "") or ""
+            console.print(f"client comparison FAILED: {exc} {err[-500:]}")
+            clients = {}
+            results["clients_error"] = str(exc)
         t = Table(
             title=f"Upstream client at {args.concurrency} concurrent streams ({args.client_requests} requests)"
         )
@@ -453,8 +460,9 @@ def main() -> None:
             t.add_column(c)
         for name, v in clients.items():
             t.add_row(name, f"{v['req_s']:.0f}", f"{v['client_cpu_ms_per_req']:.2f}")
-        console.print(t)
-        results["clients"] = clients
+        if clients:
+            console.print(t)
+            results["clients"] = clients
     ok = [r for r in rows if "error" not in r]
     if ok:
         fig, ax = plt.subplots(figsize=(8, 4.5))
