@@ -483,7 +483,7 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None) -> Plan:
             headroom.append(b.id)
         elif b.kind == "inflight":
             continue  # let it come up: cancelling and relaunching churns; it is drained once idle if unused
-        elif view.idle_since is not None and snapshot.now - view.idle_since < cfg.min_idle_s:
+        elif view.idle_since is not None and snapshot.now < view.idle_since + cfg.min_idle_s:
             recheck.append(view.idle_since + cfg.min_idle_s)
             continue
         elif cfg.drain:

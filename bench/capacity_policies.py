@@ -1,0 +1,180 @@
+"""GPU capacity policies on real and synthetic traces: idle GPU-hours, p99 pending and cost against the goals.
+
+Goals (issue 5), on the same trace and boot delay: Capstan ≤ 0.4× the cluster-autoscaler emulation's idle
+GPU-hours, ≤ 0.2× its p99 pending time, cost ≤ 1.05× the oracle's; each policy replays the 8,152-task openb trace
+in ≤ 10 s on one core. Also: how the figures move when the trace grows 10×.
+
+    .venv/bin/python bench/capacity_policies.py            # full: openb (all tasks), GenAI, synthetic, growth
+    .venv/bin/python bench/capacity_policies.py --smoke    # seconds: small slices of the same inputs
+
+Prints Rich tables, writes bench/out/capacity_policies.json and PNG plots under bench/out/capacity/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from capstan.capacity import (
+    Delay,
+    Summary,
+    Workload,
+    grow,
+    grow_node_types,
+    inference_node_types,
+    load_trace,
+    read_openb_nodes,
+    run_policies,
+    write_plots,
+)
+from capstan.capacity.traces import AgenticSpec, synthetic_agentic
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / ".." / "shared" / "data" / "traces"
+OUT = ROOT / "bench" / "out"
+POLICIES = ["capstan", "cluster-autoscaler", "karpenter", "static", "oracle"]
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("inf") if a else 1.0
+
+
+def row(label: str, s: dict[str, Summary]) -> dict[str, object]:
+    c, ca, o = s["capstan"], s["cluster-autoscaler"], s["oracle"]
+    return {
+        "case": label,
+        "idle_vs_ca": ratio(c.idle_total, ca.idle_total),
+        "p99_vs_ca": ratio(c.pending["total"][2], ca.pending["total"][2]),
+        "cost_vs_oracle": ratio(c.cost, o.cost),
+        "policies": {
+            k: {
+                "idle_gpu_h": v.idle_total,
+                "idle_by_cause": v.idle,
+                "p99_pending_s": v.pending["total"][2],
+                "p50_pending_s": v.pending["total"][0],
+                "cost": v.cost,
+                "allocation_rate": v.allocation_rate,
+                "launches": v.launches,
+                "drains": v.drains,
+                "moves": v.moves,
+                "unplaced": v.unplaced,
+                "seconds": v.seconds,
+                "pods": v.pods,
+                "problems": len(v.problems),
+            }
+            for k, v in s.items()
+        },
+    }
+
+
+def case(console: Console, label: str, workload: Workload, types: tuple, seed: int = 0) -> dict[str, object]:  # type: ignore[type-arg]
+    t0 = time.perf_counter()
+    results = run_policies(workload, types, POLICIES, seed=seed)
+    summaries = {k: v[1] for k, v in results.items()}
+    table = Table(title=f"{label}: {len(workload.pods)} pods ({time.perf_counter() - t0:.0f} s)")
+    for col in (
+        "policy",
+        "idle GPU-h",
+        "booting",
+        "unalloc",
+        "empty",
+        "headroom",
+        "dup",
+        "p50 s",
+        "p99 s",
+        "cost $",
+        "alloc %",
+        "launches",
+        "moves",
+        "unplaced",
+        "run s",
+    ):
+        table.add_column(col, justify="right", no_wrap=True)
+    for name, s in summaries.items():
+        table.add_row(
+            name,
+            f"{s.idle_total:,.1f}",
+            *(f"{s.idle[c]:,.1f}" for c in ("booting", "unallocated", "empty", "headroom", "duplicate")),
+            f"{s.pending['total'][0]:.0f}",
+            f"{s.pending['total'][2]:.0f}",
+            f"{s.cost:,.1f}",
+            f"{100 * s.allocation_rate:.1f}",
+            str(s.launches),
+            str(s.moves),
+            str(s.unplaced),
+            f"{s.seconds:.2f}",
+        )
+    console.print(table)
+    r = row(label, summaries)
+    console.print(
+        f"  capstan/CA idle GPU-h {r['idle_vs_ca']:.2f}× (goal ≤ 0.4), p99 pending {r['p99_vs_ca']:.2f}× "
+        f"(goal ≤ 0.2), cost/oracle {r['cost_vs_oracle']:.2f}× (goal ≤ 1.05)"
+    )
+    write_plots(list(summaries.values()), OUT / "capacity" / label.replace(" ", "_").replace("/", "_"), label)
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="small slices: runs in seconds")
+    ap.add_argument("--boot-delay", type=float, default=300.0, help="seconds, request → Ready")
+    ap.add_argument("--gpu-ready-delay", type=float, default=90.0, help="seconds, Ready → GPUs allocatable")
+    ap.add_argument("--openb-pods", type=int, default=0, help="replay only the first N openb tasks (0: all)")
+    args = ap.parse_args()
+    console = Console(width=200)
+    boot, ready = Delay("fixed", args.boot_delay), Delay("fixed", args.gpu_ready_delay)
+    openb_dir = TRACES / "alibaba-openb-2023"
+    openb_types = read_openb_nodes(openb_dir / "openb_node_list_all_node.csv", boot, ready)
+    infer_types = inference_node_types(boot, ready)
+    rows = []
+
+    n_openb = 200 if args.smoke else args.openb_pods
+    for variant in ("default", "gpuspec20"):
+        w = load_trace(str(openb_dir / f"openb_pod_list_{variant}.csv"))
+        if n_openb:
+            w = Workload(w.name, w.pods[:n_openb])
+        rows.append(case(console, f"openb {variant}", w, openb_types))
+        if args.smoke:
+            break
+
+    genai = load_trace(str(TRACES / "alibaba-genai-2026" / "qps.csv"), window=300.0)
+    if args.smoke:
+        genai = Workload(genai.name, genai.pods[:60])
+    rows.append(case(console, "genai qps", genai, infer_types))
+
+    hours = 0.5 if args.smoke else 3.0
+    synth = synthetic_agentic(11, AgenticSpec(hours=hours))
+    rows.append(case(console, "synthetic agentic", synth, infer_types, seed=11))
+    factor = 3 if args.smoke else 10
+    rows.append(
+        case(
+            console,
+            f"synthetic agentic x{factor}",
+            grow(synth, factor, seed=11),
+            grow_node_types(infer_types, factor),
+            seed=11,
+        )
+    )
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "capacity_policies.json").write_text(
+        json.dumps(
+            {
+                "boot_delay_s": args.boot_delay,
+                "gpu_ready_delay_s": args.gpu_ready_delay,
+                "smoke": args.smoke,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
+    console.print(f"wrote {OUT / 'capacity_policies.json'} and plots under {OUT / 'capacity'}")
+
+
+if __name__ == "__main__":
+    main()

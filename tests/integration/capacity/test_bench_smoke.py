@@ -1,0 +1,41 @@
+"""The capacity benchmarks run end to end in smoke mode so they cannot rot (figures are not checked)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def run(name: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / name), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_capacity_policies_bench_smoke() -> None:
+    run("capacity_policies.py")
+    data = json.loads((ROOT / "bench" / "out" / "capacity_policies.json").read_text())
+    assert data["smoke"] is True
+    for row in data["rows"]:
+        assert set(row["policies"]) == {"capstan", "cluster-autoscaler", "karpenter", "static", "oracle"}
+        assert all(p["problems"] == 0 for p in row["policies"].values())
+
+
+def test_capacity_planner_speed_bench_smoke() -> None:
+    run("capacity_planner_speed.py")
+    rows = json.loads((ROOT / "bench" / "out" / "capacity_planner_speed.json").read_text())
+    assert rows[0]["pods"] == 100 and rows[0]["launches"] > 0
