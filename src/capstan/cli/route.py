@@ -82,7 +82,7 @@ def simulate_cmd(
     preset: str = typer.Option("llama-3.1-8b-h100", "--preset", help="Engine preset (capstan enginesim)."),
     kv_tokens: int | None = typer.Option(None, "--kv-tokens", help="KV capacity per replica in tokens."),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N requests."),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply arrival times (< 1: more load)."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Divide arrival times (> 1: more load)."),
 ) -> None:
     """Replay a trace through the scheduler and simulated engines on a virtual clock; print a table."""
     from rich.console import Console
