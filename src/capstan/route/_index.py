@@ -107,6 +107,10 @@ class ApproximatePrefixIndex:
             old, _ = lru.popitem(last=False)
             self._drop(old, name)
 
+    def endpoints(self) -> list[str]:
+        """Endpoints the index holds entries for."""
+        return sorted(self._lru)
+
     def forget(self, name: str) -> None:
         """The endpoint went away (or restarted): drop everything learnt about it."""
         for h in self._lru.pop(name, OrderedDict()):

@@ -304,7 +304,7 @@ class Router:
         names = {e.name for e in current}
         index = self.scheduler.approximate
         if index is not None:
-            for name in list(index._lru):
+            for name in index.endpoints():
                 if name not in names:
                     index.forget(name)
 
