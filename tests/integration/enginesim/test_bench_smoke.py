@@ -21,7 +21,7 @@ def test_enginesim_bench_smoke(tmp_path: Path) -> None:
         timeout=600,
         cwd=ROOT,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, f"stdout: {proc.stdout[-1500:]}\nstderr: {proc.stderr[-2500:]}"
     assert "TTFT vs cached ratio" in proc.stdout
     assert (tmp_path / "enginesim_ttft_vs_cached.png").stat().st_size > 0
     assert (tmp_path / "enginesim_throughput.png").stat().st_size > 0
