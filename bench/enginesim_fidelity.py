@@ -112,6 +112,17 @@ def start_server(
     raise RuntimeError("server did not start in 180 s")
 
 
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if the server has not exited after 60 s (a loaded host can be slow to shut down)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        console.print("server did not exit within 60 s of SIGTERM; killed")
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
         try:
@@ -305,8 +316,7 @@ def main() -> None:
     try:
         ht = asyncio.run(http_ttft(port, length, ratios, scale))
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_server(proc)
 
     table = Table(title=f"TTFT vs cached ratio, {length}-token prompt, preset {PRESET} (model seconds)")
     cols = ("cached ratio", "cached tok", "formula", "virtual clock", "HTTP server", "HTTP client",
@@ -357,8 +367,7 @@ def main() -> None:
                 client_ms = (time.process_time() - own0) / max(1, done) * 1e3
                 rows.append((label, "stream" if stream else "json", rps, errs, server_ms, client_ms))
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_server(proc)
     tt = Table(
         title=f"one server process, {replicas} replicas, {conc} closed-loop clients, {seconds:g} s each"
     )
