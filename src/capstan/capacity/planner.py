@@ -171,16 +171,36 @@ def _queue_key(pod: Pod) -> tuple[int, int, int, int, float, str]:
     return (-pod.priority, -pod.gang_size, -pod.gpu_total_milli, -pod.cpu_milli, pod.arrival, pod.name)
 
 
+class PlanCache:
+    """Memo of pure per-pod facts (which node types a pod may use, and why not) kept between decisions.
+
+    It never changes a plan, only how fast it is made; it assumes a pod name always means the same pod spec
+    and resets itself when the node-type tuple changes or it grows past ``limit`` entries.
+    """
+
+    def __init__(self, node_types: tuple[NodeType, ...] = (), limit: int = 2_000_000) -> None:
+        self.node_types = node_types
+        self.limit = limit
+        self.ok: dict[str, frozenset[str]] = {}
+        self.why: dict[tuple[str, str], str | None] = {}
+
+    def reset(self, node_types: tuple[NodeType, ...]) -> PlanCache:
+        self.node_types = node_types
+        self.ok.clear()
+        self.why.clear()
+        return self
+
+
 class _Work:
     """The mutable scratch state of one ``plan`` call (never escapes it)."""
 
-    def __init__(self, snap: Snapshot, cfg: PlannerConfig) -> None:
+    def __init__(self, snap: Snapshot, cfg: PlannerConfig, cache: PlanCache | None) -> None:
         self.snap = snap
         self.cfg = cfg
         self.types = {t.name: t for t in snap.node_types}
-        self.compat: dict[tuple[str, tuple[object, ...]], str | None] = {}
-        self.shapes: dict[str, tuple[object, ...]] = {}
-        self.ok_by_shape: dict[tuple[object, ...], frozenset[str]] = {}
+        if cache is None or cache.node_types is not snap.node_types or len(cache.why) > cache.limit:
+            cache = PlanCache(snap.node_types) if cache is None else cache.reset(snap.node_types)
+        self.cache = cache
         self.count: dict[str, int] = {t.name: 0 for t in snap.node_types}
         self.bins: list[_Bin] = []
         self.new_bins: list[_Bin] = []
@@ -197,21 +217,17 @@ class _Work:
             self.views[n.id] = n
 
     def ok_types(self, pod: Pod) -> frozenset[str]:
-        shape = self.shapes.get(pod.name) or pod.shape()
-        got = self.ok_by_shape.get(shape)
+        got = self.cache.ok.get(pod.name)
         if got is None:
             got = frozenset(nt.name for nt in self.snap.node_types if self.incompatible(nt, pod) is None)
-            self.ok_by_shape[shape] = got
+            self.cache.ok[pod.name] = got
         return got
 
     def incompatible(self, nt: NodeType, pod: Pod) -> str | None:
-        shape = self.shapes.get(pod.name)
-        if shape is None:
-            shape = self.shapes[pod.name] = pod.shape()
-        key = (nt.name, shape)
-        if key not in self.compat:
-            self.compat[key] = why_incompatible(nt, pod)
-        return self.compat[key]
+        key = (nt.name, pod.name)
+        if key not in self.cache.why:
+            self.cache.why[key] = why_incompatible(nt, pod)
+        return self.cache.why[key]
 
     def best_bin(
         self,
@@ -398,10 +414,10 @@ def _consolidate(w: _Work, cfg: PlannerConfig) -> list[Drain]:
     return drains
 
 
-def plan(snapshot: Snapshot, config: PlannerConfig | None = None) -> Plan:
+def plan(snapshot: Snapshot, config: PlannerConfig | None = None, cache: PlanCache | None = None) -> Plan:
     """Decide launches, nominations, drains and headroom for ``snapshot`` (pure; deterministic)."""
     cfg = config or PlannerConfig()
-    w = _Work(snapshot, cfg)
+    w = _Work(snapshot, cfg, cache)
     live = {n.id: n for n in snapshot.nodes if n.state not in (NodeState.DRAINING, NodeState.GONE)}
     promised = {pod: node for pod, node in snapshot.promised if node in live}
 

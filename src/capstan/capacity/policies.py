@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from capstan.capacity.model import IN_FLIGHT, NodeState, NodeType, Pod
 from capstan.capacity.placement import Capacity, choose_devices, fits, give, take
-from capstan.capacity.planner import PlannerConfig, gpu_horizon, plan
+from capstan.capacity.planner import PlanCache, PlannerConfig, gpu_horizon, plan
 from capstan.capacity.sim import Policy, Sim, SimNode, SimPod
 from capstan.errors import UserError
 
@@ -47,6 +47,7 @@ class CapstanPolicy:
         self.decisions = 0
         self.unplaceable: dict[str, str] = {}
         self._scheduled: float | None = None
+        self._cache = PlanCache()
         self._horizon = 0.0
 
     def start(self, sim: Sim) -> None:
@@ -63,7 +64,7 @@ class CapstanPolicy:
         if self._scheduled is not None and self._scheduled <= now:
             self._scheduled = None
         self.decisions += 1
-        p = plan(sim.snapshot(), self.config)
+        p = plan(sim.snapshot(), self.config, self._cache)
         for launch in p.launches:
             node = sim.launch(launch.type, purpose=launch.purpose, node_id=launch.node)
             for pod in launch.pods:
