@@ -1,9 +1,10 @@
 """The one seam to the Kubernetes API: an async client that speaks plain dicts.
 
-Built on kubernetes_asyncio's ``ApiClient`` (its kubeconfig loading, TLS, auth plugins and connection pool), but
-never its generated models: responses are decoded once with ``json.loads`` and handed on as dicts, which is what
-the informer and the recorder store anyway and is several times cheaper than model deserialisation (see
-docs/kube-client.md for the measurement that chose this).
+Built on lightkube's kubeconfig handling (contexts, client certificates, tokens, exec credential plugins), which
+hands back a configured ``httpx2.AsyncClient``; responses are decoded once with ``json.loads`` and handed on as dicts,
+never as generated models — what the informer and the recorder store anyway, and several times cheaper than model
+deserialisation. docs/kube-client.md has the measurement (10k pods: list, watch, memory) that chose this over
+kubernetes_asyncio, kr8s and lightkube's own models.
 
 Every call has a timeout; errors surface as :class:`ApiError` with the status and the API server's message.
 """
@@ -11,18 +12,17 @@ Every call has a timeout; errors surface as :class:`ApiError` with the status an
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import aiohttp
+import httpx2
 import yaml
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.config.config_exception import ConfigException
+from lightkube.config import client_adapter
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ConfigError
 
 from capstan.errors import UserError
 from capstan.kube.resources import PODS, Resource
@@ -84,9 +84,9 @@ class KubeClient:
     """Async access to one cluster. Create with :meth:`from_kubeconfig`; close with :meth:`close`."""
 
     def __init__(
-        self, api: k8s_client.ApiClient, *, timeout: float = DEFAULT_TIMEOUT, source: str = ""
+        self, http: httpx2.AsyncClient, *, timeout: float = DEFAULT_TIMEOUT, source: str = ""
     ) -> None:
-        self._api = api
+        self._http = http
         self.timeout = timeout
         self.source = source
 
@@ -96,23 +96,19 @@ class KubeClient:
     ) -> KubeClient:
         path = Path(path)
         _check_kubeconfig(path)
-        configuration = k8s_client.Configuration()
         try:
-            await k8s_config.load_kube_config(
-                config_file=str(path),
-                context=context,
-                client_configuration=configuration,
-                persist_config=False,
-            )
-        except (ConfigException, ValueError, KeyError, TypeError) as exc:
-            raise UserError(
-                f"kubeconfig {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-            ) from None
-        api = k8s_client.ApiClient(configuration)
-        return cls(api, timeout=timeout, source=str(path))
+            single = KubeConfig.from_file(path).get(context_name=context)
+            if single is None:
+                raise ConfigError("no context to use")
+            params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout), trust_env=False)
+            http = client_adapter.AsyncClient(single, params)
+        except (ConfigError, ValueError, KeyError, TypeError, OSError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UserError(f"kubeconfig {path}: {first}") from None
+        return cls(http, timeout=timeout, source=str(path))
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._http.aclose()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -122,7 +118,7 @@ class KubeClient:
 
     @property
     def host(self) -> str:
-        return str(self._api.configuration.host)
+        return str(self._http.base_url)
 
     # ---- raw request --------------------------------------------------------------------------------------------
     async def _send(
@@ -133,36 +129,47 @@ class KubeClient:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: float | aiohttp.ClientTimeout | None = None,
-    ) -> aiohttp.ClientResponse:
-        params = [(k, _qv(v)) for k, v in (query or {}).items() if v is not None]
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
-        request_timeout = timeout if timeout is not None else self.timeout
+        timeout: httpx2.Timeout | float | None = None,
+        stream: bool = False,
+    ) -> httpx2.Response:
+        params: list[tuple[str, str | int | float | bool | None]] = [
+            (k, _qv(v)) for k, v in (query or {}).items() if v is not None
+        ]
+        headers = {"Accept": "application/json"}
+        content = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            content = json.dumps(body).encode()
+        request = self._http.build_request(
+            method,
+            path,
+            params=params,
+            headers=headers,
+            content=content,
+            timeout=timeout if timeout is not None else self.timeout,
+        )
         try:
-            resp: aiohttp.ClientResponse = await self._api.call_api(
-                path,
-                method,
-                query_params=params,
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=request_timeout,
-            )
-        except (aiohttp.ClientError, OSError) as exc:
+            resp = await self._http.send(request, stream=stream)
+        except httpx2.TimeoutException as exc:
+            raise ApiError(0, "Timeout", f"{method} {path}: {type(exc).__name__}") from None
+        except httpx2.HTTPError as exc:
             raise ApiError(0, "ConnectionError", f"{method} {path}: {exc}") from exc
-        if resp.status >= 300:
+        if resp.status_code >= 300:
             try:
-                raw = await resp.read()
+                raw = await resp.aread()
             finally:
-                resp.release()
+                await resp.aclose()
             try:
                 status_obj = json.loads(raw)
                 message = status_obj.get("message", raw.decode(errors="replace"))
-                reason = status_obj.get("reason", resp.reason or "")
+                reason = status_obj.get("reason", resp.reason_phrase or "")
             except ValueError:
-                status_obj, message, reason = None, raw.decode(errors="replace")[:300], resp.reason or ""
-            raise ApiError(resp.status, str(reason), str(message), status_obj)
+                status_obj, message, reason = (
+                    None,
+                    raw.decode(errors="replace")[:300],
+                    resp.reason_phrase or "",
+                )
+            raise ApiError(resp.status_code, str(reason), str(message), status_obj)
         return resp
 
     async def request(
@@ -182,14 +189,9 @@ class KubeClient:
                 resp = await self._send(
                     method, path, query=query, body=body, content_type=content_type, timeout=total
                 )
-                try:
-                    raw = await resp.read()
-                finally:
-                    resp.release()
         except TimeoutError:
             raise ApiError(0, "Timeout", f"{method} {path}: no answer within {total:.0f} s") from None
-        except aiohttp.ClientError as exc:
-            raise ApiError(0, "ConnectionError", f"{method} {path}: {exc}") from exc
+        raw = resp.content
         return json.loads(raw) if raw else None
 
     # ---- typed helpers over dicts --------------------------------------------------------------------------------
@@ -310,10 +312,12 @@ class KubeClient:
             "labelSelector": label_selector,
             "fieldSelector": field_selector,
         }
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=inactivity_timeout)
+        timeout = httpx2.Timeout(self.timeout, read=inactivity_timeout)
         try:
             resp = await asyncio.wait_for(
-                self._send("GET", resource.collection_path(namespace), query=query, timeout=timeout),
+                self._send(
+                    "GET", resource.collection_path(namespace), query=query, timeout=timeout, stream=True
+                ),
                 self.timeout,
             )
         except TimeoutError:
@@ -322,7 +326,7 @@ class KubeClient:
             ) from None
         try:
             buffer = b""
-            async for chunk in resp.content.iter_any():
+            async for chunk in resp.aiter_raw():
                 buffer += chunk
                 while True:
                     nl = buffer.find(b"\n")
@@ -333,18 +337,14 @@ class KubeClient:
                         yield json.loads(line)
             if buffer.strip():
                 yield json.loads(buffer)
-        except TimeoutError:
+        except httpx2.ReadTimeout:
             raise ApiError(
                 0, "Inactive", f"watch {resource.name}: silent for {inactivity_timeout:.0f} s"
             ) from None
-        except aiohttp.ClientPayloadError as exc:
-            raise ApiError(0, "StreamBroken", f"watch {resource.name}: {exc}") from exc
-        except aiohttp.ClientError as exc:
+        except httpx2.HTTPError as exc:
             raise ApiError(0, "StreamBroken", f"watch {resource.name}: {exc}") from exc
         finally:
-            resp.release()
-            with contextlib.suppress(Exception):
-                resp.close()
+            await resp.aclose()
 
     async def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         result: dict[str, Any] = await self.request("GET", resource.item_path(name, namespace))
@@ -438,13 +438,9 @@ class KubeClient:
         try:
             async with asyncio.timeout(self.timeout):
                 resp = await self._send("GET", PODS.item_path(name, namespace, "log"), query=query)
-                try:
-                    raw = await resp.read()
-                finally:
-                    resp.release()
         except TimeoutError:
             raise ApiError(0, "Timeout", f"logs {namespace}/{name}/{container}: no answer") from None
-        return raw.decode("utf-8", errors="replace")
+        return resp.content.decode("utf-8", errors="replace")
 
 
 def _qv(v: Any) -> str:

@@ -163,7 +163,16 @@ def node_manifests(spec: SandboxSpec) -> list[dict[str, Any]]:
                     "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_ANNOTATION_VALUE},
                 },
                 "spec": {},
-                "status": {"capacity": capacity, "allocatable": dict(capacity)},
+                # Both address types up front: kwok's node-initialize stage rewrites `addresses` to only the
+                # missing types when one is absent, which would drop the InternalIP the pod-log API dials.
+                "status": {
+                    "capacity": capacity,
+                    "allocatable": dict(capacity),
+                    "addresses": [
+                        {"type": "InternalIP", "address": "127.0.0.1"},
+                        {"type": "Hostname", "address": name},
+                    ],
+                },
             }
             if pool.taints:
                 node["spec"]["taints"] = [t.model_dump() for t in pool.taints]
