@@ -1,6 +1,8 @@
 """Chat notifications: sinks (Slack, generic webhook, Teams, Google Chat, Discord) behind one ``Sink`` protocol,
 an outbox drainer that paces, retries and dead-letters deliveries, and a local Slack-compatible receiver."""
 
+from typing import TYPE_CHECKING, Any
+
 from capstan.notify._blockkit import MAX_BLOCKS, MAX_HEADER_TEXT, MAX_SECTION_TEXT, blocks_problem
 from capstan.notify._config import (
     DiscordSinkConfig,
@@ -16,13 +18,6 @@ from capstan.notify._delivery import DeliveryPolicy, Drainer, DrainReport, Notif
 from capstan.notify._notice import Notice, Section, escape_fences, tail_lines
 from capstan.notify._outbox import MemoryOutbox, Outbox, OutboxEntry
 from capstan.notify._ratelimit import Backoff, TokenBucket
-from capstan.notify._receiver import (
-    DEV_TOKEN,
-    DEV_WEBHOOK_PATH,
-    ReceivedMessage,
-    ReceiverConfig,
-    SlackReceiver,
-)
 from capstan.notify._render import (
     render_discord,
     render_google_chat,
@@ -30,7 +25,6 @@ from capstan.notify._render import (
     render_slack,
     render_teams,
 )
-from capstan.notify._serving import RunningServer, serve_in_thread
 from capstan.notify._sinks import (
     Delivery,
     DiscordSink,
@@ -44,6 +38,38 @@ from capstan.notify._sinks import (
     ThreadIndex,
     parse_retry_after,
 )
+
+# The local receiver and the loopback server pull in Starlette and uvicorn; a process that only delivers
+# notifications never needs them, so they are imported on first use (PEP 562) to keep its memory down.
+_LAZY = {
+    "DEV_TOKEN": "capstan.notify._receiver",
+    "DEV_WEBHOOK_PATH": "capstan.notify._receiver",
+    "ReceivedMessage": "capstan.notify._receiver",
+    "ReceiverConfig": "capstan.notify._receiver",
+    "SlackReceiver": "capstan.notify._receiver",
+    "RunningServer": "capstan.notify._serving",
+    "serve_in_thread": "capstan.notify._serving",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'capstan.notify' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+if TYPE_CHECKING:
+    from capstan.notify._receiver import (
+        DEV_TOKEN,
+        DEV_WEBHOOK_PATH,
+        ReceivedMessage,
+        ReceiverConfig,
+        SlackReceiver,
+    )
+    from capstan.notify._serving import RunningServer, serve_in_thread
 
 __all__ = [
     "DEV_TOKEN",
