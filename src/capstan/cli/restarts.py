@@ -9,7 +9,10 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(help="Restart diagnostics: outbox and configuration.", no_args_is_help=True)
+app = typer.Typer(
+    help="Restart diagnostics: run the watcher, inspect the outbox, check the configuration.",
+    no_args_is_help=True,
+)
 
 
 class State(StrEnum):
@@ -115,3 +118,41 @@ def check_config(path: Path = typer.Argument(..., help="The restarts configurati
         f"{path}: OK — cluster {config.cluster_name}; sinks: {sinks}; mute {config.mute_seconds:g}s; "
         f"restart cap {config.restart_cap}"
     )
+
+
+@app.command("run")
+def run(
+    config: Path = typer.Option(..., "--config", help="The restarts configuration file (YAML)."),
+    kubeconfig: Path = typer.Option(..., "--kubeconfig", envvar="KUBECONFIG", help="Cluster to watch."),
+    store: str = _STORE,
+    namespace: str | None = typer.Option(None, "--namespace", help="Watch one namespace (default: all)."),
+    source: str = typer.Option(
+        "default", "--source", help="The cluster's name in the history store (as `capstan record` writes it)."
+    ),
+) -> None:
+    """Watch pods and deliver a complete report for every container restart (until Ctrl-C or SIGTERM)."""
+    import asyncio
+    import signal
+
+    from capstan.kube import KubeClient
+    from capstan.restarts import load_restarts_config
+    from capstan.restarts._watch import RestartWatcher
+    from capstan.store import open_store
+
+    cfg = load_restarts_config(config)
+
+    async def main() -> None:
+        st = open_store(store)
+        client = await KubeClient.from_kubeconfig(kubeconfig)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            watcher = RestartWatcher(cfg, client, st, source=source, namespace=namespace)
+            await watcher.run(stop)
+        finally:
+            await client.close()
+            st.close()
+
+    asyncio.run(main())

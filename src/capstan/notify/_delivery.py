@@ -54,10 +54,19 @@ class DeliveryPolicy(StrictModel):
     send_timeout_seconds: float = Field(default=30.0, gt=0)
     idle_interval_seconds: float = Field(default=0.5, gt=0)
 
+    # How many seconds of sending one pass claims at most. A claim is leased: after a crash, what the dead process had
+    # claimed waits for its lease to expire, so passes stay short (a slow destination is served over several passes).
+    pass_seconds: float = Field(default=10.0, gt=0, le=600)
+
+    @property
+    def claim_size(self) -> int:
+        """Messages one pass claims: what the rate allows in ``pass_seconds`` plus the burst, at most a batch."""
+        return max(1, min(self.batch_size, self.burst + int(self.rate_per_second * self.pass_seconds)))
+
     @property
     def lease_seconds(self) -> float:
-        # a pass may wait for tokens for up to batch/rate seconds on one destination; the lease outlives it
-        return max(60.0, 2.0 * self.batch_size / self.rate_per_second + self.send_timeout_seconds)
+        # a pass may wait for tokens for up to claim_size/rate seconds on one destination; the lease outlives it
+        return 2.0 * self.claim_size / self.rate_per_second + self.send_timeout_seconds
 
 
 class NotifyMetrics:
@@ -151,7 +160,7 @@ class Drainer:
         """One bounded pass over the messages due now."""
         report = DrainReport()
         now = self._clock()
-        items = self._outbox.claim_due(now, self._policy.batch_size, lease_seconds=self._policy.lease_seconds)
+        items = self._outbox.claim_due(now, self._policy.claim_size, lease_seconds=self._policy.lease_seconds)
         report.claimed = len(items)
         groups: dict[str, list[Any]] = {}
         for item in items:

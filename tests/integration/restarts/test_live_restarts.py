@@ -261,3 +261,71 @@ async def test_storm_with_429s_and_a_crash_loses_nothing(
         if any(f"storm-{i:02d}" in text_of(m) for m in receiver.messages)
     }
     assert delivered == {f"storm-{i:02d}" for i in range(n_pods)}
+
+
+async def test_kill_9_with_messages_queued_loses_nothing(
+    kube: KubeClient,
+    namespace: str,
+    sandbox: Sandbox,
+    slack: tuple[SlackReceiver, str],
+    kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    """`capstan restarts run` killed with SIGKILL while its outbox is backed up; the next run delivers everything."""
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    receiver, url = slack
+    kubelet = Kubelet(kube, sandbox.directory / "pod-logs")
+    n_pods = 6
+    for i in range(n_pods):
+        await running_pod(kube, namespace, f"kill-{i:02d}", {"containers": [c("main")]})
+    cfg_path = tmp_path / "restarts.yaml"
+    cfg = config(url, delivery={"rate_per_second": 0.2, "burst": 1, "idle_interval_seconds": 0.05})
+    cfg_path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    db = str(tmp_path / "history.db")
+    argv = [sys.executable, "-m", "capstan.cli.main", "restarts", "run", "--config", str(cfg_path),
+            "--kubeconfig", str(kubeconfig), "--store", db, "--namespace", namespace]  # fmt: skip
+
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        st = open_store(db)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 90
+        while loop.time() < end and len(st.restart_counts()) < n_pods:  # the watcher's baseline is written
+            await asyncio.sleep(0.2)
+        for i in range(n_pods):
+            await kubelet.restart_container(
+                namespace, f"kill-{i:02d}", "main", Termination.error(1), previous_log=["x"]
+            )
+        end = loop.time() + 60
+        while loop.time() < end and len(st.outbox(limit=1000)) < n_pods:  # all queued, few sent (0.2/s)
+            await asyncio.sleep(0.1)
+        assert len(st.outbox(limit=1000)) >= n_pods
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    pending = st.outbox(state="pending", limit=1000)
+    assert pending, "the kill must leave messages queued for this test to mean anything"
+    fast = config(url)
+    cfg_path.write_text(yaml.safe_dump(fast.model_dump(mode="json")))
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 90
+        while loop.time() < end and st.outbox(state="pending", limit=1000):
+            await asyncio.sleep(0.2)
+        assert not st.outbox(state="pending", limit=1000) and not st.outbox(state="dead", limit=1000)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        st.close()
+    delivered = {
+        f"kill-{i:02d}"
+        for i in range(n_pods)
+        if any(f"kill-{i:02d}" in text_of(m) for m in receiver.messages)
+    }
+    assert delivered == {f"kill-{i:02d}" for i in range(n_pods)}
