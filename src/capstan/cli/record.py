@@ -1,4 +1,4 @@
-"""``capstan record``: run the recorder (Redis/Valkey engine collectors today) from a configuration file."""
+"""``capstan record``: run the recorder (cluster objects and Events, Redis/Valkey engine logs) from a config file."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from capstan.record import Recorder, load_recorder_config
 from capstan.store import StoreWriteError
 
 app = typer.Typer(
-    help="Record engine events (and, once wired, cluster changes) durably into the history store.",
+    help="Record cluster changes, Events and engine logs durably into the history store.",
     invoke_without_command=True,
 )
 
@@ -22,9 +22,18 @@ app = typer.Typer(
 def record(
     config: Path = typer.Option(..., "--config", "-c", help="Recorder configuration YAML."),
     once: bool = typer.Option(False, "--once", help="Poll every target once, print the result and exit."),
+    kubeconfig: Path | None = typer.Option(
+        None,
+        "--kubeconfig",
+        help="Record this cluster (overrides kubernetes.kubeconfig; enables the section).",
+    ),
 ) -> None:
     """Run the recorder until SIGINT/SIGTERM; a failing target is retried, a failing store stops it (exit 1)."""
+    from capstan.record import KubernetesConfig
+
     cfg = load_recorder_config(config)
+    if kubeconfig is not None:
+        cfg.kubernetes = (cfg.kubernetes or KubernetesConfig()).model_copy(update={"kubeconfig": kubeconfig})
     recorder = Recorder(cfg)
     try:
         if once:

@@ -20,6 +20,7 @@ from capstan.record._engine_core import (
     plan_ring,
     plan_server,
 )
+from capstan.record._kube import DEFAULT_KINDS, CustomKind, KubeCollector, KubernetesConfig
 from capstan.record._objects import ObjectHistory, event_record, kind_key
 from capstan.record._redis import EngineCollector, RedisTargetConfig, parse_acllog, parse_slowlog
 from capstan.record._runner import (
@@ -35,9 +36,13 @@ from capstan.record._runner import (
 
 __all__ = [
     "DEFAULT_DROP_PATHS",
+    "DEFAULT_KINDS",
     "Collector",
+    "CustomKind",
     "DiffPolicy",
     "EngineCollector",
+    "KubeCollector",
+    "KubernetesConfig",
     "ObjectHistory",
     "OtlpConfig",
     "PollPlan",

@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from capstan.config import StrictModel, load_file
 from capstan.record._diff import DiffPolicy
+from capstan.record._kube import KubeCollector, KubernetesConfig
 from capstan.record._redis import EngineCollector, RedisTargetConfig
 from capstan.store import (
     HistoryMetrics,
@@ -62,6 +63,7 @@ class RecorderConfig(StrictModel):
     store: str = Field(description="SQLite file path or postgresql:// URL")
     source: str = Field(default="default", description="Name of this cluster in the records")
     redis: list[RedisTargetConfig] = Field(default_factory=list)
+    kubernetes: KubernetesConfig | None = Field(default=None, description="Record cluster objects and Events")
     diff: DiffPolicy = Field(default_factory=DiffPolicy)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     otlp: OtlpConfig | None = None
@@ -168,6 +170,17 @@ class Recorder:
         self.runner = RecorderRunner()
         for collector in self.engines:
             self.runner.add(collector)
+        self.kubernetes: KubeCollector | None = None
+        if config.kubernetes is not None:
+            self.kubernetes = KubeCollector(
+                config.kubernetes,
+                self.store,
+                source=config.source,
+                policy=config.diff,
+                metrics=self.metrics,
+                clock=clock,
+            )
+            self.runner.add(self.kubernetes)
 
     def add_collector(self, collector: Collector) -> None:
         self.runner.add(collector)
