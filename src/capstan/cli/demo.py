@@ -7,6 +7,7 @@ so that what the demo made can be inspected (``capstan sandbox down`` stops it).
 from __future__ import annotations
 
 import asyncio
+import time
 import traceback
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -62,6 +63,20 @@ async def _wait_running(kube: KubeClient, selector: str, want: int) -> list[dict
 async def cluster_step(console: Console, kubeconfig: Path, log_dir: Path) -> None:
     """Workloads on CPU and GPU nodes, then kubelet-like failures on them."""
     async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
+        # Start clean: a previous demo's namespace is deleted (and waited for), its node condition healed.
+        if await kube.delete(resources.NAMESPACES, NAMESPACE) is not None:
+            console.print(f"[dim]•[/] removing the previous demo's namespace {NAMESPACE}")
+            for _ in range(1200):
+                try:
+                    await kube.get(resources.NAMESPACES, NAMESPACE)
+                except ApiError as exc:
+                    if exc.not_found:
+                        break
+                    raise
+                await asyncio.sleep(0.1)
+        await Kubelet(kube, log_dir).node_condition(
+            "gpu-l4-0", "MemoryPressure", "False", "KubeletHasSufficientMemory"
+        )
         try:
             await kube.create(
                 resources.NAMESPACES,
@@ -148,6 +163,110 @@ async def cluster_step(console: Console, kubeconfig: Path, log_dir: Path) -> Non
         console.print(previous.rstrip(), markup=False, highlight=False)
 
 
+async def restarts_and_history_step(
+    console: Console, kubeconfig: Path, log_dir: Path, state_dir: Path
+) -> None:
+    """Record the demo namespace, then restart containers and deliver reports to a local Slack receiver."""
+    from capstan.notify import DEV_TOKEN, SlackReceiver, serve_in_thread
+    from capstan.record import KubeCollector, KubernetesConfig
+    from capstan.restarts import RestartsConfig
+    from capstan.restarts._watch import RestartWatcher
+    from capstan.store import open_store
+
+    db = state_dir / "history.db"
+    store = open_store(str(db))
+    receiver = SlackReceiver()
+    with serve_in_thread(receiver.app) as server:
+        receiver.base_url = server.url
+        config = RestartsConfig.model_validate(
+            {
+                "cluster_name": "capstan-sandbox",
+                "sinks": [
+                    {"name": "slack", "type": "slack_bot", "token": DEV_TOKEN, "channel": "C0ALERTS",
+                     "base_url": f"{server.url}/api/"}
+                ],
+                "mute_seconds": 0,
+                "delivery": {"rate_per_second": 20, "burst": 20},
+            }
+        )  # fmt: skip
+        async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
+            recorder = KubeCollector(
+                KubernetesConfig(
+                    kinds=["Deployment", "ReplicaSet", "Pod", "ConfigMap", "Node"], namespace=None
+                ),
+                store,
+                source="default",
+                kubeconfig=kubeconfig,
+            )
+            watcher = RestartWatcher(config, kube, store, namespace=NAMESPACE)
+            stop = asyncio.Event()
+            tasks = [asyncio.create_task(recorder.run(stop)), asyncio.create_task(watcher.run(stop))]
+            await asyncio.wait_for(watcher.synced.wait(), 60)
+            # A change worth citing: someone edits the llm Deployment just before its pod crashes.
+            await kube.patch(
+                resources.DEPLOYMENTS,
+                "llm",
+                {"metadata": {"annotations": {"capstan.dev/demo-edit": str(int(time.time()))}}},
+                namespace=NAMESPACE,
+            )
+            await asyncio.sleep(1)
+            pods = await _wait_running(kube, "app=llm", 4)
+            kubelet = Kubelet(kube, log_dir)
+            await kubelet.restart_container(
+                NAMESPACE, pods[-1]["metadata"]["name"], "server", Termination.oom_killed(),
+                previous_log=["INFO loading weights", "ERROR CUDA out of memory while allocating KV cache"],
+            )  # fmt: skip
+            for _ in range(300):
+                if receiver.messages:
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(2)
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for message in receiver.messages:
+            if message.text:
+                console.print(
+                    f"[bold]Slack ({message.channel})[/]: {message.text}", markup=True, highlight=False
+                )
+    changes = store.timeline(source="default", namespace=NAMESPACE, limit=100_000)
+    table = Table(title=f"recorded history ({db}): {len(changes)} changes in {NAMESPACE}")
+    for col in ("kind", "changes", "via watch", "via relist"):
+        table.add_column(col)
+    kinds = sorted({c.kind for c in changes})
+    for kind in kinds:
+        rows = [c for c in changes if c.kind == kind]
+        table.add_row(kind, str(len(rows)), str(sum(c.observed_via == "watch" for c in rows)),
+                      str(sum(c.observed_via == "relist" for c in rows)))  # fmt: skip
+    console.print(table)
+    console.print(f"capstan history timeline --store {db} --namespace {NAMESPACE}")
+    store.close()
+
+
+def _run_cli(console: Console, args: list[str]) -> None:
+    import subprocess
+    import sys
+
+    console.print(f"[dim]$ capstan {' '.join(args)}[/]")
+    proc = subprocess.run([sys.executable, "-m", "capstan.cli.main", *args], check=False, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"capstan {args[0]} {args[1]} exited with {proc.returncode}")
+
+
+def _traces() -> Path:
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
+
+
+async def capacity_step(console: Console) -> None:
+    trace = _traces() / "alibaba-openb-2023" / "openb_pod_list_default.csv"
+    _run_cli(console, ["capacity", "simulate", "--trace", str(trace), "--max-pods", "1500",
+                       "--policy", "capstan", "--policy", "cluster-autoscaler", "--policy", "oracle"])  # fmt: skip
+
+
+async def routing_step(console: Console) -> None:
+    trace = _traces() / "mooncake-fast25" / "conversation_trace.jsonl"
+    _run_cli(console, ["route", "simulate", "--trace", str(trace), "--limit", "400", "--replicas", "8"])
+
+
 @app.callback()
 def demo(
     directory: Path | None = typer.Option(None, "--dir", help="Sandbox state directory."),
@@ -162,11 +281,18 @@ def demo(
     state = box.up(SandboxSpec(), timeout=240, on_step=lambda msg: console.print(f"[dim]•[/] {msg}"))
     kubeconfig = Path(state.kubeconfig)
 
+    log_dir = box.directory / "pod-logs"
     steps: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
+        ("cluster: workloads and kubelet-like failures", lambda: cluster_step(console, kubeconfig, log_dir)),
         (
-            "cluster: workloads and kubelet-like failures",
-            lambda: cluster_step(console, kubeconfig, box.directory / "pod-logs"),
+            "restart reports to a local Slack, and the recorded history they cite",
+            lambda: restarts_and_history_step(console, kubeconfig, log_dir, box.directory),
         ),
+        (
+            "GPU capacity: the planner against the cluster-autoscaler on the Alibaba trace",
+            lambda: capacity_step(console),
+        ),
+        ("cache-aware routing on the Mooncake trace (virtual clock)", lambda: routing_step(console)),
     ]
     failed = []
     for title, step in steps:
