@@ -312,10 +312,7 @@ class RestartWatcher:
         index = zlib.crc32(pod_uid(pod).encode()) % len(self._queues)
         self._queues[index].put_nowait((pod, restarts, now))
 
-    async def _baseline(self, pods: list[Pod], now: float) -> None:
-        batch = Batch()
-        for pod in pods:
-            batch.extend(restart_batch(pod, [], now))
+    async def _baseline(self, batch: Batch) -> None:
         if not batch.is_empty():
             await asyncio.to_thread(self.store.write, batch)
 
@@ -332,10 +329,10 @@ class RestartWatcher:
                 for dest in self.sinks:
                     self.drainer.enqueue(dest, notice, f"recovered/{notice.title}/{now:.0f}/{dest}")
 
-    async def _on_delta(self, delta: Delta, last: Mapping[tuple[str, str], int], initial: list[Pod]) -> None:
+    async def _on_delta(self, delta: Delta, last: Mapping[tuple[str, str], int], initial: Batch) -> None:
         if delta.type == "synced":
-            await self._baseline(initial, self.clock())
-            initial.clear()
+            await self._baseline(initial)
+            initial.restart_counts.clear()
             self.synced.set()
             return
         pod = delta.obj
@@ -352,9 +349,13 @@ class RestartWatcher:
             if restarts:
                 self._dispatch(pod, restarts, now)
             elif delta.via == "watch":
-                await self._baseline([pod], now)
+                await self._baseline(restart_batch(pod, [], now))
             else:
-                initial.append(pod)
+                # The first list: only the counts are kept (not the pods) and written in chunks.
+                initial.extend(restart_batch(pod, [], now))
+                if len(initial.restart_counts) >= 2000:
+                    await self._baseline(initial)
+                    initial.restart_counts.clear()
         else:
             restarts = detect_restarts(old, pod)
             if restarts:
@@ -377,7 +378,7 @@ class RestartWatcher:
                 self.notifier.tick(self.clock())
 
         tick = asyncio.create_task(ticker())
-        initial: list[Pod] = []
+        initial = Batch()
 
         async def consume() -> None:
             async for delta in informer.deltas():
