@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import yaml
 from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
+from capstan.config import read_mapping
 from capstan.errors import UserError
 from capstan.kube.resources import PODS, Resource
 
@@ -60,19 +60,9 @@ class ApiError(Exception):
 def _check_kubeconfig(path: Path) -> None:
     """Fail early, with the file named, on a kubeconfig that cannot work."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"kubeconfig {path}: file not found") from None
-    except OSError as exc:
-        raise UserError(f"kubeconfig {path}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise UserError(f"kubeconfig {path}: invalid YAML{where}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"kubeconfig {path}: not a kubeconfig (expected a mapping)")
+        data = read_mapping(path)
+    except UserError as exc:
+        raise UserError(f"kubeconfig {exc}") from None
     for key in ("clusters", "contexts", "users"):
         if not isinstance(data.get(key), list) or not data[key]:
             raise UserError(f"kubeconfig {path}: no {key} defined")

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
     ("content", "problem"),
     [
         (None, "file not found"),
-        ("clusters: [\n  - a: b\n bad", "invalid YAML at line"),
+        ("clusters: [\n  - a: b\n bad", "invalid YAML"),
         ("- just\n- a list\n", "expected a mapping"),
         ("apiVersion: v1\nkind: Config\nclusters: []\n", "no clusters defined"),
         (
