@@ -256,10 +256,11 @@ def _traces() -> Path:
     return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
 
 
-async def capacity_step(console: Console) -> None:
+async def capacity_step(console: Console, out: Path) -> None:
     trace = _traces() / "alibaba-openb-2023" / "openb_pod_list_default.csv"
     _run_cli(console, ["capacity", "simulate", "--trace", str(trace), "--max-pods", "1500",
-                       "--policy", "capstan", "--policy", "cluster-autoscaler", "--policy", "oracle"])  # fmt: skip
+                       "--policy", "capstan", "--policy", "cluster-autoscaler", "--policy", "oracle",
+                       "--out", str(out)])  # fmt: skip
 
 
 async def routing_step(console: Console) -> None:
@@ -290,7 +291,7 @@ def demo(
         ),
         (
             "GPU capacity: the planner against the cluster-autoscaler on the Alibaba trace",
-            lambda: capacity_step(console),
+            lambda: capacity_step(console, box.directory / "capacity-out"),
         ),
         ("cache-aware routing on the Mooncake trace (virtual clock)", lambda: routing_step(console)),
     ]
