@@ -8,7 +8,9 @@ so a crash between building and writing simply rebuilds the same batch (writes a
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -36,10 +38,23 @@ class ObjectHistory:
     ) -> None:
         self.source = source
         self.policy = policy or DiffPolicy()
-        self._states: dict[str, ObjectState] = dict(states or {})
+        # NOTE: the last version of every live object is kept serialised (compact JSON bytes, ~7x smaller than the
+        # dicts) beside an ObjectState whose ``object`` is empty; it is decoded only when a change needs a diff.
+        self._states: dict[str, ObjectState] = {}
+        self._objects: dict[str, bytes] = {}
+        for uid, st in (states or {}).items():
+            self._keep(uid, st)
+
+    def _keep(self, uid: str, st: ObjectState) -> None:
+        self._objects[uid] = json.dumps(st.object, separators=(",", ":")).encode()
+        self._states[uid] = dataclasses.replace(st, object={})
+
+    def _full(self, st: ObjectState) -> ObjectState:
+        return dataclasses.replace(st, object=json.loads(self._objects[st.uid]))
 
     def state(self, uid: str) -> ObjectState | None:
-        return self._states.get(uid)
+        st = self._states.get(uid)
+        return None if st is None else self._full(st)
 
     def __len__(self) -> int:
         return len(self._states)
@@ -97,7 +112,7 @@ class ObjectHistory:
             if st.kind == kind and st.api_version == api_version and st.uid not in seen
         ]
         for st in sorted(gone, key=lambda x: (x.namespace, x.name, x.uid)):
-            self._apply(batch, "deleted", st.object, observed_at, "relist", normalized=True)
+            self._apply(batch, "deleted", self._full(st).object, observed_at, "relist", normalized=True)
         batch.kind_cursors.append(KindCursor(self.source, kind_key(api_version, kind), resource_version))
         return batch
 
@@ -116,7 +131,8 @@ class ObjectHistory:
         if not uid:
             raise ValueError("object without metadata.uid")
         norm = obj if normalized else normalize(obj, self.policy)
-        prev = self._states.get(uid)
+        kept = self._states.get(uid)
+        prev = None if kept is None else self._full(kept)
         patch: list[JsonDict] | None
         snapshot: JsonDict | None
         rv = str(meta.get("resourceVersion", "") or (prev.resource_version if prev else ""))
@@ -126,10 +142,10 @@ class ObjectHistory:
         else:
             patch = make_patch(prev.object, norm)
             if not patch and etype == "modified":
-                self._states[uid] = ObjectState(
+                self._keep(uid, ObjectState(
                     prev.source, uid, prev.kind, prev.api_version, prev.namespace, prev.name, rv,
                     prev.version_seq, prev.object,
-                )  # fmt: skip
+                ))  # fmt: skip
                 return
             seq = prev.version_seq + 1
             snapshot = norm if seq % self.policy.snapshot_every == 0 else None
@@ -156,10 +172,11 @@ class ObjectHistory:
         )
         if etype == "deleted":
             self._states.pop(uid, None)
+            self._objects.pop(uid, None)
             batch.state_deletes.append((self.source, uid))
         else:
             state = ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, norm)
-            self._states[uid] = state
+            self._keep(uid, state)
             batch.state_puts.append(state)
 
 
