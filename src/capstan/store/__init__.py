@@ -5,8 +5,9 @@ readers use the query methods, the HTTP JSON app (:func:`create_history_app`) or
 imports a collector: collectors live in :mod:`capstan.record`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from capstan.store._engine import parse_database_url
-from capstan.store._http import create_history_app
 from capstan.store._metrics import HistoryMetrics
 from capstan.store._models import (
     CHANGE_TYPES,
@@ -30,11 +31,33 @@ from capstan.store._models import (
     rfc3339,
     to_json,
 )
-from capstan.store._otel import OtlpExporter, engine_event_name, otlp_http_exporter
 from capstan.store._retention import RetentionPolicy, RetentionWorker, apply_retention
 from capstan.store._store import Store, StoreCorruptHistory, StoreWriteError, open_store
 from capstan.store._timeparse import parse_time
 from capstan.store._writer import BatchWriter
+
+# The HTTP app (Starlette) and the OTLP exporter (OpenTelemetry SDK) are imported on first use (PEP 562): processes
+# that only write or read the store (the restart watcher, the CLI's queries) do not pay for them.
+_LAZY = {
+    "create_history_app": "capstan.store._http",
+    "OtlpExporter": "capstan.store._otel",
+    "engine_event_name": "capstan.store._otel",
+    "otlp_http_exporter": "capstan.store._otel",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'capstan.store' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+if TYPE_CHECKING:
+    from capstan.store._http import create_history_app
+    from capstan.store._otel import OtlpExporter, engine_event_name, otlp_http_exporter
 
 __all__ = [
     "CHANGE_TYPES",
