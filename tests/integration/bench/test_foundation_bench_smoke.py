@@ -39,3 +39,11 @@ def test_sandbox_startup_bench_smoke() -> None:
     assert "sandbox up" in proc.stdout
     (result,) = json.loads((BENCH / "out" / "sandbox_startup.json").read_text())
     assert result["nodes"] == 5 and result["first_pod_s"] > 0
+
+
+def test_restart_storm_bench_smoke() -> None:
+    """The sandbox storm harness with Capstan as the collector: every injected restart accounted for."""
+    run(str(BENCH / "restart_storm.py"), "--smoke")
+    data = json.loads((BENCH / "out" / "restart_storm.json").read_text())
+    assert data["injected"] == 20
+    assert data["accounted"] == data["injected"]
