@@ -5,7 +5,8 @@ batches, each one transaction holding the records *and* the kind's resourceVersi
 loads the stored last states and cursors: the informer resumes each watch from the stored version (exact history,
 nothing missed while Capstan was down as long as the API server still has it) and otherwise relists and records the
 difference against the stored states, marked ``relist`` — so an edit or deletion that happened while Capstan was away
-is still recorded. A relist is written as one batch with its cursor, so a crash mid-relist simply relists again.
+is still recorded. A relist is written in chunks and its cursor only with the last one, so a crash mid-relist
+simply relists again, against the states the written chunks stored.
 
 Writes are idempotent (unique keys on source + uid + resourceVersion), so replaying after a kill -9 stores every
 change exactly once.
@@ -119,6 +120,7 @@ class KubeCollector:
         self.watch_timeout = watch_timeout
         self._pending = Batch()
         self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
         self.informers: dict[str, Informer] = {}
         self.synced: dict[str, asyncio.Event] = {}
 
@@ -177,7 +179,17 @@ class KubeCollector:
                     self._wake.set()
                     continue
                 self._observe(history, delta, target, resource, key, is_event)
-                if relist is None and self._pending.size() >= self.config.max_batch:
+                if relist is not None and relist.size() >= self.config.max_batch:
+                    # A long relist is written in chunks *without* its cursor: after a crash the cursor is still the
+                    # old one, the next relist diffs against the states these chunks stored, and nothing is written
+                    # twice. Memory stays at one chunk however large the list.
+                    self._pending.extend(relist)
+                    relist = Batch()
+                    self._wake.set()
+                    while self._pending.size() >= self.config.max_batch:  # wait for the writer to take it
+                        self._drained.clear()
+                        await self._drained.wait()
+                elif relist is None and self._pending.size() >= self.config.max_batch:
                     self._wake.set()
                     await asyncio.sleep(0)
         finally:
@@ -214,6 +226,7 @@ class KubeCollector:
             newest[c.kind] = c
         batch.kind_cursors = list(newest.values())
         await asyncio.to_thread(self.store.write, batch)
+        self._drained.set()
 
     async def _writer(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

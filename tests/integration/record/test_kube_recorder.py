@@ -29,9 +29,11 @@ async def wait_for(predicate: Any, what: str, timeout: float = 60.0) -> None:
 
 
 @contextlib.asynccontextmanager
-async def recording(store: Store, kubeconfig: Path, namespace: str, kinds: list[str]) -> Any:
+async def recording(
+    store: Store, kubeconfig: Path, namespace: str, kinds: list[str], max_batch: int = 2000
+) -> Any:
     collector = KubeCollector(
-        KubernetesConfig(kinds=kinds, namespace=namespace, flush_interval_s=0.05), store, source="test",
+        KubernetesConfig(kinds=kinds, namespace=namespace, flush_interval_s=0.05, max_batch=max_batch), store, source="test",
         kubeconfig=kubeconfig,
     )  # fmt: skip
     stop = asyncio.Event()
@@ -136,7 +138,8 @@ async def test_restart_resumes_and_records_what_changed_while_away(
         )
         await kube.delete(resources.CONFIGMAPS, "c2", namespace)
         await kube.create(resources.CONFIGMAPS, cm("c9", namespace, "new"))
-        async with recording(store, kubeconfig, namespace, ["ConfigMap"]):
+        # max_batch=2: the relist after the restart is written in chunks, its cursor with the last one.
+        async with recording(store, kubeconfig, namespace, ["ConfigMap"], max_batch=2):
 
             def caught_up() -> bool:
                 rows = store.timeline(source="test", namespace=namespace)
