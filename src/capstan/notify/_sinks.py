@@ -7,6 +7,7 @@ A sink never raises for delivery problems: it returns a :class:`Delivery` that t
 
 from __future__ import annotations
 
+import abc
 import email.utils
 import logging
 import time
@@ -218,7 +219,7 @@ class SlackBotSink:
         return None
 
 
-class _HttpJsonSink:
+class _HttpJsonSink(abc.ABC):
     """POST a rendered JSON body; 2xx is sent, 429 carries Retry-After, anything else is an error to retry."""
 
     def __init__(
@@ -232,8 +233,9 @@ class _HttpJsonSink:
     def name(self) -> str:
         return self._name
 
+    @abc.abstractmethod
     def render(self, notice: Notice) -> tuple[dict[str, Any], dict[str, str]]:
-        raise NotImplementedError
+        """The JSON body and query parameters for ``notice`` in this service's format."""
 
     def _retry_after(self, response: httpx.Response) -> float | None:
         return parse_retry_after(response.headers.get("Retry-After"))
