@@ -6,8 +6,11 @@ import json
 import time
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import typer
+
+from capstan.errors import UserError
 
 app = typer.Typer(
     help="Restart diagnostics: run the watcher, inspect the outbox, check the configuration.",
@@ -48,6 +51,12 @@ def outbox(
     ),
     limit: int = typer.Option(200, "--limit", min=1, max=100_000, help="Maximum rows per state."),
     output: Output = typer.Option(Output.table, "--output", "-o", help="table (Rich) or json."),
+    show: int | None = typer.Option(
+        None,
+        "--show",
+        metavar="ID",
+        help="Print one message in full (any state), e.g. a report that was delivered inside a combined message.",
+    ),
 ) -> None:
     """List notifications waiting in the outbox or dead-lettered, with their last error."""
     from rich.console import Console
@@ -56,6 +65,15 @@ def outbox(
     from capstan.store import open_store
 
     st = open_store(store)
+    if show is not None:
+        try:
+            item = st.outbox_item(show)
+        finally:
+            st.close()
+        if item is None:
+            raise UserError(f"outbox: no message with id {show} in {store}")
+        _print_message(item, output)
+        return
     try:
         groups: dict[str, list[str | None]] = {"unsent": ["pending", "dead"], "all": [None]}
         states = groups.get(state.value, [state.value])
@@ -105,6 +123,39 @@ def outbox(
             i.last_error or "",
         )
     Console().print(table)
+
+
+def _print_message(item: Any, output: Output) -> None:
+    from capstan.notify import Notice
+
+    if output is Output.json:
+        typer.echo(
+            json.dumps(
+                {
+                    "id": item.id,
+                    "destination": item.destination,
+                    "state": item.state,
+                    "payload": item.payload,
+                },
+                indent=2,
+            )
+        )
+        return
+    notice = Notice.from_json(item.payload)
+    lines = [
+        f"#{item.id} to {item.destination} ({item.state}, {item.attempts} attempt(s))",
+        notice.title,
+        notice.summary,
+        "",
+    ]
+    lines += [f"{k}: {v}" for k, v in notice.fields]
+    for section in notice.sections:
+        lines += ["", f"== {section.heading}", section.body]
+    if notice.log:
+        lines += ["", f"== {notice.log_name} (full)", notice.log]
+    if notice.footer:
+        lines += ["", notice.footer]
+    typer.echo("\n".join(lines))
 
 
 @app.command("check-config")

@@ -15,7 +15,15 @@ from capstan.notify._config import (
     build_sink,
 )
 from capstan.notify._delivery import DeliveryPolicy, Drainer, DrainReport, NotifyMetrics
-from capstan.notify._notice import Notice, Section, escape_fences, tail_lines
+from capstan.notify._notice import (
+    MessageCapacity,
+    Notice,
+    Section,
+    combine_notices,
+    cut,
+    escape_fences,
+    tail_lines,
+)
 from capstan.notify._outbox import MemoryOutbox, Outbox, OutboxEntry
 from capstan.notify._ratelimit import Backoff, TokenBucket
 from capstan.notify._render import (
@@ -89,6 +97,7 @@ __all__ = [
     "JsonWebhookSink",
     "MemoryOutbox",
     "MemoryThreadIndex",
+    "MessageCapacity",
     "Notice",
     "NotifyMetrics",
     "Outbox",
@@ -111,6 +120,8 @@ __all__ = [
     "WebhookSinkConfig",
     "blocks_problem",
     "build_sink",
+    "combine_notices",
+    "cut",
     "escape_fences",
     "parse_retry_after",
     "render_discord",

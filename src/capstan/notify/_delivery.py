@@ -2,25 +2,33 @@
 after repeated failures, never dropping a message.
 
 One ``Drainer.drain_once`` pass claims the due messages (each claim is leased, so a crash mid-pass leaves them to
-be claimed again after the lease), groups them by destination and sends each group in order, one destination per
-task, taking a token from that destination's bucket before every send (default 1 message/s, bursts of 3, Slack's
-documented pace). Outcomes:
+be claimed again after the lease) in enqueue order, groups them by destination and serves each destination in its
+own task, taking a token from that destination's bucket before every send (default 1 message/s, bursts of 3,
+Slack's documented pace). A pass never waits for a token: what has no send slot now is released (not counted as an
+attempt) and due when the next token is, so each pass sees everything that queued meanwhile.
 
-- sent → ``mark_sent``; the delivery latency (now − enqueue time) is observed.
-- HTTP 429 → the destination's bucket is blocked until ``Retry-After`` and the message (and the rest of that
-  destination's batch) goes back as pending at that time. Rate limiting never dead-letters a message, except as a
+When more messages wait than the tokens in hand can carry one by one, the drainer **combines** the oldest ones of
+the same group (``meta["kind"]`` and channel) into one message (:func:`~capstan.notify.combine_notices`: each
+notice's brief, up to the sink's :class:`~capstan.notify.MessageCapacity`), so a storm costs one message per token
+instead of one queue slot per notice, and the newest notice waits about one token interval instead of the whole
+backlog. ``coalesce: false`` turns this off (strict one message per notice). Every notice in a combined message is
+marked sent; its full payload stays in the outbox (``capstan restarts outbox --show ID``).
+
+Outcomes:
+
+- sent → ``mark_sent``; the delivery latency (now − enqueue time) is observed per notice.
+- HTTP 429 → the destination's bucket is blocked until ``Retry-After`` and the messages (and the rest of that
+  destination's batch) go back as pending at that time. Rate limiting never dead-letters a message, except as a
   last bound after ``max_attempts × 10`` claims.
-- any other error (Slack's error string, HTTP status, transport error) is logged and the message is retried after
+- any other error (Slack's error string, HTTP status, transport error) is logged and each message is retried after
   exponential backoff with full jitter from a seeded RNG; after ``max_attempts`` claims it becomes ``dead``: kept in
   the outbox, listed by ``capstan restarts outbox``, counted in metrics.
-
-The outbox's ``attempts`` counts claims, so a message deferred by its destination's pacing also spends one; the
-rate-limit exemption above keeps that from dead-lettering messages during a storm.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import Field
 
 from capstan.config import StrictModel
-from capstan.notify._notice import Notice
+from capstan.notify._notice import Notice, combine_notices
 from capstan.notify._outbox import Outbox
 from capstan.notify._ratelimit import Backoff, TokenBucket
 from capstan.notify._sinks import Delivery, Sink
@@ -54,19 +62,19 @@ class DeliveryPolicy(StrictModel):
     send_timeout_seconds: float = Field(default=30.0, gt=0)
     idle_interval_seconds: float = Field(default=0.5, gt=0)
 
-    # How many seconds of sending one pass claims at most. A claim is leased: after a crash, what the dead process had
-    # claimed waits for its lease to expire, so passes stay short (a slow destination is served over several passes).
-    pass_seconds: float = Field(default=10.0, gt=0, le=600)
+    # combine waiting messages of one group into one when the destination is at its pace (see the module text)
+    coalesce: bool = True
+    max_combined: int = Field(default=20, ge=2, le=200)
 
     @property
     def claim_size(self) -> int:
-        """Messages one pass claims: what the rate allows in ``pass_seconds`` plus the burst, at most a batch."""
-        return max(1, min(self.batch_size, self.burst + int(self.rate_per_second * self.pass_seconds)))
+        """Messages one pass claims: a batch (what has no send slot is released again, uncounted)."""
+        return self.batch_size
 
     @property
     def lease_seconds(self) -> float:
-        # a pass may wait for tokens for up to claim_size/rate seconds on one destination; the lease outlives it
-        return 2.0 * self.claim_size / self.rate_per_second + self.send_timeout_seconds
+        # a pass sends at most ``burst`` messages per destination without waiting; the lease outlives them
+        return (self.burst + 1) * self.send_timeout_seconds + 5.0
 
 
 class NotifyMetrics:
@@ -91,6 +99,12 @@ class NotifyMetrics:
             ["destination"],
             registry=registry,
         )
+        self.combined = Counter(
+            "capstan_notify_combined",
+            "Notifications delivered inside a combined message (the destination was at its pace).",
+            ["destination"],
+            registry=registry,
+        )
         self.latency = Histogram(
             "capstan_notify_delivery_latency_seconds",
             "From enqueue to successful delivery.",
@@ -109,7 +123,13 @@ class DrainReport:
     rate_limited: int = 0
     failed: int = 0
     dead: int = 0
+    combined: int = 0
+    released: int = 0
     errors: list[str] = field(default_factory=list)
+    next_due: float | None = None
+
+    def due_at(self, at: float) -> None:
+        self.next_due = at if self.next_due is None else min(self.next_due, at)
 
 
 class Drainer:
@@ -135,6 +155,7 @@ class Drainer:
         self._sleep = sleep
         self._buckets: dict[str, TokenBucket] = {}
         self._backoff = Backoff(self._policy.backoff_base_seconds, self._policy.backoff_cap_seconds)
+        self._wake = asyncio.Event()
 
     @property
     def metrics(self) -> NotifyMetrics:
@@ -146,6 +167,7 @@ class Drainer:
         if item is None:
             return False
         self._metrics.enqueued.labels(destination).inc()
+        self._wake.set()
         return True
 
     def _bucket(self, destination: str) -> TokenBucket:
@@ -174,51 +196,99 @@ class Drainer:
     async def _drain_destination(self, destination: str, batch: list[Any], report: DrainReport) -> None:
         bucket = self._bucket(destination)
         sink = self._sinks.get(destination)
-        for index, item in enumerate(batch):  # bounded by the batch
+        ready: list[tuple[Any, Notice]] = []
+        for item in batch:
             if sink is None:
                 self._fail(item, f"no sink named {destination!r} is configured", report)
                 continue
             try:
-                notice = Notice.from_json(item.payload)
+                ready.append((item, Notice.from_json(item.payload)))
             except (KeyError, TypeError, ValueError) as exc:
                 self._dead(item, f"unreadable payload: {exc}", report)
-                continue
-            for _ in range(100):  # bounded: each wait is the time until the next token
-                if bucket.try_take(self._clock()):
-                    break
-                await self._sleep(max(0.001, bucket.wait_time(self._clock())))
+        if sink is None:
+            return
+        for _ in range(len(ready)):  # bounded: every round sends at least one message or stops
+            if not ready:
+                return
+            if not bucket.try_take(self._clock()):
+                break
+            chunk = self._next_chunk(ready, bucket.available(self._clock()), sink)
+            taken = {id(entry[0]) for entry in chunk}
+            ready = [entry for entry in ready if id(entry[0]) not in taken]
+            notice = chunk[0][1] if len(chunk) == 1 else combine_notices([n for _, n in chunk])
             result = await self._send(sink, notice)
             now = self._clock()
             if result.ok:
-                self._outbox.mark_sent(item.id, now=now)
-                self._metrics.sent.labels(destination).inc()
-                self._metrics.latency.labels(destination).observe(max(0.0, now - item.created_at))
-                report.sent += 1
+                for item, _ in chunk:
+                    self._outbox.mark_sent(item.id, now=now)
+                    self._metrics.sent.labels(destination).inc()
+                    self._metrics.latency.labels(destination).observe(max(0.0, now - item.created_at))
+                report.sent += len(chunk)
+                if len(chunk) > 1:
+                    report.combined += len(chunk)
+                    self._metrics.combined.labels(destination).inc(len(chunk))
                 if result.warning:
-                    log.warning("notification %s to %s: %s", item.id, destination, result.warning)
+                    log.warning("notification to %s: %s", destination, result.warning)
                 continue
             if result.retry_after is not None:
                 until = now + result.retry_after
                 bucket.block_until(now, until)
                 report.rate_limited += 1
+                rest = [item for item, _ in chunk + ready]
                 log.info(
                     "%s asked to wait %.1fs (429); deferring %d message(s)",
                     destination,
                     result.retry_after,
-                    len(batch) - index,
+                    len(rest),
                 )
-                for rest in batch[index:]:
-                    if rest.attempts >= self._policy.max_attempts * 10:
-                        self._dead(rest, f"still rate limited after {rest.attempts} attempts", report)
+                for item in rest:
+                    if item.attempts >= self._policy.max_attempts * 10:
+                        self._dead(item, f"still rate limited after {item.attempts} attempts", report)
                         continue
-                    if rest is item:
-                        error = result.error or "rate limited"
-                    else:
-                        error = rest.last_error or "deferred: destination rate limited"
-                    self._outbox.mark_retry(rest.id, until, error, now=now)
+                    error = (
+                        (result.error or "rate limited")
+                        if any(item is c for c, _ in chunk)
+                        else (item.last_error or "deferred: destination rate limited")
+                    )
+                    self._outbox.mark_retry(item.id, until, error, now=now)
                     self._metrics.retried.labels(destination, "rate_limited").inc()
+                report.due_at(until)
                 return
-            self._fail(item, result.error or "unknown error", report)
+            for item, _ in chunk:
+                self._fail(item, result.error or "unknown error", report)
+        if ready:  # no send slot now: back in the outbox, due with the next token, not counted as an attempt
+            now = self._clock()
+            at = now + max(0.001, bucket.wait_time(now))
+            self._outbox.release([item.id for item, _ in ready], at, now=now)
+            report.released += len(ready)
+            report.due_at(at)
+
+    def _next_chunk(
+        self, ready: list[tuple[Any, Notice]], spare_tokens: float, sink: Sink
+    ) -> list[tuple[Any, Notice]]:
+        """The next message's notices: the oldest alone while the tokens in hand can carry the queue one by one,
+        otherwise the oldest and the following ones of its group, as many as the sink's capacity holds."""
+        if not self._policy.coalesce or len(ready) <= int(spare_tokens) + 1:
+            return ready[:1]
+        group = ready[0][1].group
+        capacity = sink.capacity
+        chunk: list[tuple[Any, Notice]] = []
+        chars = sections = 0
+        for entry in ready:  # bounded by the batch
+            notice = entry[1]
+            if notice.group != group:
+                continue
+            size, count = notice.brief_size(), len(notice.brief_sections())
+            if chunk and (
+                len(chunk) >= self._policy.max_combined
+                or chars + size > capacity.text_chars
+                or sections + count > capacity.sections
+            ):
+                break
+            chunk.append(entry)
+            chars += size
+            sections += count
+        return chunk
 
     async def _send(self, sink: Sink, notice: Notice) -> Delivery:
         try:
@@ -252,12 +322,31 @@ class Drainer:
         self._outbox.mark_dead(item.id, error, now=self._clock())
         self._metrics.dead.labels(item.destination).inc()
 
+    async def _idle(self, seconds: float) -> None:
+        if self._sleep is not asyncio.sleep:  # an injected clock: sleep on it (tests, simulations)
+            await self._sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+
     async def run(self, stop: asyncio.Event, *, max_passes: int | None = None) -> int:
-        """Drain until ``stop`` is set (or ``max_passes`` passes ran); returns the number of passes."""
+        """Drain until ``stop`` is set (or ``max_passes`` passes ran); returns the number of passes.
+
+        Between passes it sleeps until the earliest released message is due, at most ``idle_interval_seconds``,
+        and wakes early when a message is enqueued in this process."""
         passes = 0
         while not stop.is_set() and (max_passes is None or passes < max_passes):
+            self._wake.clear()
             report = await self.drain_once()
             passes += 1
-            if report.claimed == 0 and not stop.is_set():
-                await self._sleep(self._policy.idle_interval_seconds)
+            if stop.is_set():
+                break
+            wait = self._policy.idle_interval_seconds
+            if report.next_due is not None:
+                wait = min(wait, max(0.0, report.next_due - self._clock()))
+            elif report.claimed:
+                wait = 0.0
+            if wait > 0:
+                await self._idle(wait)
         return passes

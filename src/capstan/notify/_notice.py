@@ -6,6 +6,7 @@ report is built once and every chat service shows the same facts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +29,8 @@ class Notice:
     ``thread_key`` groups messages (a digest threads under the first message with the same key when the sink can
     thread); ``channel`` overrides the sink's default destination when the sink supports it; ``log`` is the full
     text a sink that can upload files attaches, while ``sections`` carry the cut-down tail shown inline.
+    ``brief`` is the short form the producer wants shown when this notice is combined with others into one
+    message (see :func:`combine_notices`); without one, the title and summary stand for it.
     """
 
     title: str
@@ -41,6 +44,7 @@ class Notice:
     channel: str | None = None
     footer: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    brief: tuple[Section, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +59,7 @@ class Notice:
             "channel": self.channel,
             "footer": self.footer,
             "meta": dict(self.meta),
+            "brief": [{"heading": s.heading, "body": s.body, "code": s.code} for s in self.brief],
         }
 
     @classmethod
@@ -74,7 +79,72 @@ class Notice:
             channel=data.get("channel"),
             footer=str(data.get("footer", "")),
             meta=dict(data.get("meta", {})),
+            brief=tuple(
+                Section(str(s["heading"]), str(s["body"]), bool(s.get("code", False)))
+                for s in data.get("brief", [])
+            ),
         )
+
+    def brief_sections(self) -> tuple[Section, ...]:
+        """What this notice contributes to a combined message."""
+        return self.brief or (Section(self.title, self.summary),)
+
+    def brief_size(self) -> int:
+        """Characters of :meth:`brief_sections` (headings and bodies)."""
+        return sum(len(s.heading) + len(s.body) for s in self.brief_sections())
+
+    @property
+    def group(self) -> tuple[str, str]:
+        """Notices combine only with others of the same group: the same ``meta["kind"]`` and channel."""
+        return (str(self.meta.get("kind", "")), self.channel or "")
+
+
+_SEVERITY_ORDER = {"info": 0, "warning": 1, "critical": 2}
+
+
+@dataclass(frozen=True)
+class MessageCapacity:
+    """How much of several notices' briefs one message of a sink can carry: text characters and sections."""
+
+    text_chars: int
+    sections: int
+
+
+def combine_notices(notices: Sequence[Notice]) -> Notice:
+    """One message standing for several queued ones (same :attr:`Notice.group`), used when a destination is at its
+    pace limit: the first notice's title with "(+N more)", every notice's brief in order, the highest severity,
+    and ``meta`` whose list values are concatenated (``meta["combined"]`` is the count and
+    ``meta["thread_keys"]`` the thread keys, so a threading sink can file later replies under this message).
+    The full notices stay in the outbox as sent; nothing in a brief is cut here (callers size the group with
+    :meth:`Notice.brief_size`)."""
+    if not notices:
+        raise ValueError("combine_notices needs at least one notice")
+    if len(notices) == 1:
+        return notices[0]
+    first = notices[0]
+    meta: dict[str, Any] = {}
+    for notice in notices:
+        for key, value in notice.meta.items():
+            if isinstance(value, list):
+                meta.setdefault(key, []).extend(value)
+            else:
+                meta.setdefault(key, value)
+    meta["combined"] = len(notices)
+    meta["thread_keys"] = sorted({n.thread_key for n in notices if n.thread_key})
+    severity = max((n.severity for n in notices), key=lambda s: _SEVERITY_ORDER.get(s, 1))
+    sections = tuple(s for n in notices for s in n.brief_sections())
+    return Notice(
+        title=f"{first.title} (+{len(notices) - 1} more)",
+        summary=(
+            f"{len(notices)} messages in one: this destination was at its pace limit. "
+            "Each full message is kept in the outbox."
+        ),
+        severity=severity,
+        sections=sections,
+        channel=first.channel,
+        footer=first.footer,
+        meta=meta,
+    )
 
 
 ELLIPSIS = "…"

@@ -2,14 +2,16 @@
 
 The protocol matches :class:`capstan.store.Store`'s outbox methods, so the store plugs in directly; the notifier
 never imports the store. Semantics (kept by both): ``enqueue`` is idempotent on ``dedupe_key``; ``claim_due``
-returns pending items due at ``now`` oldest first, counts an attempt on each and leases it until
-``now + lease_seconds``; ``mark_retry`` puts an item back as pending at a later time; ``mark_dead`` keeps it,
-visible, in the dead state.
+returns pending items due at ``now`` in enqueue order, counts an attempt on each and leases it until
+``now + lease_seconds``; ``mark_retry`` puts an item back as pending at a later time; ``release`` gives claimed
+items back due at a later time without counting the claim (nothing was tried); ``mark_dead`` keeps it, visible,
+in the dead state.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
@@ -54,6 +56,8 @@ class Outbox(Protocol):
 
     def mark_dead(self, item_id: int, error: str, *, now: float | None = None) -> None: ...
 
+    def release(self, item_ids: Sequence[int], at: float, *, now: float | None = None) -> None: ...
+
     def outbox(self, *, state: str | None = None, limit: int = 100) -> list[Any]: ...
 
 
@@ -96,7 +100,7 @@ class MemoryOutbox:
     def claim_due(self, now: float, limit: int, *, lease_seconds: float = 60.0) -> list[MemoryOutboxItem]:
         due = sorted(
             (i for i in self._items.values() if i.state == "pending" and i.next_attempt_at <= now),
-            key=lambda i: (i.next_attempt_at, i.id),
+            key=lambda i: i.id,
         )[: max(0, limit)]
         claimed = []
         for item in due:
@@ -121,6 +125,12 @@ class MemoryOutbox:
 
     def mark_dead(self, item_id: int, error: str, *, now: float | None = None) -> None:
         self._update(item_id, now, state="dead", last_error=error)
+
+    def release(self, item_ids: Sequence[int], at: float, *, now: float | None = None) -> None:
+        for item_id in item_ids:
+            item = self._items[item_id]
+            if item.state == "pending":
+                self._update(item_id, now, attempts=max(0, item.attempts - 1), next_attempt_at=at)
 
     def outbox(self, *, state: str | None = None, limit: int = 100) -> list[MemoryOutboxItem]:
         items = [

@@ -38,6 +38,11 @@ class TokenBucket:
             return True
         return False
 
+    def available(self, now: float) -> float:
+        """Tokens available at ``now`` (fractional)."""
+        self._refill(now)
+        return self.tokens
+
     def wait_time(self, now: float) -> float:
         """Seconds until a token is available (0 if one is)."""
         self._refill(now)

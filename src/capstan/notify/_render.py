@@ -90,8 +90,11 @@ def render_slack(notice: Notice) -> dict[str, Any]:
         if room_blocks <= 0 or budget < 200:
             omitted = remaining_sections
             break
-        # share what is left fairly between the sections still to come, code sections may use what others leave
-        share = budget if section.code else max(200, budget // remaining_sections)
+        # when everything still to come fits, nothing is cut; otherwise share what is left fairly between the
+        # sections still to come (code sections may use what others leave)
+        need = sum(len(s.heading) + len(s.body) + 16 for s in sections[index:])
+        fits = need <= budget
+        share = budget if section.code or fits else max(200, budget // remaining_sections)
         text = _slack_section_text(section, share)
         used += len(text)
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
@@ -180,7 +183,9 @@ def render_google_chat(notice: Notice) -> dict[str, Any]:
         if budget < 300:
             omitted = remaining
             break
-        room = min(GCHAT_MAX_SECTION, budget if section.code else max(300, budget // remaining))
+        need = sum(len(s.heading) + len(s.body) for s in notice.sections[index:])
+        fair = budget if section.code or need <= budget else max(300, budget // remaining)
+        room = min(GCHAT_MAX_SECTION, fair)
         body = tail_lines(section.body, room) if section.code else cut(section.body, room)
         budget -= len(body) + len(section.heading)
         sections.append({"header": html.escape(cut(section.heading, 200)), "widgets": [para(body)]})

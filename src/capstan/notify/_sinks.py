@@ -3,24 +3,28 @@
 A sink never raises for delivery problems: it returns a :class:`Delivery` that the drainer turns into sent, retry
 (after ``Retry-After`` or backoff) or dead. Slack goes through slack_sdk (incoming webhook, or a bot token with
 ``chat.postMessage`` and ``files_upload_v2``); the others are plain JSON POSTs with httpx. Every call has a timeout.
+
+Slack's calls use slack_sdk's standard-library clients in a worker thread rather than its aiohttp ones: at
+Slack's pace of about one message per second per channel a thread costs nothing, and a watcher that never
+loads aiohttp stays ~10 MB smaller. httpx is imported when the first JSON sink is built.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 import email.utils
 import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-import httpx
 from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
-from slack_sdk.webhook.async_client import AsyncWebhookClient
+from slack_sdk.web import WebClient
+from slack_sdk.webhook import WebhookClient
 
-from capstan.notify._notice import Notice
+from capstan.notify._notice import MessageCapacity, Notice
 from capstan.notify._render import (
     render_discord,
     render_google_chat,
@@ -29,7 +33,13 @@ from capstan.notify._render import (
     render_teams,
 )
 
+if TYPE_CHECKING:
+    import httpx
+
 log = logging.getLogger(__name__)
+
+# below render_slack's total text budget and block limit, so a combined message is never cut
+SLACK_CAPACITY: Final = MessageCapacity(text_chars=8_000, sections=40)
 
 
 @dataclass(frozen=True)
@@ -53,10 +63,14 @@ class Delivery:
 
 
 class Sink(Protocol):
-    """A chat destination. ``name`` is the destination key the drainer paces and the outbox stores."""
+    """A chat destination. ``name`` is the destination key the drainer paces and the outbox stores;
+    ``capacity`` is how many notices' briefs one of its messages carries when the drainer combines them."""
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def capacity(self) -> MessageCapacity: ...
 
     async def send(self, notice: Notice) -> Delivery: ...
 
@@ -115,16 +129,22 @@ class SlackWebhookSink:
 
     def __init__(self, name: str, url: str, *, timeout: float = 10.0) -> None:
         self._name = name
-        self._client = AsyncWebhookClient(url, timeout=max(1, int(timeout)))
+        self._client = WebhookClient(url, timeout=max(1, int(timeout)))
 
     @property
     def name(self) -> str:
         return self._name
 
+    @property
+    def capacity(self) -> MessageCapacity:
+        return SLACK_CAPACITY
+
     async def send(self, notice: Notice) -> Delivery:
         payload = render_slack(notice)
         try:
-            response = await self._client.send(text=payload["text"], blocks=payload["blocks"])
+            response = await asyncio.to_thread(
+                self._client.send, text=payload["text"], blocks=payload["blocks"]
+            )
         except Exception as exc:  # network errors: slack_sdk raises aiohttp/asyncio errors
             return Delivery.failed(f"transport: {type(exc).__name__}: {exc}")
         if response.status_code == 200:
@@ -162,11 +182,15 @@ class SlackBotSink:
         self._threads: ThreadIndex = threads if threads is not None else MemoryThreadIndex()
         # channel names resolve to IDs in responses; remembered so thread lookups match either form
         self._aliases: dict[str, str] = {}
-        self._client = AsyncWebClient(token=token, base_url=base_url, timeout=max(1, int(timeout)))
+        self._client = WebClient(token=token, base_url=base_url, timeout=max(1, int(timeout)))
 
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def capacity(self) -> MessageCapacity:
+        return SLACK_CAPACITY
 
     async def send(self, notice: Notice) -> Delivery:
         payload = render_slack(notice)
@@ -176,8 +200,12 @@ class SlackBotSink:
             parent[1] if parent is not None and parent[0] in (channel, self._resolved(channel)) else None
         )
         try:
-            response = await self._client.chat_postMessage(
-                channel=channel, text=payload["text"], blocks=payload["blocks"], thread_ts=thread_ts
+            response = await asyncio.to_thread(
+                self._client.chat_postMessage,
+                channel=channel,
+                text=payload["text"],
+                blocks=payload["blocks"],
+                thread_ts=thread_ts,
             )
         except SlackApiError as exc:
             status = exc.response.status_code
@@ -191,10 +219,14 @@ class SlackBotSink:
         self._remember(channel, posted_channel)
         if notice.thread_key and parent is None:
             self._threads.put(notice.thread_key, posted_channel, ts)
+        for key in notice.meta.get("thread_keys") or []:  # a combined message starts the threads of its parts
+            if self._threads.get(str(key)) is None:
+                self._threads.put(str(key), posted_channel, ts)
         warning = None
         if self._upload_logs and notice.log:
             try:
-                await self._client.files_upload_v2(
+                await asyncio.to_thread(
+                    self._client.files_upload_v2,
                     channel=posted_channel,
                     thread_ts=thread_ts or ts,
                     content=notice.log,
@@ -222,9 +254,13 @@ class SlackBotSink:
 class _HttpJsonSink(abc.ABC):
     """POST a rendered JSON body; 2xx is sent, 429 carries Retry-After, anything else is an error to retry."""
 
+    CAPACITY = MessageCapacity(text_chars=12_000, sections=40)
+
     def __init__(
         self, name: str, url: str, *, timeout: float = 10.0, headers: Mapping[str, str] | None = None
     ) -> None:
+        import httpx
+
         self._name = name
         self._url = url
         self._client = httpx.AsyncClient(timeout=timeout, headers=dict(headers or {}))
@@ -232,6 +268,10 @@ class _HttpJsonSink(abc.ABC):
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def capacity(self) -> MessageCapacity:
+        return self.CAPACITY
 
     @abc.abstractmethod
     def render(self, notice: Notice) -> tuple[dict[str, Any], dict[str, str]]:
@@ -241,6 +281,8 @@ class _HttpJsonSink(abc.ABC):
         return parse_retry_after(response.headers.get("Retry-After"))
 
     async def send(self, notice: Notice) -> Delivery:
+        import httpx
+
         body, params = self.render(notice)
         try:
             response = await self._client.post(self._url, json=body, params=params or None)
@@ -257,6 +299,8 @@ class _HttpJsonSink(abc.ABC):
 
 class JsonWebhookSink(_HttpJsonSink):
     """Generic webhook: the Notice as JSON (``render_json``), with optional extra headers (e.g. auth)."""
+
+    CAPACITY = MessageCapacity(text_chars=100_000, sections=200)
 
     def render(self, notice: Notice) -> tuple[dict[str, Any], dict[str, str]]:
         return render_json(notice), {}
@@ -279,6 +323,9 @@ class GoogleChatSink(_HttpJsonSink):
 
 class DiscordSink(_HttpJsonSink):
     """Discord webhook: one embed; a 429 carries ``retry_after`` (seconds) in its JSON body as well."""
+
+    # briefs render as embed fields: at most 25 of 1,024 characters, 6,000 characters in all
+    CAPACITY = MessageCapacity(text_chars=4_500, sections=20)
 
     def render(self, notice: Notice) -> tuple[dict[str, Any], dict[str, str]]:
         return render_discord(notice), {}

@@ -7,13 +7,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Final
 
-from capstan.notify import Notice, Section
+from capstan.notify import Notice, Section, cut
 from capstan.restarts._detect import ContainerRestart
 from capstan.restarts._noise import Digest
 from capstan.restarts._report import RestartReport
 
 DIGEST_LINES_PER_SECTION: Final = 8
 DIGEST_SECTIONS_PER_MESSAGE: Final = 5
+BRIEF_LOG_LINES: Final = 3  # log lines a report keeps when it is combined with others into one message
+BRIEF_CHARS: Final = 900
 
 
 def restart_token(restart: ContainerRestart) -> str:
@@ -114,6 +116,21 @@ def report_notice(report: RestartReport) -> Notice:
         sections.append(Section("Previous container log (tail)", report.log_tail, code=True))
     else:
         sections.append(Section("Previous container log", f"Unavailable: {report.log_unavailable}."))
+    brief_lines = [summary, report.meaning.split("\n", 1)[0]]
+    if term and term.message:
+        brief_lines.append(f"Termination message: {term.message.strip()[:160]}")
+    if report.changes:
+        c = report.changes[-1]
+        more = f" (+{len(report.changes) - 1} earlier)" if len(report.changes) > 1 else ""
+        brief_lines.append(
+            f"Changed before it{more}: {c.kind} {c.name} {c.change}" + (f": {c.summary}" if c.summary else "")
+        )
+    if report.log_tail is not None:
+        last = [line[:160] for line in report.log_tail.splitlines()[-BRIEF_LOG_LINES:]]
+        brief_lines.append("Log tail:\n" + "\n".join(f"  {line}" for line in last))
+    else:
+        brief_lines.append(f"Previous log unavailable: {report.log_unavailable}.")
+    brief = (Section(f"{r.namespace}/{r.pod} · {r.container}", cut("\n".join(brief_lines), BRIEF_CHARS)),)
     return Notice(
         title=f"Container restarted: {r.namespace}/{r.pod}",
         summary=summary,
@@ -126,6 +143,7 @@ def report_notice(report: RestartReport) -> Notice:
         channel=report.channel,
         footer=f"cluster {report.cluster} · observed {_when(report.observed_at)} · capstan",
         meta={"kind": "restart", "restarts": [_restart_meta(r)]},
+        brief=brief,
     )
 
 
@@ -162,6 +180,10 @@ def digest_notices(digest: Digest, cluster: str, *, channel: str | None = None) 
                 channel=channel,
                 footer=f"cluster {cluster} · capstan",
                 meta={"kind": "digest", "restarts": [_restart_meta(r) for r in chunk_restarts]},
+                brief=tuple(
+                    Section(f"Digest {digest.owner_key}{part}: {s.heading.lower()}", s.body) for s in sections
+                )
+                or (Section(f"Digest {digest.owner_key}", f"{digest.restart_count} restart(s) {why}"),),
             )
         )
     return notices

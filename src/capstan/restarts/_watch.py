@@ -153,6 +153,7 @@ class RestartWatcher:
         self._queues: list[asyncio.Queue[tuple[Pod, list[ContainerRestart], float] | None]] = []
         self.synced = asyncio.Event()
         self.handled = 0
+        self.skipped_evidence = 0  # restarts whose evidence was not fetched (digested or filtered)
         self._owner_cache: dict[tuple[str, str, str], tuple[float, Mapping[str, Any] | None]] = {}
 
     # ---- evidence -----------------------------------------------------------------------------------------------
@@ -221,11 +222,18 @@ class RestartWatcher:
                 )
         return sorted(out, key=lambda r: r.at)
 
-    async def snapshot(self, restart: ContainerRestart, pod: Pod, now: float) -> RestartSnapshot:
+    async def snapshot(
+        self,
+        restart: ContainerRestart,
+        pod: Pod,
+        now: float,
+        owners: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
+    ) -> RestartSnapshot:
         """Gather everything a report needs; every part may fail on its own and is then described, not fatal."""
         meta = pod.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-        owners = await self._owners(pod)
+        if owners is None:
+            owners = await self._owners(pod)
         node_name = (pod.get("spec") or {}).get("nodeName")
         node: Mapping[str, Any] | None = None
         node_error: str | None = None
@@ -285,10 +293,16 @@ class RestartWatcher:
     # ---- handling -------------------------------------------------------------------------------------------------
     async def _handle(self, pod: Pod, restarts: list[ContainerRestart], now: float) -> None:
         notify: dict[str, str] = {}
+        owners = await self._owners(pod)
         for restart in restarts:
-            snap = await self.snapshot(restart, pod, now)
-            outcome = self.notifier.on_restart(snap, now)
-            notify[restart.container] = outcome.action
+            # decide first: a restart counted into a digest (its workload is muted) or filtered out needs none of
+            # the log, events, node and recorded changes, so a storm costs API calls only for the reported ones
+            action = self.notifier.decide(pod, restart, owners, now)
+            if action == "reported":
+                self.notifier.report(await self.snapshot(restart, pod, now, owners), now)
+            else:
+                self.skipped_evidence += 1
+            notify[restart.container] = action
         batch = restart_batch(pod, restarts, now, notify=notify)
         await asyncio.to_thread(self.store.write, batch)
         self.handled += len(restarts)

@@ -9,16 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from capstan.errors import UserError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# the newest migration's revision id; a test checks it against Alembic's head, so opening an up-to-date store
+# never imports Alembic (it costs ~10 MB of memory in every long-running process)
+HEAD_REVISION = "0001"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 CONNECT_TIMEOUT_S = 10
 
@@ -99,7 +99,12 @@ def create_engines(url: URL) -> tuple[Engine, Engine]:
 
 
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision (idempotent)."""
+    """Bring the schema to the newest revision (idempotent; Alembic is imported only when there is work)."""
+    if current_revision(engine) == HEAD_REVISION:
+        return
+    from alembic import command
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     with engine.begin() as conn:
@@ -108,8 +113,12 @@ def migrate(engine: Engine) -> None:
 
 
 def current_revision(engine: Engine) -> str | None:
+    """The revision in Alembic's ``alembic_version`` table (None for an empty database)."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+        return str(rows[0]) if len(rows) == 1 else None
 
 
 def describe_db_error(url: URL, exc: BaseException) -> str:

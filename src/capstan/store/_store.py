@@ -597,13 +597,13 @@ class Store:
         return None if row is None else _outbox_from_row(row)
 
     def claim_due(self, now: float, limit: int, *, lease_seconds: float = 60.0) -> list[OutboxItem]:
-        """Pending items due at ``now``, oldest first; each claim counts an attempt and leases the item until
+        """Pending items due at ``now`` in enqueue order; each claim counts an attempt and leases the item until
         ``now + lease_seconds`` so a second drainer does not take it meanwhile."""
         t = s.outbox
         q = (
             select(t)
             .where(t.c.state == "pending", t.c.next_attempt_at <= to_us(now))
-            .order_by(t.c.next_attempt_at, t.c.id)
+            .order_by(t.c.id)
             .limit(_limit(limit))
         )
         if self.dialect == "postgresql":
@@ -633,6 +633,31 @@ class Store:
 
     def mark_dead(self, item_id: int, error: str, *, now: float | None = None) -> None:
         self._outbox_update(item_id, now, state="dead", last_error=error)
+
+    def release(self, item_ids: Sequence[int], at: float, *, now: float | None = None) -> None:
+        """Give claimed items back, due at ``at``, without counting the claim as an attempt (the drainer had no
+        send slot for them; nothing was tried)."""
+        if not item_ids:
+            return
+        t = s.outbox
+        with self._writing() as conn:
+            conn.execute(
+                update(t)
+                .where(t.c.id.in_(list(item_ids)), t.c.state == "pending")
+                .values(
+                    attempts=func.max(t.c.attempts - 1, 0)
+                    if self.dialect == "sqlite"
+                    else func.greatest(t.c.attempts - 1, 0),
+                    next_attempt_at=to_us(at),
+                    updated_at=to_us(self._clock() if now is None else now),
+                )
+            )
+
+    def outbox_item(self, item_id: int) -> OutboxItem | None:
+        """One outbox message by id (any state), or None."""
+        with self._read.begin() as conn:
+            row = conn.execute(select(s.outbox).where(s.outbox.c.id == item_id)).first()
+        return None if row is None else _outbox_from_row(row)
 
     def _outbox_update(self, item_id: int, now: float | None, **values: Any) -> None:
         at = to_us(self._clock() if now is None else now)

@@ -4,6 +4,7 @@ drainer restarted on a persistent outbox picks up what the previous one left."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Iterator
@@ -43,8 +44,12 @@ def outbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outbox]:
             close()
 
 
-def _drainer(outbox: Outbox, sinks: dict[str, Any], registry: CollectorRegistry) -> Drainer:
-    policy = DeliveryPolicy(rate_per_second=50, burst=5, max_attempts=5, backoff_base_seconds=0.05)
+def _drainer(
+    outbox: Outbox, sinks: dict[str, Any], registry: CollectorRegistry, *, coalesce: bool = False
+) -> Drainer:
+    policy = DeliveryPolicy(
+        rate_per_second=50, burst=5, max_attempts=5, backoff_base_seconds=0.05, coalesce=coalesce
+    )
     return Drainer(
         outbox, sinks, clock=time.time, rng=random.Random(7), policy=policy, metrics=NotifyMetrics(registry)
     )
@@ -78,6 +83,24 @@ async def test_storm_with_429s_delivers_everything_in_order(slack: Slack, outbox
         )
         > 0
     )
+
+
+async def test_a_combined_storm_names_every_notice_in_fewer_messages(slack: Slack, outbox: Outbox) -> None:
+    registry = CollectorRegistry()
+    sink = SlackWebhookSink("slack", slack.webhook_url, timeout=5)
+    drainer = _drainer(outbox, {"slack": sink}, registry, coalesce=True)
+    for i in range(60):
+        notice = Notice(title=f"restart {i}", summary=f"pod-{i}", meta={"kind": "restart"})
+        drainer.enqueue("slack", notice, f"r-{i}")
+    slack.receiver.arm_429(1, retry_after=1)
+    await _drain_until_empty(drainer, outbox)
+    messages = slack.receiver.snapshot()["messages"]
+    text = "\n".join(json.dumps(m["blocks"]) for m in messages)
+    assert all(f'pod-{i}"' in text for i in range(60))  # every notice's brief reached Slack
+    assert len(messages) < 60 and slack.receiver.snapshot()["count_429"] == 1
+    assert registry.get_sample_value("capstan_notify_sent_total", {"destination": "slack"}) == 60
+    assert registry.get_sample_value("capstan_notify_combined_total", {"destination": "slack"}) > 0
+    assert outbox.outbox(state="pending") == [] and outbox.outbox(state="dead") == []
 
 
 async def test_slack_errors_are_kept_then_dead_with_slacks_string(slack: Slack, outbox: Outbox) -> None:

@@ -48,6 +48,13 @@ def test_outbox_lists_pending_and_dead(tmp_path: Path) -> None:
     assert [r["state"] for r in everything] == ["pending", "dead", "sent"]
     table = runner.invoke(app, ["outbox", "--store", db, "--state", "dead"], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "channel_not_found" in table.output and "restart a" not in table.output
+    full = runner.invoke(app, ["outbox", "--store", db, "--show", str(c.id)])
+    assert full.exit_code == 0 and full.output.splitlines()[:2] == [
+        f"#{c.id} to teams (sent, 0 attempt(s))",
+        "restart c",
+    ]
+    missing = _capstan("restarts", "outbox", "--store", db, "--show", "999")
+    assert missing.returncode != 0 and f"no message with id 999 in {db}" in missing.stderr
 
 
 def test_check_config(tmp_path: Path) -> None:

@@ -171,6 +171,18 @@ def test_engine_entries_gaps_restarts_and_outbox_round_trip(store: Store) -> Non
     store.mark_dead(first.id, "gave up", now=201.0)
     assert [(i.state, i.attempts) for i in store.outbox()] == [("dead", 2), ("sent", 1)]
 
+    # a release gives claimed items back, due later, without counting the claim; claims go in enqueue order
+    third = store.enqueue("slack", {"text": "third"}, "p1/main/5", now=300.0)
+    fourth = store.enqueue("slack", {"text": "fourth"}, "p1/main/6", now=301.0)
+    assert third is not None and fourth is not None
+    assert [i.id for i in store.claim_due(302.0, 10)] == [third.id, fourth.id]
+    store.release([fourth.id, third.id], 310.0, now=302.0)
+    store.release([first.id], 310.0, now=302.0)  # dead items stay dead
+    assert store.claim_due(309.0, 10) == []
+    again = store.claim_due(310.0, 10)
+    assert [(i.id, i.attempts) for i in again] == [(third.id, 1), (fourth.id, 1)]
+    assert (store.outbox_item(first.id) or first).state == "dead" and store.outbox_item(10_000) is None
+
 
 def test_retention_by_age_keeps_every_later_version_rebuildable(store: Store) -> None:
     history = ObjectHistory("c1", policy=DiffPolicy(snapshot_every=4))

@@ -9,7 +9,16 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import CollectorRegistry
 
-from capstan.notify import Delivery, DeliveryPolicy, Drainer, MemoryOutbox, Notice, NotifyMetrics
+from capstan.notify import (
+    Delivery,
+    DeliveryPolicy,
+    Drainer,
+    MemoryOutbox,
+    MessageCapacity,
+    Notice,
+    NotifyMetrics,
+    Section,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -36,9 +45,12 @@ class ScriptedSink:
     script: list[Delivery] = field(default_factory=list)
     default: Delivery = field(default_factory=Delivery.sent)
     sends: list[tuple[float, str]] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+    capacity: MessageCapacity = field(default_factory=lambda: MessageCapacity(text_chars=8000, sections=40))
 
     async def send(self, notice: Notice) -> Delivery:
         self.sends.append((self.clock.now, notice.title))
+        self.notices.append(notice)
         return self.script.pop(0) if self.script else self.default
 
     async def aclose(self) -> None:
@@ -59,22 +71,91 @@ def _drainer(
     )
 
 
-def _fill(drainer: Drainer, destination: str, count: int) -> None:
-    for i in range(count):
-        assert drainer.enqueue(destination, Notice(title=f"m{i}", summary="s"), f"{destination}-{i}")
+def _fill(drainer: Drainer, destination: str, count: int, kind: str = "restart", start: int = 0) -> None:
+    for i in range(start, start + count):
+        notice = Notice(title=f"m{i}", summary="s", meta={"kind": kind, "ids": [i]})
+        assert drainer.enqueue(destination, notice, f"{destination}-{i}")
 
 
-async def test_paces_each_destination_with_bursts() -> None:
+async def _drain_until_empty(drainer: Drainer, outbox: MemoryOutbox, clock: FakeClock) -> None:
+    """Run passes on the fake clock, jumping to the next due message, until nothing is pending."""
+    for _ in range(100):  # bounded
+        await drainer.drain_once()
+        pending = outbox.outbox(state="pending")
+        if not pending:
+            return
+        clock.now = max(clock.now, min(i.next_attempt_at for i in pending))
+    raise AssertionError("the outbox did not drain")
+
+
+async def test_paces_each_destination_with_bursts_one_message_per_notice() -> None:
     clock, outbox = FakeClock(), MemoryOutbox()
     sink = ScriptedSink("slack", clock)
-    drainer = _drainer(outbox, [sink], clock, rate_per_second=1.0, burst=3)
+    drainer = _drainer(outbox, [sink], clock, rate_per_second=1.0, burst=3, coalesce=False)
     _fill(drainer, "slack", 8)
-    report = await drainer.drain_once()
-    assert report.sent == 8
+    first = await drainer.drain_once()
+    assert (first.sent, first.released, first.next_due) == (3, 5, pytest.approx(1001.0))
+    assert [i.attempts for i in outbox.outbox(state="pending")] == [0] * 5  # a release is not an attempt
+    await _drain_until_empty(drainer, outbox, clock)
     offsets = [t - 1000.0 for t, _ in sink.sends]
     assert offsets == pytest.approx([0, 0, 0, 1, 2, 3, 4, 5])
     assert [title for _, title in sink.sends] == [f"m{i}" for i in range(8)]  # order kept
     assert {i.state for i in outbox.outbox()} == {"sent"}
+    assert {i.attempts for i in outbox.outbox()} == {1}
+
+
+async def test_a_backlog_is_combined_into_one_message_per_token() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    sink = ScriptedSink("slack", clock)
+    drainer = _drainer(outbox, [sink], clock, rate_per_second=1.0, burst=3)
+    _fill(drainer, "slack", 3)  # no more than the tokens in hand: one message each
+    assert (await drainer.drain_once()).combined == 0
+    assert [t for _, t in sink.sends] == ["m0", "m1", "m2"]
+    _fill(drainer, "slack", 12, start=3)
+    clock.now += 1.0  # one token
+    report = await drainer.drain_once()
+    assert (report.sent, report.combined, report.released) == (12, 12, 0)
+    combined = sink.notices[-1]
+    assert combined.title == "m3 (+11 more)"
+    assert [s.heading for s in combined.sections] == [f"m{i}" for i in range(3, 15)]
+    assert combined.meta["ids"] == list(range(3, 15)) and combined.meta["combined"] == 12
+    assert {i.state for i in outbox.outbox()} == {"sent"}
+    assert drainer.metrics.combined.labels("slack")._value.get() == 12
+
+
+async def test_combining_keeps_groups_apart_and_respects_the_sinks_capacity() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    sink = ScriptedSink("slack", clock, capacity=MessageCapacity(text_chars=10_000, sections=4))
+    drainer = _drainer(outbox, [sink], clock, rate_per_second=1.0, burst=2)
+    _fill(drainer, "slack", 6, kind="restart")
+    _fill(drainer, "slack", 3, kind="digest", start=6)
+    report = await drainer.drain_once()  # two tokens: two messages of at most four notices, rest released
+    assert [len(n.sections) for n in sink.notices] == [4, 2]
+    assert (report.sent, report.released) == (6, 3)
+    clock.now = report.next_due or clock.now
+    await _drain_until_empty(drainer, outbox, clock)
+    assert [n.title for n in sink.notices] == ["m0 (+3 more)", "m4 (+1 more)", "m6 (+2 more)"]
+    assert all(n.meta["kind"] == "digest" for n in sink.notices[2:])
+
+
+async def test_a_brief_is_never_cut_and_an_oversized_one_goes_alone() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    sink = ScriptedSink("slack", clock, capacity=MessageCapacity(text_chars=1000, sections=40))
+    drainer = _drainer(outbox, [sink], clock, rate_per_second=1.0, burst=1)
+    big = Notice(title="big", summary="s", brief=(Section("big", "x" * 1500),), meta={"kind": "r"})
+    small = [
+        Notice(title=f"s{i}", summary="s", brief=(Section(f"s{i}", "y" * 400),), meta={"kind": "r"})
+        for i in range(3)
+    ]
+    drainer.enqueue("slack", big, "big")
+    for i, n in enumerate(small):
+        drainer.enqueue("slack", n, f"s{i}")
+    await _drain_until_empty(drainer, outbox, clock)
+    assert [[s.body for s in n.sections] if n.meta.get("combined") else n.title for n in sink.notices] == [
+        "big",
+        ["y" * 400, "y" * 400],
+        "s2",
+    ]
 
 
 async def test_enqueue_is_idempotent() -> None:
@@ -91,7 +172,7 @@ async def test_retry_after_defers_the_whole_destination_and_loses_nothing() -> N
         "slack", clock, script=[Delivery.sent(), Delivery.failed("HTTP 429: rate_limited", 30.0)]
     )
     other = ScriptedSink("teams", clock)
-    drainer = _drainer(outbox, [slack, other], clock, burst=10)
+    drainer = _drainer(outbox, [slack, other], clock, burst=10, coalesce=False)
     _fill(drainer, "slack", 5)
     _fill(drainer, "teams", 2)
     first = await drainer.drain_once()
@@ -102,7 +183,7 @@ async def test_retry_after_defers_the_whole_destination_and_loses_nothing() -> N
     clock.now = 1029.0
     assert (await drainer.drain_once()).claimed == 0
     clock.now = 1030.0
-    assert (await drainer.drain_once()).sent == 4
+    await _drain_until_empty(drainer, outbox, clock)
     assert [t for t, _ in slack.sends][2:] == pytest.approx([1030, 1031, 1032, 1033])  # bucket emptied by 429
     assert outbox.outbox(state="dead") == [] and len(outbox.outbox(state="sent")) == 7
 

@@ -11,10 +11,13 @@ from hypothesis import strategies as st
 from capstan.config import StrictModel, load_model
 from capstan.errors import UserError
 from capstan.notify import (
+    MessageCapacity,
     Notice,
     Section,
     SinkConfig,
+    SlackWebhookSink,
     blocks_problem,
+    combine_notices,
     escape_fences,
     render_discord,
     render_google_chat,
@@ -59,6 +62,60 @@ def test_notice_json_round_trip() -> None:
         thread_key="k",
     )
     assert Notice.from_json(json.loads(json.dumps(notice.to_json()))) == notice
+
+
+def test_brief_survives_the_json_round_trip() -> None:
+    notice = Notice(title="t", summary="s", brief=(Section("b", "body"),))
+    assert Notice.from_json(json.loads(json.dumps(notice.to_json()))).brief == (Section("b", "body"),)
+    assert Notice(title="t", summary="s").brief_sections() == (Section("t", "s"),)
+
+
+def test_combine_notices_merges_meta_threads_and_severity() -> None:
+    a = Notice(
+        title="A",
+        summary="a",
+        severity="warning",
+        thread_key="ns/a",
+        meta={"kind": "restart", "restarts": [1]},
+    )
+    b = Notice(
+        title="B",
+        summary="b",
+        severity="critical",
+        thread_key="ns/b",
+        meta={"kind": "restart", "restarts": [2]},
+    )
+    combined = combine_notices([a, b])
+    assert combined.title == "A (+1 more)" and combined.severity == "critical"
+    assert combined.meta == {
+        "kind": "restart",
+        "restarts": [1, 2],
+        "combined": 2,
+        "thread_keys": ["ns/a", "ns/b"],
+    }
+    assert combined.sections == (Section("A", "a"), Section("B", "b"))
+    assert combine_notices([a]) is a
+    with pytest.raises(ValueError):
+        combine_notices([])
+
+
+@pytest.mark.parametrize("per_section", [100, 380, 1500])
+def test_a_combined_message_within_slack_capacity_is_rendered_uncut(per_section: int) -> None:
+    capacity: MessageCapacity = SlackWebhookSink("s", "https://hooks.slack.com/services/T/B/x").capacity
+    notices = []
+    used = 0
+    for i in range(60):  # as many as the capacity takes
+        brief = (Section(f"ns/pod-{i} · app", f"line {i} " + "x" * per_section),)
+        size = sum(len(s.heading) + len(s.body) for s in brief)
+        if used + size > capacity.text_chars or len(notices) + 1 > capacity.sections:
+            break
+        used += size
+        notices.append(Notice(title=f"t{i}", summary="s", brief=brief))
+    rendered = render_slack(combine_notices(notices))
+    assert blocks_problem(rendered["blocks"]) is None
+    text = "\n".join(str(b.get("text", {}).get("text", "")) for b in rendered["blocks"])
+    for notice in notices:
+        assert notice.brief[0].body in text
 
 
 def test_tail_lines_keeps_whole_last_lines() -> None:

@@ -98,3 +98,15 @@ def test_notifier_reports_digests_filters_and_dedupes() -> None:
     assert digest.meta["kind"] == "digest" and len(digest.meta["restarts"]) == 2  # type: ignore[arg-type]
     assert [d for d, _, _ in queued] == ["slack", "audit", "slack", "audit"]
     assert len(keys) == 4
+
+
+def test_decide_before_evidence_then_report_only_what_is_reported() -> None:
+    queued: list[Notice] = []
+    config = load_model(RestartsConfig, {"sinks": SINKS[:1], "mute_seconds": 60}, "x")
+    notifier = RestartNotifier(config, lambda dest, notice, key: queued.append(notice) is None)
+    first, second = _snapshot("web-1", 0, 1), _snapshot("web-1", 1, 2)
+    assert notifier.decide(first.pod, first.restart, {}, now=0) == "reported"
+    assert queued == []  # deciding enqueues nothing; the caller gathers evidence, then reports
+    assert notifier.report(first, now=0).enqueued == 1 and len(queued) == 1
+    assert notifier.decide(second.pod, second.restart, {}, now=5) == "digested"  # muted: no evidence needed
+    assert notifier.tick(60) == 1 and queued[-1].meta["kind"] == "digest"

@@ -147,3 +147,21 @@ def test_long_digest_is_split_and_lists_every_restart() -> None:
         if b["type"] == "section" and "text" in b
     )
     assert all(restart_token(r) in slack_text for r in restarts)
+
+
+def test_combined_digests_and_reports_still_name_every_restart() -> None:
+    """When the drainer combines queued messages, the briefs carry every restart token (accounting still works)."""
+    from capstan.notify import SlackWebhookSink, blocks_problem, combine_notices, render_slack
+    from capstan.restarts import Digest, digest_notices, restart_token
+
+    capacity = SlackWebhookSink("s", "https://hooks.slack.com/services/T/B/x").capacity
+    restarts = [_r(f"worker-{i:03d}", 1 + i % 3) for i in range(40)]
+    notices = digest_notices(Digest("ml/Deployment/worker", 0, 600, restarts, "mute"), "dev")
+    notices += digest_notices(Digest("ml/Deployment/other", 0, 600, restarts[:5], "mute"), "dev")
+    assert sum(n.brief_size() for n in notices) <= capacity.text_chars
+    combined = combine_notices(notices)
+    assert combined.title.startswith("Restart digest: ")  # receivers still see a digest
+    rendered = render_slack(combined)
+    assert blocks_problem(rendered["blocks"]) is None
+    text = "\n".join(b["text"]["text"] for b in rendered["blocks"] if b["type"] == "section" and "text" in b)
+    assert all(restart_token(r) in text for r in restarts)

@@ -122,6 +122,8 @@ def test_missing_node_and_missing_log_do_not_stop_the_report() -> None:
     notice = report_notice(report)
     texts = {s.heading: s.body for s in notice.sections}
     assert texts["Previous container log"].startswith("Unavailable:")
+    [brief] = notice.brief  # the short form used when this report is combined with others
+    assert brief.body.startswith(notice.summary) and "Previous log unavailable" in brief.body
     assert texts["Node"] == 'node-a: unavailable (nodes "node-a" not found)'
     assert "exited with code 1" in report.meaning
 

@@ -37,6 +37,17 @@ def test_the_migrated_database_matches_the_schema_metadata(tmp_path: Path) -> No
     again.close()
 
 
+def test_head_revision_constant_is_alembics_head() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from capstan.store._engine import HEAD_REVISION, MIGRATIONS_DIR
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    assert ScriptDirectory.from_config(cfg).get_current_head() == HEAD_REVISION
+
+
 def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "h.db"))
     with store._read.connect() as conn:
