@@ -193,6 +193,7 @@ async def storm(
             for i, t in injected.items()
             if i in result.first_seen and i not in result.digested
         )
+        stages = stage_latencies(workdir / "collector.log", injected, result)
         return {
             "injected": len(injected),
             "accounted": result.accounted,
@@ -206,7 +207,46 @@ async def storm(
             "messages": len(receiver.messages),
             "count_429": receiver.count_429,
             "inject_s": inject_s,
+            "stages": stages,
         }
+
+
+def stage_latencies(
+    log_path: Path, injected: dict[tuple[str, str, str, int], float], result: Any
+) -> dict[str, dict[str, float]]:
+    """Where an individually reported restart's time goes, from Capstan's "restart reported" log lines:
+    injection → detection (watch delivery + worker queue), detection → enqueue (the evidence), enqueue →
+    receipt (outbox pacing + the send). Empty for collectors that do not write those lines."""
+    parts: dict[str, list[float]] = {"detect": [], "evidence": [], "deliver": []}
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        if '"restart reported"' not in line:
+            continue
+        try:
+            rec = json.loads(line)
+            ns, pod = str(rec["pod"]).split("/", 1)
+            key = (ns, pod, str(rec["container"]), int(rec["restart_count"]))
+        except (ValueError, KeyError):
+            continue
+        if key not in injected or key not in result.first_seen:
+            continue
+        parts["detect"].append(float(rec["detected_at"]) - injected[key])
+        parts["evidence"].append(float(rec["enqueued_at"]) - float(rec["detected_at"]))
+        parts["deliver"].append(result.first_seen[key] - float(rec["enqueued_at"]))
+    out = {}
+    for name, values in parts.items():
+        if values:
+            values.sort()
+            out[name] = {
+                "n": len(values),
+                "p50_s": statistics.median(values),
+                "p99_s": values[min(len(values) - 1, int(0.99 * len(values)))],
+                "max_s": values[-1],
+            }
+    return out
 
 
 def main() -> None:
@@ -281,6 +321,10 @@ def main() -> None:
         str(result["count_429"]),
     )
     console.print(table)
+    for name, st in result.get("stages", {}).items():
+        console.print(
+            f"  {name:>8}: p50 {st['p50_s']:.2f} s, p99 {st['p99_s']:.2f} s, max {st['max_s']:.2f} s (n={st['n']})"
+        )
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
     (out / "restart_storm.json").write_text(

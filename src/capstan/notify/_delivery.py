@@ -7,7 +7,8 @@ own task, taking a token from that destination's bucket before every send (defau
 Slack's documented pace). A pass never waits for a token: what has no send slot now is released (not counted as an
 attempt) and due when the next token is, so each pass sees everything that queued meanwhile.
 
-When more messages wait than the tokens in hand can carry one by one, the drainer **combines** the oldest ones of
+Within a destination, messages go by ``Notice.priority`` (higher first), then in enqueue order. When more messages
+wait than the tokens in hand can carry one by one, the drainer **combines** the first ones of
 the same group (``meta["kind"]`` and channel) into one message (:func:`~capstan.notify.combine_notices`: each
 notice's brief, up to the sink's :class:`~capstan.notify.MessageCapacity`), so a storm costs one message per token
 instead of one queue slot per notice, and the newest notice waits about one token interval instead of the whole
@@ -207,6 +208,7 @@ class Drainer:
                 self._dead(item, f"unreadable payload: {exc}", report)
         if sink is None:
             return
+        ready.sort(key=lambda entry: -entry[1].priority)  # stable: enqueue order within a priority
         for _ in range(len(ready)):  # bounded: every round sends at least one message or stops
             if not ready:
                 return

@@ -30,7 +30,8 @@ class Notice:
     thread); ``channel`` overrides the sink's default destination when the sink supports it; ``log`` is the full
     text a sink that can upload files attaches, while ``sections`` carry the cut-down tail shown inline.
     ``brief`` is the short form the producer wants shown when this notice is combined with others into one
-    message (see :func:`combine_notices`); without one, the title and summary stand for it.
+    message (see :func:`combine_notices`); without one, the title and summary stand for it. ``priority``: when a
+    destination is backed up, higher goes first (a first report before a digest that was late by design anyway).
     """
 
     title: str
@@ -45,6 +46,7 @@ class Notice:
     footer: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     brief: tuple[Section, ...] = ()
+    priority: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +62,7 @@ class Notice:
             "footer": self.footer,
             "meta": dict(self.meta),
             "brief": [{"heading": s.heading, "body": s.body, "code": s.code} for s in self.brief],
+            "priority": self.priority,
         }
 
     @classmethod
@@ -83,6 +86,7 @@ class Notice:
                 Section(str(s["heading"]), str(s["body"]), bool(s.get("code", False)))
                 for s in data.get("brief", [])
             ),
+            priority=int(data.get("priority", 0)),
         )
 
     def brief_sections(self) -> tuple[Section, ...]:
@@ -144,6 +148,7 @@ def combine_notices(notices: Sequence[Notice]) -> Notice:
         channel=first.channel,
         footer=first.footer,
         meta=meta,
+        priority=max(n.priority for n in notices),
     )
 
 

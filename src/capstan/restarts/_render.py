@@ -16,6 +16,7 @@ DIGEST_LINES_PER_SECTION: Final = 8
 DIGEST_SECTIONS_PER_MESSAGE: Final = 5
 BRIEF_LOG_LINES: Final = 3  # log lines a report keeps when it is combined with others into one message
 BRIEF_CHARS: Final = 900
+REPORT_PRIORITY: Final = 1  # first reports go before digests when a destination is backed up
 
 
 def restart_token(restart: ContainerRestart) -> str:
@@ -144,6 +145,7 @@ def report_notice(report: RestartReport) -> Notice:
         footer=f"cluster {report.cluster} · observed {_when(report.observed_at)} · capstan",
         meta={"kind": "restart", "restarts": [_restart_meta(r)]},
         brief=brief,
+        priority=REPORT_PRIORITY,
     )
 
 

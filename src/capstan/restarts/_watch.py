@@ -300,6 +300,16 @@ class RestartWatcher:
             action = self.notifier.decide(pod, restart, owners, now)
             if action == "reported":
                 self.notifier.report(await self.snapshot(restart, pod, now, owners), now)
+                log.info(
+                    "restart reported",
+                    extra={
+                        "pod": f"{restart.namespace}/{restart.pod}",
+                        "container": restart.container,
+                        "restart_count": restart.restart_count,
+                        "detected_at": round(now, 3),
+                        "enqueued_at": round(self.clock(), 3),
+                    },
+                )
             else:
                 self.skipped_evidence += 1
             notify[restart.container] = action

@@ -293,3 +293,15 @@ async def test_run_is_bounded() -> None:
     stop = asyncio.Event()
     stop.set()
     assert await drainer.run(stop) == 0
+
+
+async def test_higher_priority_goes_first_when_backed_up() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    sink = ScriptedSink("slack", clock)
+    drainer = _drainer(outbox, [sink], clock, rate_per_second=1.0, burst=1)
+    _fill(drainer, "slack", 4, kind="digest")
+    drainer.enqueue(
+        "slack", Notice(title="first report", summary="s", meta={"kind": "restart"}, priority=1), "r"
+    )
+    await _drain_until_empty(drainer, outbox, clock)
+    assert [t for _, t in sink.sends] == ["first report", "m0 (+3 more)"]
