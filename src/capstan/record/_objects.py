@@ -45,9 +45,11 @@ class ObjectHistory:
         for uid, st in (states or {}).items():
             self._keep(uid, st)
 
-    def _keep(self, uid: str, st: ObjectState) -> None:
-        self._objects[uid] = json.dumps(st.object, separators=(",", ":")).encode()
+    def _keep(self, uid: str, st: ObjectState) -> str:
+        encoded = json.dumps(st.object, separators=(",", ":"))
+        self._objects[uid] = encoded.encode()
         self._states[uid] = dataclasses.replace(st, object={})
+        return encoded
 
     def _full(self, st: ObjectState) -> ObjectState:
         return dataclasses.replace(st, object=json.loads(self._objects[st.uid]))
@@ -176,8 +178,8 @@ class ObjectHistory:
             batch.state_deletes.append((self.source, uid))
         else:
             state = ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, norm)
-            self._keep(uid, state)
-            batch.state_puts.append(state)
+            encoded = self._keep(uid, state)
+            batch.state_puts.append(dataclasses.replace(state, encoded=encoded))
 
 
 def _parse_time(value: Any) -> float | None:

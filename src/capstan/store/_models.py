@@ -76,6 +76,9 @@ class ObjectState:
     resource_version: str
     version_seq: int
     object: JsonDict
+    # ``object`` already encoded as JSON by whoever built it (the diff builder keeps it encoded anyway); the store
+    # writes it as is instead of encoding the object again
+    encoded: str | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,7 +216,9 @@ class Store:
             # NOTE: a uid is never reused, so a uid deleted anywhere in the batch stays deleted.
             gone = set(batch.state_deletes)
             puts = [st for st in _last_per_key(batch.state_puts) if (st.source, st.uid) not in gone]
-            if puts:
+            if puts and self.dialect == "sqlite":
+                _sqlite_upsert_states(conn, puts, now_us)
+            elif puts:
                 conn.execute(stmt, [_state_row(st, now_us) for st in puts])
         if batch.kind_cursors:
             ins = self._insert(s.kind_cursors)
@@ -816,6 +818,47 @@ def _sqlite_insert_ignore(conn: Connection, table: Any, rows: list[dict[str, Any
     ]
     result = conn.exec_driver_sql(sql, params)
     return max(int(result.rowcount), 0)
+
+
+_STATE_COLUMNS = (
+    "source",
+    "uid",
+    "kind",
+    "api_version",
+    "namespace",
+    "name",
+    "resource_version",
+    "version_seq",
+    "object",
+    "updated_at",
+)
+_SQLITE_STATE_UPSERT = (
+    f"INSERT INTO object_state ({', '.join(_STATE_COLUMNS)}) VALUES ({', '.join('?' * len(_STATE_COLUMNS))}) "
+    "ON CONFLICT (source, uid) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _STATE_COLUMNS[2:])
+)
+
+
+def _sqlite_upsert_states(conn: Connection, states: Sequence[ObjectState], now_us: int) -> None:
+    """The other half of the SQLite ingest hot path: last states upserted with one DB-API executemany, the object
+    JSON taken as the diff builder already encoded it."""
+    conn.exec_driver_sql(
+        _SQLITE_STATE_UPSERT,
+        [
+            (
+                st.source,
+                st.uid,
+                st.kind,
+                st.api_version,
+                st.namespace,
+                st.name,
+                st.resource_version,
+                st.version_seq,
+                st.encoded if st.encoded is not None else json.dumps(st.object),
+                now_us,
+            )
+            for st in states
+        ],
+    )
 
 
 def _limit(limit: int) -> int:
