@@ -9,7 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import (
+    Column,
+    Engine,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    create_engine,
+    event,
+    inspect,
+    text,
+)
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
@@ -104,8 +115,15 @@ def create_engines(url: URL) -> tuple[Engine, Engine]:
 
 
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision (idempotent; Alembic is imported only when there is work)."""
-    if current_revision(engine) == HEAD_REVISION:
+    """Bring the schema to the newest revision (idempotent; Alembic is imported only when there is work).
+
+    A fresh database gets the tables from the schema metadata and Alembic's version row directly — exactly what
+    running every revision from nothing produces (a unit test compares the two) — so no process that starts on an
+    empty store loads Alembic either."""
+    revision = current_revision(engine)
+    if revision == HEAD_REVISION:
+        return
+    if revision is None and _create_fresh(engine):
         return
     from alembic import command
     from alembic.config import Config
@@ -115,6 +133,31 @@ def migrate(engine: Engine) -> None:
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+def _create_fresh(engine: Engine) -> bool:
+    """Create every table and stamp the head revision if the database holds none of Capstan's tables; False if it
+    holds some (then Alembic decides)."""
+    from capstan.store._schema import ALL_TABLES, metadata
+
+    version = Table(
+        "alembic_version",
+        MetaData(),
+        Column("version_num", String(32), nullable=False),
+        PrimaryKeyConstraint("version_num", name="alembic_version_pkc"),
+    )
+    with (
+        engine.begin() as conn
+    ):  # the SQLite writer begins IMMEDIATE: two processes creating at once serialize
+        inspector = inspect(conn)
+        if inspector.has_table("alembic_version"):
+            return True  # another process created it meanwhile
+        if any(inspector.has_table(t.name) for t in ALL_TABLES):
+            return False
+        metadata.create_all(conn, tables=list(ALL_TABLES))
+        version.create(conn)
+        conn.execute(version.insert().values(version_num=HEAD_REVISION))
+    return True
 
 
 def current_revision(engine: Engine) -> str | None:

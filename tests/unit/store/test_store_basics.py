@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -35,6 +36,37 @@ def test_the_migrated_database_matches_the_schema_metadata(tmp_path: Path) -> No
     again = open_store(str(tmp_path / "h.db"))  # migrating twice is a no-op
     assert again.schema_revision() == "0001"
     again.close()
+
+
+def test_a_fresh_store_is_created_without_alembic_exactly_as_migrations_create_it(tmp_path: Path) -> None:
+    from sqlalchemy import create_engine
+
+    from capstan.store._engine import HEAD_REVISION, migrate
+
+    fresh = create_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
+    migrate(fresh)  # the direct path
+    migrated = create_engine(f"sqlite:///{tmp_path / 'migrated.db'}")
+    from alembic import command
+    from alembic.config import Config
+
+    from capstan.store._engine import MIGRATIONS_DIR
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with migrated.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+    def schema(engine: Any) -> list[str]:
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").all()
+        return [f"{t} {n} {sql}" for t, n, sql in rows]
+
+    assert schema(fresh) == schema(migrated)
+    with fresh.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        assert MigrationContext.configure(conn).get_current_revision() == HEAD_REVISION
+    migrate(fresh)  # idempotent
 
 
 def test_head_revision_constant_is_alembics_head() -> None:
