@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 30.0
 LIST_PAGE = 500
+_CACHE_LAG_RETRIES = 5
 _MAX_PAGES = 100_000
 
 
@@ -205,8 +206,22 @@ class KubeClient:
         if resource_version is not None and continue_token is None:
             query["resourceVersion"] = resource_version
             query["resourceVersionMatch"] = "NotOlderThan" if resource_version != "0" else None
-        result: dict[str, Any] = await self.request("GET", resource.collection_path(namespace), query=query)
-        return result
+        path = resource.collection_path(namespace)
+        for attempt in range(_CACHE_LAG_RETRIES):  # bounded
+            try:
+                result: dict[str, Any] = await self.request("GET", path, query=query)
+                return result
+            except ApiError as exc:
+                # The API server serves lists from its watch cache and answers 504 "Too large resource version"
+                # when the cache lags etcd for a few seconds under load; client-go's reflector retries too.
+                if (
+                    exc.status != 504
+                    or "Too large resource version" not in str(exc)
+                    or attempt == _CACHE_LAG_RETRIES - 1
+                ):
+                    raise
+                await asyncio.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
 
     async def list_pages(
         self,

@@ -28,7 +28,7 @@ from capstan.config import StrictModel
 from capstan.kube import Delta, Informer, KubeClient, Resource, resource_for
 from capstan.record._diff import DiffPolicy
 from capstan.record._objects import ObjectHistory, event_record, kind_key
-from capstan.store import Batch, HistoryMetrics, KindCursor, ObservedVia, Store
+from capstan.store import Batch, Gap, HistoryMetrics, KindCursor, ObservedVia, Store
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,7 @@ class KubeCollector:
         self.informers[key] = informer
         synced = self.synced.setdefault(key, asyncio.Event())
         relist: Batch | None = None
+        last_rv = cursor.resource_version if cursor else None
         try:
             async for delta in informer.deltas():
                 if stop.is_set():
@@ -170,7 +171,10 @@ class KubeCollector:
                 target = relist if relist is not None else self._pending
                 if delta.type == "synced":
                     if relist is not None:
+                        if delta.via == "relist" and last_rv is not None:
+                            relist.gaps.append(self._relist_gap(key, last_rv, delta.resource_version))
                         relist.kind_cursors.append(KindCursor(self.source, key, delta.resource_version))
+                        last_rv = delta.resource_version
                         self._pending.extend(relist)
                         relist = None
                         if self.metrics is not None and delta.via == "relist":
@@ -179,6 +183,8 @@ class KubeCollector:
                     self._wake.set()
                     continue
                 self._observe(history, delta, target, resource, key, is_event)
+                if delta.via == "watch" and delta.resource_version:
+                    last_rv = delta.resource_version
                 if relist is not None and relist.size() >= self.config.max_batch:
                     # A long relist is written in chunks *without* its cursor: after a crash the cursor is still the
                     # old one, the next relist diffs against the states these chunks stored, and nothing is written
@@ -194,6 +200,20 @@ class KubeCollector:
                     await asyncio.sleep(0)
         finally:
             informer.stop()
+
+    def _relist_gap(self, key: str, from_rv: str, to_rv: str) -> Gap:
+        """The watch could not resume where it stopped (410 Gone: history compacted, or the stream was lost for
+        too long): the final state of every object is recorded by the relist, but versions in between and objects
+        created and deleted in between are not recoverable — said explicitly, not silently."""
+        return Gap(
+            source=self.source,
+            log="kubernetes",
+            key=f"{key}@{to_rv}"[-256:],
+            observed_at=self.clock(),
+            lost=None,
+            reason="watch could not resume (410 Gone); relisted: intermediate versions are not recoverable",
+            detail={"kind": key, "from_resource_version": from_rv, "to_resource_version": to_rv},
+        )
 
     def _observe(
         self, history: ObjectHistory, delta: Delta, batch: Batch, resource: Resource, key: str, is_event: bool
