@@ -196,9 +196,14 @@ class SlackBotSink:
         payload = render_slack(notice)
         channel = notice.channel or self._channel
         parent = self._threads.get(notice.thread_key) if notice.thread_key else None
-        thread_ts = (
-            parent[1] if parent is not None and parent[0] in (channel, self._resolved(channel)) else None
-        )
+        thread_ts = None
+        # a reply goes under the parent when it is in the channel this message is for: the same name or ID, or a
+        # name this process has not resolved yet (after a restart) — then the reply is posted to the parent's
+        # channel ID, which is where that name pointed when the thread started
+        if parent is not None and (
+            parent[0] in (channel, self._resolved(channel)) or channel not in self._aliases
+        ):
+            channel, thread_ts = parent
         try:
             response = await asyncio.to_thread(
                 self._client.chat_postMessage,

@@ -113,6 +113,20 @@ def summarize_patch(kind: str, patch: list[dict[str, Any]] | None, change: str) 
     return "; ".join(unique[:5]) + more
 
 
+class StoreThreads:
+    """The bot sink's thread index kept in the store, so a digest threads under its workload's first report even
+    when Capstan restarted in between (:class:`capstan.notify.ThreadIndex`)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def get(self, key: str) -> tuple[str, str] | None:
+        return self._store.thread_get(key)
+
+    def put(self, key: str, channel: str, ts: str) -> None:
+        self._store.thread_put(key, channel, ts)
+
+
 class RestartWatcher:
     """Runs restart diagnostics for one cluster until stopped."""
 
@@ -137,7 +151,8 @@ class RestartWatcher:
         self.namespace = namespace
         self.clock = clock
         self.registry = registry or CollectorRegistry()
-        self.sinks = {s.name: build_sink(s) for s in config.sinks}
+        threads = StoreThreads(store)
+        self.sinks = {s.name: build_sink(s, threads=threads) for s in config.sinks}
         self.drainer = Drainer(
             store,
             self.sinks,

@@ -29,7 +29,7 @@ from capstan.errors import UserError
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # the newest migration's revision id; a test checks it against Alembic's head, so opening an up-to-date store
 # never imports Alembic (it costs ~10 MB of memory in every long-running process)
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_WRITER_CACHE_KIB = 32_768
 CONNECT_TIMEOUT_S = 10
@@ -138,7 +138,7 @@ def migrate(engine: Engine) -> None:
 def _create_fresh(engine: Engine) -> bool:
     """Create every table and stamp the head revision if the database holds none of Capstan's tables; False if it
     holds some (then Alembic decides)."""
-    from capstan.store._schema import ALL_TABLES, metadata
+    from capstan.store._schema import TABLES, metadata
 
     version = Table(
         "alembic_version",
@@ -152,9 +152,9 @@ def _create_fresh(engine: Engine) -> bool:
         inspector = inspect(conn)
         if inspector.has_table("alembic_version"):
             return True  # another process created it meanwhile
-        if any(inspector.has_table(t.name) for t in ALL_TABLES):
+        if any(inspector.has_table(t.name) for t in TABLES):
             return False
-        metadata.create_all(conn, tables=list(ALL_TABLES))
+        metadata.create_all(conn, tables=list(TABLES))
         version.create(conn)
         conn.execute(version.insert().values(version_num=HEAD_REVISION))
     return True

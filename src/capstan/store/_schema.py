@@ -201,6 +201,19 @@ restart_counts = Table(
     Column("updated_at", BigInteger, nullable=False),
 )
 
+# Where a chat thread was started for a key (an owner workload), so a later digest replies in it even after a
+# Capstan restart (revision 0002).
+notify_threads = Table(
+    "notify_threads",
+    metadata,
+    Column("key", String(512), primary_key=True),
+    Column("channel", String(256), nullable=False),
+    Column("ts", String(64), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+# NOTE: the tables revision 0001 creates (its migration creates them from this metadata); tables added later
+# are created by their own revision and listed in TABLES only.
 ALL_TABLES = (
     object_changes,
     object_state,
@@ -213,3 +226,5 @@ ALL_TABLES = (
     restarts,
     restart_counts,
 )
+
+TABLES = (*ALL_TABLES, notify_threads)

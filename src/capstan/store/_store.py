@@ -655,6 +655,24 @@ class Store:
                 )
             )
 
+    def thread_get(self, key: str) -> tuple[str, str] | None:
+        """(channel, ts) of the chat thread started for ``key``, or None."""
+        t = s.notify_threads
+        with self._read.begin() as conn:
+            row = conn.execute(select(t.c.channel, t.c.ts).where(t.c.key == key)).first()
+        return None if row is None else (str(row.channel), str(row.ts))
+
+    def thread_put(self, key: str, channel: str, ts: str, *, now: float | None = None) -> None:
+        """Remember where the thread for ``key`` started; the first one stays (later puts are ignored)."""
+        at = to_us(self._clock() if now is None else now)
+        stmt = (
+            self._insert(s.notify_threads)
+            .values(key=key, channel=channel, ts=ts, created_at=at)
+            .on_conflict_do_nothing(index_elements=["key"])
+        )
+        with self._writing() as conn:
+            conn.execute(stmt)
+
     def outbox_item(self, item_id: int) -> OutboxItem | None:
         """One outbox message by id (any state), or None."""
         with self._read.begin() as conn:
@@ -749,6 +767,9 @@ class Store:
                 select(s.outbox.c.id).where(s.outbox.c.state != "pending", s.outbox.c.updated_at < cut),
             )
         )
+        with self._writing() as conn:  # a handful of rows per workload: one statement
+            result = conn.execute(delete(s.notify_threads).where(s.notify_threads.c.created_at < cut))
+            total += max(0, int(result.rowcount or 0))
         for tbl, ids_q in plans:
             for _ in range(max_batches):
                 with self._writing() as conn:

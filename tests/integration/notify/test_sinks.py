@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from capstan.notify import (
     SlackBotSink,
     SlackWebhookSink,
     TeamsSink,
+    combine_notices,
     serve_in_thread,
 )
 from tests.integration.notify.conftest import Slack
@@ -110,6 +112,34 @@ async def test_slack_bot_sink_threads_digests_and_uploads_log(slack: Slack) -> N
     assert upload["files"][0]["content"] == LOG and upload["thread_ts"] == report["ts"]
     assert threaded["text"].startswith("Digest") and threaded["thread_ts"] == report["ts"]
     assert unrelated["thread_ts"] is None
+
+
+async def test_threads_kept_in_the_store_survive_a_restart(slack: Slack, tmp_path: Path) -> None:
+    from capstan.restarts._watch import StoreThreads
+    from capstan.store import open_store
+
+    db = str(tmp_path / "h.db")
+    store = open_store(db)
+    before = SlackBotSink(
+        "bot", slack.token, "alerts", base_url=slack.api_url, timeout=5, threads=StoreThreads(store)
+    )
+    web = Notice(title="Container restarted: web-0", summary="s", thread_key="default/Deployment/web")
+    api = Notice(title="Container restarted: api-0", summary="s", thread_key="default/Deployment/api")
+    combined = combine_notices([web, api])  # one message that starts both workloads' threads
+    assert (await before.send(combined)).ok
+    store.close()
+    reopened = open_store(db)  # "Capstan restarted"
+    after = SlackBotSink(
+        "bot", slack.token, "alerts", base_url=slack.api_url, timeout=5, threads=StoreThreads(reopened)
+    )
+    assert (
+        await after.send(
+            Notice(title="Restart digest: api", summary="4", thread_key="default/Deployment/api")
+        )
+    ).ok
+    first, digest = slack.receiver.snapshot()["messages"]
+    assert first["thread_ts"] is None and digest["thread_ts"] == first["ts"]
+    reopened.close()
 
 
 async def test_slack_bot_sink_keeps_slack_error_strings(slack: Slack) -> None:

@@ -253,3 +253,14 @@ def test_bad_database_urls_are_one_line_errors(tmp_path: Any) -> None:
         message = str(info.value)
         assert "\n" not in message
         assert "database" in message
+
+
+def test_chat_threads_survive_a_reopen_and_the_first_one_stays(store: Store) -> None:
+    assert store.thread_get("ml/Deployment/web") is None
+    store.thread_put("ml/Deployment/web", "C1", "1700000000.000100", now=100.0)
+    store.thread_put("ml/Deployment/web", "C1", "1700000099.000100", now=101.0)  # a later put is ignored
+    assert store.thread_get("ml/Deployment/web") == ("C1", "1700000000.000100")
+    store.thread_put("ml/Deployment/old", "C1", "1.0", now=10.0)
+    store.prune_before(50.0)
+    assert store.thread_get("ml/Deployment/old") is None
+    assert store.thread_get("ml/Deployment/web") is not None

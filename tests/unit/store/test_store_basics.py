@@ -27,14 +27,16 @@ pytestmark = pytest.mark.unit
 
 
 def test_the_migrated_database_matches_the_schema_metadata(tmp_path: Path) -> None:
+    from capstan.store._engine import HEAD_REVISION
+
     store = open_store(str(tmp_path / "h.db"))
-    assert store.schema_revision() == "0001"
+    assert store.schema_revision() == HEAD_REVISION
     with store._read.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
     store.close()
     again = open_store(str(tmp_path / "h.db"))  # migrating twice is a no-op
-    assert again.schema_revision() == "0001"
+    assert again.schema_revision() == HEAD_REVISION
     again.close()
 
 
@@ -53,9 +55,10 @@ def test_a_fresh_store_is_created_without_alembic_exactly_as_migrations_create_i
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with migrated.begin() as conn:
+    with migrated.begin() as conn:  # a store made by the first release, then upgraded revision by revision
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+        command.upgrade(cfg, "0001")
+    migrate(migrated)
 
     def schema(engine: Any) -> list[str]:
         with engine.connect() as conn:
