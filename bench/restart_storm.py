@@ -94,9 +94,13 @@ async def storm(
     args: argparse.Namespace, kubeconfig: str, webhook: str, box: Sandbox, console: Console
 ) -> dict[str, Any]:
     async with await KubeClient.from_kubeconfig(kubeconfig, timeout=60) as kube:
-        await kube.create(
-            resources.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-        )
+        existing, _ = await kube.list(resources.NAMESPACES)
+        reuse = any(n["metadata"]["name"] == NAMESPACE for n in existing)
+        if not reuse:
+            await kube.create(
+                resources.NAMESPACES,
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+            )
         for _ in range(600):
             try:
                 await kube.get(resources.SERVICE_ACCOUNTS, "default", NAMESPACE)
@@ -105,7 +109,8 @@ async def storm(
                 await asyncio.sleep(0.1)
         per = max(1, args.pods // args.deployments)
         for i in range(args.deployments):
-            await kube.create(resources.DEPLOYMENTS, deployment(i, per))
+            if not reuse:
+                await kube.create(resources.DEPLOYMENTS, deployment(i, per))
         want = per * args.deployments
         pods: list[dict[str, Any]] = []
         for _ in range(1200):
@@ -236,6 +241,8 @@ def stage_latencies(
         parts["detect"].append(float(rec["detected_at"]) - injected[key])
         parts["evidence"].append(float(rec["enqueued_at"]) - float(rec["detected_at"]))
         parts["deliver"].append(result.first_seen[key] - float(rec["enqueued_at"]))
+        for part, seconds in (rec.get("evidence_seconds") or {}).items():
+            parts.setdefault(f"evidence.{part}", []).append(float(seconds))
     out = {}
     for name, values in parts.items():
         if values:
@@ -265,6 +272,8 @@ def main() -> None:
     ap.add_argument("--drain-timeout", type=float, default=240.0)
     ap.add_argument("--rate", type=float, default=None, help="receiver rate limit per destination (msgs/s)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--keep", metavar="DIR", help="leave the sandbox up under DIR/sandbox for --sandbox-dir")
+    ap.add_argument("--sandbox-dir", help="reuse a sandbox an earlier run left up with --keep (its pods too)")
     ap.add_argument("--smoke", action="store_true", help="10 pods, 20 restarts in 10 s")
     args = ap.parse_args()
     if args.smoke:
@@ -283,16 +292,26 @@ def main() -> None:
         if args.rate:
             receiver.set_rate(args.rate, burst=3)
         args.receiver = receiver
-        box = Sandbox(Path(tmp) / "sandbox", require_toolchain())
-        pool = NodePool(name="storm", count=max(1, -(-args.pods // 400)), cpu="1000", memory="4Ti", pods=500)
-        state = box.up(SandboxSpec(name="storm", node_pools=[pool]), timeout=240)
+        if args.sandbox_dir:  # a sandbox left up by an earlier run (see --keep): same pods, no set-up wait
+            box = Sandbox(Path(args.sandbox_dir), require_toolchain())
+            loaded = box.load_state()
+            if loaded is None or not box.is_up():
+                raise SystemExit(f"--sandbox-dir {args.sandbox_dir}: no running sandbox there")
+            state = loaded
+        else:
+            box = Sandbox(Path(args.keep or tmp) / "sandbox", require_toolchain())
+            pool = NodePool(
+                name="storm", count=max(1, -(-args.pods // 400)), cpu="1000", memory="4Ti", pods=500
+            )
+            state = box.up(SandboxSpec(name="storm", node_pools=[pool]), timeout=240)
         try:
             with serve_in_thread(receiver.app) as server:
                 receiver.base_url = server.url
                 webhook = f"{server.url}/services/{DEV_WEBHOOK_PATH}"
                 result = asyncio.run(storm(args, state.kubeconfig, webhook, box, console))
         finally:
-            box.down()
+            if not (args.sandbox_dir or args.keep):
+                box.down()
     table = Table(
         title=f"restart storm: {args.restarts} restarts over {args.pods} pods in {args.seconds:.0f} s"
     )
@@ -323,7 +342,7 @@ def main() -> None:
     console.print(table)
     for name, st in result.get("stages", {}).items():
         console.print(
-            f"  {name:>8}: p50 {st['p50_s']:.2f} s, p99 {st['p99_s']:.2f} s, max {st['max_s']:.2f} s (n={st['n']})"
+            f"  {name:>17}: p50 {st['p50_s']:.2f} s, p99 {st['p99_s']:.2f} s, max {st['max_s']:.2f} s (n={st['n']})"
         )
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)

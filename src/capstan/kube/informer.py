@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any, Literal
 
 from capstan.backoff import Backoff
-from capstan.kube.client import ApiError, KubeClient
+from capstan.kube.client import LIST_PAGE, ApiError, KubeClient
 from capstan.kube.resources import Resource
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ class Informer:
         known: Mapping[str, Mapping[str, Any]] | None = None,
         resource_version: str | None = None,
         keep_objects: bool = True,
+        page_size: int = LIST_PAGE,
         watch_timeout: int = 300,
         inactivity_timeout: float = 90.0,
         backoff: Backoff | None = None,
@@ -130,6 +131,8 @@ class Informer:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.keep_objects = keep_objects
+        # objects per list page: a decoded page is the list's peak memory, so memory-lean consumers ask for less
+        self.page_size = max(1, page_size)
         self.state: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (known or {}).items()}
         self._has_known = known is not None
         self.resource_version = resource_version or ""
@@ -164,6 +167,7 @@ class Informer:
             namespace=self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
+            limit=self.page_size,
         ):
             rv = page_rv or rv
             page_known = {}

@@ -9,6 +9,7 @@ Capstan was down are found by comparing a pod with the last counts stored before
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -98,6 +99,24 @@ def _restarts(pod: Pod, before: Mapping[str, int], *, while_down: bool) -> list[
                 )
             )
     return found
+
+
+Counts = tuple[tuple[str, int], ...]
+
+
+def seen_counts(pod: Pod) -> Counts:
+    """The compact form of a pod version that detection needs later: (container, restartCount) pairs. A watcher
+    keeps this per pod (about 0.2 KB) instead of the pod; container names are interned, so 10k pods share them."""
+    return tuple((sys.intern(name), c.restart_count) for name, c in sorted(container_counts(pod).items()))
+
+
+def detect_restarts_since(before: Counts, new: Pod) -> list[ContainerRestart]:
+    """Restarts in ``new`` since the counts :func:`seen_counts` took from an earlier version of the same pod; a
+    container without an earlier count counts from 0 (as in :func:`detect_restarts`)."""
+    counts = dict(before)
+    for name in container_counts(new):
+        counts.setdefault(name, 0)
+    return _restarts(new, counts, while_down=False)
 
 
 def detect_restarts(old: Pod | None, new: Pod) -> list[ContainerRestart]:

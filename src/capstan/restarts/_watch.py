@@ -26,7 +26,15 @@ from prometheus_client import CollectorRegistry
 from capstan.kube import ApiError, Delta, Informer, KubeClient, resources
 from capstan.notify import Drainer, NotifyMetrics, build_sink
 from capstan.restarts._config import RestartsConfig
-from capstan.restarts._detect import ContainerRestart, Pod, detect_restarts, detect_while_down, pod_uid
+from capstan.restarts._detect import (
+    ContainerRestart,
+    Counts,
+    Pod,
+    detect_restarts_since,
+    detect_while_down,
+    pod_uid,
+    seen_counts,
+)
 from capstan.restarts._pipeline import RestartNotifier
 from capstan.restarts._records import last_seen, restart_batch, unsent_digested
 from capstan.restarts._render import recovered_digest_notices
@@ -44,29 +52,7 @@ _OWNER_KINDS = {
     "CronJob": resources.CRONJOBS,
 }
 _LOG_LIMIT_BYTES = 512 * 1024
-
-
-def slim_pod(pod: Pod) -> dict[str, Any]:
-    """What detection needs of the previous version of a pod: identity, sidecar policy, container counts."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    return {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta},
-        "spec": {
-            "initContainers": [
-                {"name": c.get("name"), "restartPolicy": c.get("restartPolicy")}
-                for c in spec.get("initContainers") or []
-            ]
-        },
-        "status": {
-            key: [
-                {"name": s.get("name"), "restartCount": s.get("restartCount", 0)}
-                for s in status.get(key) or []
-            ]
-            for key in ("initContainerStatuses", "containerStatuses")
-        },
-    }
+LIST_PAGE_PODS = 100
 
 
 def referenced_config(pod: Pod) -> set[tuple[str, str]]:
@@ -164,7 +150,7 @@ class RestartWatcher:
         self.notifier = RestartNotifier(config, self.drainer.enqueue)
         self.workers = workers
         self.call_timeout = call_timeout
-        self._previous: dict[str, dict[str, Any]] = {}
+        self._previous: dict[str, Counts] = {}  # pod uid → restart counts last seen
         self._queues: list[asyncio.Queue[tuple[Pod, list[ContainerRestart], float] | None]] = []
         self.synced = asyncio.Event()
         self.handled = 0
@@ -243,55 +229,32 @@ class RestartWatcher:
         pod: Pod,
         now: float,
         owners: Mapping[tuple[str, str, str], Mapping[str, Any]] | None = None,
+        timings: dict[str, float] | None = None,
     ) -> RestartSnapshot:
-        """Gather everything a report needs; every part may fail on its own and is then described, not fatal."""
+        """Gather everything a report needs; every part may fail on its own and is then described, not fatal.
+
+        The node, the Events, the previous log and the recorded changes are fetched concurrently (each with its own
+        timeout), so a report waits for the slowest part, not for their sum; ``timings`` receives each part's
+        seconds."""
         meta = pod.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         if owners is None:
             owners = await self._owners(pod)
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        node: Mapping[str, Any] | None = None
-        node_error: str | None = None
-        if node_name:
+        spent = timings if timings is not None else {}
+
+        async def timed(part: str, coro: Any) -> Any:
+            started = time.perf_counter()
             try:
-                node = await self._get(self.client.get(resources.NODES, str(node_name)))
-            except ApiError as exc:
-                node_error = (
-                    f"node {node_name} not found (deleted?)" if exc.not_found else f"node {node_name}: {exc}"
-                )
-            except TimeoutError:
-                node_error = f"node {node_name}: no answer within {self.call_timeout:.0f} s"
-        else:
-            node_error = "pod is not bound to a node"
-        events: list[dict[str, Any]] = []
-        with contextlib.suppress(ApiError, TimeoutError):
-            events, _ = await self._get(
-                self.client.list(
-                    resources.EVENTS, namespace=namespace, field_selector=f"involvedObject.uid={pod_uid(pod)}"
-                )
-            )
-        previous_log: str | None = None
-        log_error: str | None = None
-        try:
-            previous_log = await self._get(
-                self.client.pod_log(
-                    namespace,
-                    name,
-                    restart.container,
-                    previous=True,
-                    tail_lines=max(self.config.report.log_lines * 4, 200),
-                    limit_bytes=_LOG_LIMIT_BYTES,
-                )
-            )
-        except ApiError as exc:
-            log_error = exc.message or str(exc)
-        except TimeoutError:
-            log_error = f"no answer within {self.call_timeout:.0f} s"
-        try:
-            changes = await asyncio.to_thread(self._changes, pod, owners, now)
-        except Exception as exc:  # the history store is optional evidence
-            log.warning("recorded changes unavailable", extra={"error": str(exc)})
-            changes = []
+                return await coro
+            finally:
+                spent[part] = round(time.perf_counter() - started, 4)
+
+        (node, node_error), events, (previous_log, log_error), changes = await asyncio.gather(
+            timed("node", self._node(pod)),
+            timed("events", self._events(namespace, pod)),
+            timed("log", self._previous_log(namespace, name, restart.container)),
+            timed("changes", self._recorded_changes(pod, owners, now)),
+        )
         return RestartSnapshot(
             restart=restart,
             pod=pod,
@@ -305,6 +268,57 @@ class RestartWatcher:
             changes=changes,
         )
 
+    async def _node(self, pod: Pod) -> tuple[Mapping[str, Any] | None, str | None]:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name:
+            return None, "pod is not bound to a node"
+        try:
+            return await self._get(self.client.get(resources.NODES, str(node_name))), None
+        except ApiError as exc:
+            return None, (
+                f"node {node_name} not found (deleted?)" if exc.not_found else f"node {node_name}: {exc}"
+            )
+        except TimeoutError:
+            return None, f"node {node_name}: no answer within {self.call_timeout:.0f} s"
+
+    async def _events(self, namespace: str, pod: Pod) -> list[dict[str, Any]]:
+        try:
+            events, _ = await self._get(
+                self.client.list(
+                    resources.EVENTS, namespace=namespace, field_selector=f"involvedObject.uid={pod_uid(pod)}"
+                )
+            )
+        except (ApiError, TimeoutError):
+            return []
+        return list(events)
+
+    async def _previous_log(self, namespace: str, name: str, container: str) -> tuple[str | None, str | None]:
+        try:
+            text = await self._get(
+                self.client.pod_log(
+                    namespace,
+                    name,
+                    container,
+                    previous=True,
+                    tail_lines=max(self.config.report.log_lines * 4, 200),
+                    limit_bytes=_LOG_LIMIT_BYTES,
+                )
+            )
+        except ApiError as exc:
+            return None, exc.message or str(exc)
+        except TimeoutError:
+            return None, f"no answer within {self.call_timeout:.0f} s"
+        return text, None
+
+    async def _recorded_changes(
+        self, pod: Pod, owners: Mapping[tuple[str, str, str], Mapping[str, Any]], now: float
+    ) -> list[RecordedChange]:
+        try:
+            return await asyncio.to_thread(self._changes, pod, owners, now)
+        except Exception as exc:  # the history store is optional evidence
+            log.warning("recorded changes unavailable", extra={"error": str(exc)})
+            return []
+
     # ---- handling -------------------------------------------------------------------------------------------------
     async def _handle(self, pod: Pod, restarts: list[ContainerRestart], now: float) -> None:
         notify: dict[str, str] = {}
@@ -314,7 +328,8 @@ class RestartWatcher:
             # the log, events, node and recorded changes, so a storm costs API calls only for the reported ones
             action = self.notifier.decide(pod, restart, owners, now)
             if action == "reported":
-                self.notifier.report(await self.snapshot(restart, pod, now, owners), now)
+                timings: dict[str, float] = {}
+                self.notifier.report(await self.snapshot(restart, pod, now, owners, timings), now)
                 log.info(
                     "restart reported",
                     extra={
@@ -323,6 +338,7 @@ class RestartWatcher:
                         "restart_count": restart.restart_count,
                         "detected_at": round(now, 3),
                         "enqueued_at": round(self.clock(), 3),
+                        "evidence_seconds": timings,
                     },
                 )
             else:
@@ -396,10 +412,10 @@ class RestartWatcher:
                     await self._baseline(initial)
                     initial.restart_counts.clear()
         else:
-            restarts = detect_restarts(old, pod)
+            restarts = detect_restarts_since(old, pod)
             if restarts:
                 self._dispatch(pod, restarts, now)
-        self._previous[uid] = slim_pod(pod)
+        self._previous[uid] = seen_counts(pod)
 
     async def run(self, stop: asyncio.Event) -> None:
         now = self.clock()
@@ -408,7 +424,14 @@ class RestartWatcher:
         self._queues = [asyncio.Queue() for _ in range(self.workers)]
         workers = [asyncio.create_task(self._worker(q)) for q in self._queues]
         drainer = asyncio.create_task(self.drainer.run(stop))
-        informer = Informer(self.client, resources.PODS, namespace=self.namespace, keep_objects=False)
+        # small pages: a decoded page of pods is the list's peak memory (about 20 KB per pod as Python objects)
+        informer = Informer(
+            self.client,
+            resources.PODS,
+            namespace=self.namespace,
+            keep_objects=False,
+            page_size=LIST_PAGE_PODS,
+        )
 
         async def ticker() -> None:
             while not stop.is_set():
