@@ -36,7 +36,7 @@ from rich.table import Table
 
 from capstan.record import ObjectHistory
 from capstan.sandbox.datastores import PostgresServer
-from capstan.store import Batch, ObjectChange, Store, open_store
+from capstan.store import INGEST_CACHE_KIB, Batch, ObjectChange, Store, open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 console = Console(width=160)
@@ -209,13 +209,13 @@ def main() -> None:
             else:
                 raise SystemExit(f"unknown backend {backend!r}")
             console.print(f"[bold]{backend}[/]: ingest…")
-            store = open_store(url_a)
+            store = open_store(url_a, writer_cache_kib=INGEST_CACHE_KIB)  # as `capstan record` opens it
             write_s = ingest(store, ingest_batches)
             store.close()
             if backend == "postgresql" and pg is not None:
                 pg.reset()
             console.print(f"[bold]{backend}[/]: loading {args.records} records for the query test…")
-            store = open_store(url_b)
+            store = open_store(url_b, writer_cache_kib=INGEST_CACHE_KIB)
             load_s = load_query_dataset(store, args.records, args.query_objects)
             stored = store.count("object_changes")
             lat = query_latency(store, args.query_objects, args.queries, args.seed)

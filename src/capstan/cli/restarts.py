@@ -188,9 +188,11 @@ def run(
     from capstan.kube import KubeClient
     from capstan.restarts import load_restarts_config
     from capstan.restarts._watch import RestartWatcher
+    from capstan.runtime import limit_malloc_arenas
     from capstan.store import open_store
 
     cfg = load_restarts_config(config)
+    limit_malloc_arenas()
 
     async def main() -> None:
         st = open_store(store)

@@ -25,6 +25,7 @@ from capstan.record._diff import DiffPolicy
 from capstan.record._kube import KubeCollector, KubernetesConfig
 from capstan.record._redis import EngineCollector, RedisTargetConfig
 from capstan.store import (
+    INGEST_CACHE_KIB,
     HistoryMetrics,
     OtlpExporter,
     RetentionPolicy,
@@ -161,7 +162,9 @@ class Recorder:
         self._clock = clock
         self.registry = registry or CollectorRegistry()
         self.metrics = HistoryMetrics(self.registry)
-        self.store = open_store(config.store, clock=clock, metrics=self.metrics)
+        self.store = open_store(
+            config.store, clock=clock, metrics=self.metrics, writer_cache_kib=INGEST_CACHE_KIB
+        )
         self._otlp: OtlpExporter | None = None
         if config.otlp is not None:
             self._otlp = otlp_http_exporter(config.otlp.endpoint, timeout_s=config.otlp.timeout_s)

@@ -7,7 +7,7 @@ imports a collector: collectors live in :mod:`capstan.record`.
 
 from typing import TYPE_CHECKING, Any
 
-from capstan.store._engine import parse_database_url
+from capstan.store._engine import INGEST_CACHE_KIB, parse_database_url
 from capstan.store._metrics import HistoryMetrics
 from capstan.store._models import (
     CHANGE_TYPES,
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANGE_TYPES",
+    "INGEST_CACHE_KIB",
     "OBSERVED_VIA",
     "Batch",
     "BatchWriter",

@@ -31,7 +31,7 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # never imports Alembic (it costs ~10 MB of memory in every long-running process)
 HEAD_REVISION = "0002"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
-SQLITE_WRITER_CACHE_KIB = 32_768
+INGEST_CACHE_KIB = 32_768  # the recorder's writer page cache
 CONNECT_TIMEOUT_S = 10
 
 
@@ -70,7 +70,7 @@ def safe_url(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
-def _sqlite_pragmas(engine: Engine, *, immediate: bool) -> None:
+def _sqlite_pragmas(engine: Engine, *, immediate: bool, cache_kib: int | None = None) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
@@ -78,10 +78,8 @@ def _sqlite_pragmas(engine: Engine, *, immediate: bool) -> None:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        if immediate:
-            # the writer's page cache holds the hot index pages of a large store (random inserts into four
-            # B-trees); readers keep SQLite's default
-            cur.execute(f"PRAGMA cache_size=-{SQLITE_WRITER_CACHE_KIB}")
+        if cache_kib:
+            cur.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -91,8 +89,10 @@ def _sqlite_pragmas(engine: Engine, *, immediate: bool) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def create_engines(url: URL) -> tuple[Engine, Engine]:
-    """(write engine, read engine). They are the same object on PostgreSQL."""
+def create_engines(url: URL, *, writer_cache_kib: int | None = None) -> tuple[Engine, Engine]:
+    """(write engine, read engine). They are the same object on PostgreSQL. ``writer_cache_kib`` sizes the SQLite
+    writer's page cache (SQLite's default, 2 MiB, when None): a recorder ingesting into a large store keeps its hot
+    index pages there; a restart watcher writing little keeps the default and its memory."""
     if url.get_backend_name() == "sqlite":
         db = Path(url.database or "")
         if not db.parent.is_dir():
@@ -100,7 +100,7 @@ def create_engines(url: URL) -> tuple[Engine, Engine]:
         # One pooled connection for the writer (writes are serialized anyway), a small pool for readers.
         write = create_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
         read = create_engine(url, pool_size=4, max_overflow=4, pool_timeout=60)
-        _sqlite_pragmas(write, immediate=True)
+        _sqlite_pragmas(write, immediate=True, cache_kib=writer_cache_kib)
         _sqlite_pragmas(read, immediate=False)
         return write, read
     engine = create_engine(

@@ -89,10 +89,12 @@ def open_store(
     clock: Clock = time.time,
     metrics: HistoryMetrics | None = None,
     run_migrations: bool = True,
+    writer_cache_kib: int | None = None,
 ) -> Store:
-    """Open (and by default migrate) the store at a file path or database URL; bad URLs are one-line UserErrors."""
+    """Open (and by default migrate) the store at a file path or database URL; bad URLs are one-line UserErrors.
+    ``writer_cache_kib``: the SQLite writer's page cache (see :func:`create_engines`)."""
     url = parse_database_url(location)
-    write, read = create_engines(url)
+    write, read = create_engines(url, writer_cache_kib=writer_cache_kib)
     check_connect(write, url)
     if run_migrations:
         try:
