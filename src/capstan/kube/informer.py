@@ -20,7 +20,8 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 from capstan.backoff import Backoff
@@ -87,10 +88,50 @@ def diff_states(
     return out
 
 
-def _minimal(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
-    keep = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
-    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": keep}
+class _Identity(Mapping[str, Any]):
+    """What ``keep_objects=False`` keeps of an object: reads like ``{"apiVersion", "kind", "metadata": {name,
+    namespace, uid, resourceVersion}}`` but is one slotted object (about a third of the two dicts' memory, which
+    matters at 10k pods); the repeated strings are interned."""
+
+    __slots__ = ("_api_version", "_kind", "_name", "_namespace", "_rv", "_uid")
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        self._api_version = _interned(obj.get("apiVersion"))
+        self._kind = _interned(obj.get("kind"))
+        self._namespace = _interned(meta.get("namespace"))
+        self._name = meta.get("name")
+        self._uid = meta.get("uid")
+        self._rv = meta.get("resourceVersion")
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "apiVersion":
+            return self._api_version
+        if key == "kind":
+            return self._kind
+        if key == "metadata":
+            fields = (
+                ("name", self._name),
+                ("namespace", self._namespace),
+                ("uid", self._uid),
+                ("resourceVersion", self._rv),
+            )
+            return {k: v for k, v in fields if v is not None}
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("apiVersion", "kind", "metadata"))
+
+    def __len__(self) -> int:
+        return 3
+
+
+def _interned(value: Any) -> Any:
+    return sys.intern(value) if isinstance(value, str) else value
+
+
+def _minimal(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _Identity(obj)
 
 
 @dataclasses.dataclass
@@ -133,7 +174,7 @@ class Informer:
         self.keep_objects = keep_objects
         # objects per list page: a decoded page is the list's peak memory, so memory-lean consumers ask for less
         self.page_size = max(1, page_size)
-        self.state: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (known or {}).items()}
+        self.state: dict[str, Mapping[str, Any]] = {k: dict(v) for k, v in (known or {}).items()}
         self._has_known = known is not None
         self.resource_version = resource_version or ""
         self.watch_timeout = watch_timeout

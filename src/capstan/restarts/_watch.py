@@ -127,7 +127,7 @@ class RestartWatcher:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         registry: CollectorRegistry | None = None,
-        workers: int = 32,
+        workers: int = 8,
         call_timeout: float = 5.0,
     ) -> None:
         self.config = config
