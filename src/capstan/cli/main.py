@@ -13,19 +13,27 @@ import typer
 from capstan.errors import UserError
 from capstan.logs import configure_logging
 
+# Sub-command name → the module under ``capstan.cli`` that exposes its ``app``. Each module imports its
+# capability (numpy, SQLAlchemy, matplotlib…) at the top, so a command loads only its own: a long-running
+# `capstan restarts run` does not carry the capacity planner's or the router's libraries in its memory.
+SUBCOMMANDS: dict[str, str] = {
+    "sandbox": "sandbox",
+    "demo": "demo",
+    "capacity": "capacity",
+    "dev": "dev",
+    "restarts": "restarts",
+    "enginesim": "enginesim",
+    "replay": "replay",
+    "route": "route",
+    "history": "history",
+    "record": "record",
+}
 
-def build_app() -> typer.Typer:
-    """Assemble the CLI; each capability owns one module under ``capstan.cli`` that exposes ``app``."""
-    from capstan.cli import capacity as capacity_cli
-    from capstan.cli import demo as demo_cli
-    from capstan.cli import dev as dev_cli
-    from capstan.cli import enginesim as enginesim_cli
-    from capstan.cli import history as history_cli
-    from capstan.cli import record as record_cli
-    from capstan.cli import replay as replay_cli
-    from capstan.cli import restarts as restarts_cli
-    from capstan.cli import route as route_cli
-    from capstan.cli import sandbox as sandbox_cli
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """Assemble the CLI; each capability owns one module under ``capstan.cli`` that exposes ``app``. With
+    ``only`` (a known sub-command) just that sub-app is imported and registered."""
+    import importlib
 
     app = typer.Typer(
         name="capstan",
@@ -44,25 +52,37 @@ def build_app() -> typer.Typer:
     ) -> None:
         configure_logging(log_level, json_output=log_json)
 
-    app.add_typer(sandbox_cli.app, name="sandbox")
-    app.add_typer(demo_cli.app, name="demo")
-    # Capability sub-apps register below, one line each.
-    app.add_typer(capacity_cli.app, name="capacity")
-    app.add_typer(dev_cli.app, name="dev")
-    app.add_typer(restarts_cli.app, name="restarts")
-    app.add_typer(enginesim_cli.app, name="enginesim")
-    app.add_typer(replay_cli.app, name="replay")
-    app.add_typer(route_cli.app, name="route")
-    app.add_typer(history_cli.app, name="history")
-    app.add_typer(record_cli.app, name="record")
+    names = [only] if only in SUBCOMMANDS else list(SUBCOMMANDS)
+    for name in names:
+        module = importlib.import_module(f"capstan.cli.{SUBCOMMANDS[name]}")
+        app.add_typer(module.app, name=name)
     return app
+
+
+def _subcommand(argv: list[str]) -> str | None:
+    """The sub-command named in ``argv`` (the first word that is not a root option or its value)."""
+    skip_value = {"--log-level"}
+    index = 0
+    for _ in range(len(argv)):  # bounded
+        if index >= len(argv):
+            return None
+        word = argv[index]
+        if word in skip_value:
+            index += 2
+            continue
+        if word.startswith("-"):
+            index += 1
+            continue
+        return word
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    app = build_app()
+    args = sys.argv[1:] if argv is None else argv
+    app = build_app(_subcommand(args))
     try:
-        code = app(args=argv, standalone_mode=False)
+        code = app(args=args, standalone_mode=False)
         if isinstance(code, int) and code:
             sys.exit(code)
     except UserError as err:

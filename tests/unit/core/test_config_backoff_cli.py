@@ -89,3 +89,28 @@ def test_sandbox_spec_from_environment() -> None:
     from capstan.sandbox import load_spec
 
     assert load_spec(None, environ={"CAPSTAN_SANDBOX__EVENT_TTL": "2m"}).event_ttl == "2m"
+
+
+def test_a_command_loads_only_its_own_capability() -> None:
+    """`capstan restarts …` must not carry the capacity planner's numpy or the router's ZeroMQ in its memory."""
+    code = (
+        "import sys\n"
+        "from capstan.cli.main import main\n"
+        "try:\n"
+        "    main(['--log-level', 'WARNING', 'restarts', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('numpy', 'zmq', 'matplotlib', 'capstan.capacity', 'capstan.route') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "check-config" in out.stdout and out.stdout.strip().splitlines()[-1] == "[]"
+    everything = subprocess.run(
+        [sys.executable, "-c", "from capstan.cli.main import main; main(['--help'])"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert all(name in everything.stdout for name in ("capacity", "restarts", "route", "history", "record"))
