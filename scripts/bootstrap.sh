@@ -35,6 +35,8 @@ fi
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# the peer the history benchmark measures beside Capstan (oliver006/redis_exporter, as Debian packages it)
+command -v prometheus-redis-exporter >/dev/null 2>&1 || need+=(prometheus-redis-exporter)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null; then
     say "missing ${need[*]}: install them with apt-get (needs root)"; exit 2
@@ -44,7 +46,7 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   # The packages start system services; Capstan's tests run their own instances on free ports.
-  for svc in postgresql redis-server; do $SUDO service "$svc" stop >/dev/null 2>&1 || true; done
+  for svc in postgresql redis-server prometheus-redis-exporter; do $SUDO service "$svc" stop >/dev/null 2>&1 || true; done
 fi
 
 # 3. Control plane binaries (cached by version; a second run takes seconds).

@@ -160,6 +160,7 @@ class Informer:
         resource_version: str | None = None,
         keep_objects: bool = True,
         page_size: int = LIST_PAGE,
+        remember: bool = True,
         watch_timeout: int = 300,
         inactivity_timeout: float = 90.0,
         backoff: Backoff | None = None,
@@ -174,6 +175,10 @@ class Informer:
         self.keep_objects = keep_objects
         # objects per list page: a decoded page is the list's peak memory, so memory-lean consumers ask for less
         self.page_size = max(1, page_size)
+        # remember=False keeps no per-object state at all: every listed object comes as "added", a watch event as
+        # "added"/"modified" by its type, and a relist cannot say what disappeared — for consumers that rebuild
+        # their own view from each (re)list (its deltas end with "synced") and need no diff
+        self.remember = remember
         self.state: dict[str, Mapping[str, Any]] = {k: dict(v) for k, v in (known or {}).items()}
         self._has_known = known is not None
         self.resource_version = resource_version or ""
@@ -189,7 +194,7 @@ class Informer:
         self._stopped.set()
 
     def _remember(self, delta: Delta) -> None:
-        if delta.obj is None:
+        if delta.obj is None or not self.remember:
             return
         key = object_key(delta.obj)
         if delta.type == "deleted":
@@ -259,6 +264,9 @@ class Informer:
             old = None
         if old is not None and _rv(old) == rv:
             return out  # already seen (e.g. replayed after a resume)
+        if old is None and not self.remember:
+            out.append(Delta("added" if etype == "ADDED" else "modified", obj, "watch", rv))
+            return out
         out.append(Delta("added" if old is None else "modified", obj, "watch", rv))
         return out
 

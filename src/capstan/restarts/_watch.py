@@ -35,6 +35,7 @@ from capstan.restarts._detect import (
     pod_uid,
     seen_counts,
 )
+from capstan.restarts._events import PodEventIndex
 from capstan.restarts._pipeline import RestartNotifier
 from capstan.restarts._records import last_seen, restart_batch, unsent_digested
 from capstan.restarts._render import recovered_digest_notices
@@ -53,6 +54,7 @@ _OWNER_KINDS = {
 }
 _LOG_LIMIT_BYTES = 512 * 1024
 LIST_PAGE_PODS = 100
+EVENTS_CATCH_UP_SECONDS = 0.5  # longest wait for the Event index to reach a restart's pod version
 
 
 def referenced_config(pod: Pod) -> set[tuple[str, str]]:
@@ -154,6 +156,7 @@ class RestartWatcher:
         self._queues: list[asyncio.Queue[tuple[Pod, list[ContainerRestart], float] | None]] = []
         self.synced = asyncio.Event()
         self.handled = 0
+        self.pod_events = PodEventIndex(client, namespace=namespace)
         self.skipped_evidence = 0  # restarts whose evidence was not fetched (digested or filtered)
         self._owner_cache: dict[tuple[str, str, str], tuple[float, Mapping[str, Any] | None]] = {}
 
@@ -282,7 +285,11 @@ class RestartWatcher:
             return None, f"node {node_name}: no answer within {self.call_timeout:.0f} s"
 
     async def _events(self, namespace: str, pod: Pod) -> list[dict[str, Any]]:
-        try:
+        if self.pod_events.synced.is_set():
+            rv = str((pod.get("metadata") or {}).get("resourceVersion") or "")
+            await self.pod_events.caught_up(rv, EVENTS_CATCH_UP_SECONDS)
+            return self.pod_events.events_for(pod_uid(pod))
+        try:  # before the index has its first list: ask the API server
             events, _ = await self._get(
                 self.client.list(
                     resources.EVENTS, namespace=namespace, field_selector=f"involvedObject.uid={pod_uid(pod)}"
@@ -424,6 +431,7 @@ class RestartWatcher:
         self._queues = [asyncio.Queue() for _ in range(self.workers)]
         workers = [asyncio.create_task(self._worker(q)) for q in self._queues]
         drainer = asyncio.create_task(self.drainer.run(stop))
+        pod_events = asyncio.create_task(self.pod_events.run(stop))
         # small pages: a decoded page of pods is the list's peak memory (about 20 KB per pod as Python objects)
         informer = Informer(
             self.client,
@@ -464,4 +472,4 @@ class RestartWatcher:
             # One last bounded pass so what is due now goes out; the rest stays in the outbox for next time.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.drainer.drain_once(), timeout=10)
-            await asyncio.gather(drainer, return_exceptions=True)
+            await asyncio.gather(drainer, pod_events, return_exceptions=True)

@@ -49,4 +49,7 @@ def test_slowlog_vs_exporter_bench_smoke(tmp_path: Path) -> None:
     capstan = data["capstan"]
     # Every flood command is either recovered with its arguments or counted in a gap record.
     assert capstan["with_args_and_client"] + capstan["known_lost"] >= data["issued"]
+    # the peer runs beside it (Debian's prometheus-redis-exporter, installed by the bootstrap) and saw the flood
+    exporter = data["redis_exporter"]
+    assert exporter["scrapes"] > 0 and exporter["counted"] > 0
     assert (tmp_path / "history_slowlog_vs_exporter.png").stat().st_size > 0
