@@ -213,6 +213,7 @@ async def storm(
             "count_429": receiver.count_429,
             "inject_s": inject_s,
             "stages": stages,
+            "latencies_s": lat,
         }
 
 
@@ -254,6 +255,36 @@ def stage_latencies(
                 "max_s": values[-1],
             }
     return out
+
+
+def plot(result: dict[str, Any], path: Path, args: argparse.Namespace) -> None:
+    """Detection-to-delivery CDF of the individually reported restarts, and where the time went (p50/p99)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    lat = result.get("latencies_s") or []
+    if lat:
+        left.step(lat, [(i + 1) / len(lat) for i in range(len(lat))], where="post")
+    left.axvline(2.0, color="red", linestyle="--", label="goal: p99 ≤ 2 s")
+    left.set_xlabel("injection → message received (s)")
+    left.set_ylabel("fraction of individually reported restarts")
+    left.set_title(f"{args.restarts} restarts over {args.pods} pods in {args.seconds:.0f} s")
+    left.legend()
+    stages = result.get("stages") or {}
+    names = [n for n in ("detect", "evidence", "deliver") if n in stages]
+    xs = range(len(names))
+    right.bar([x - 0.2 for x in xs], [stages[n]["p50_s"] for n in names], width=0.4, label="p50")
+    right.bar([x + 0.2 for x in xs], [stages[n]["p99_s"] for n in names], width=0.4, label="p99")
+    right.set_xticks(list(xs), names)
+    right.set_ylabel("seconds")
+    right.set_title("where the time goes")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -346,6 +377,7 @@ def main() -> None:
         )
     out = Path(__file__).parent / "out"
     out.mkdir(exist_ok=True)
+    plot(result, out / "restart_storm_latency.png", args)
     (out / "restart_storm.json").write_text(
         json.dumps(
             {"args": {k: v for k, v in vars(args).items() if k != "receiver"}, **result},

@@ -47,3 +47,4 @@ def test_restart_storm_bench_smoke() -> None:
     data = json.loads((BENCH / "out" / "restart_storm.json").read_text())
     assert data["injected"] == 20
     assert data["accounted"] == data["injected"]
+    assert (BENCH / "out" / "restart_storm_latency.png").stat().st_size > 0
