@@ -85,6 +85,7 @@ class Kubelet:
         self.log_dir = log_dir
         self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._events: dict[str, tuple[str, int]] = {}
+        self._logs_served: set[str] = set()  # pod uids whose Logs object kwok already serves
 
     # ---- status plumbing ----------------------------------------------------------------------------------------
     async def _update_pod_status(
@@ -159,6 +160,18 @@ class Kubelet:
             "spec": {"logs": entries},
         }
         await self.client.apply(resources.KWOK_LOGS, body, field_manager="capstan-faults")
+        uid = str(meta.get("uid") or "")
+        if uid in self._logs_served or not names:
+            return
+        # kwok learns of a new Logs object through its own watch; until then the log API answers an error. Wait
+        # until it serves this pod, so a restart made visible next finds its previous log, as with a real kubelet.
+        for _ in range(300):  # bounded: 15 s
+            try:
+                await self.client.pod_log(meta["namespace"], meta["name"], names[-1], tail_lines=1)
+                break
+            except ApiError:
+                await asyncio.sleep(0.05)
+        self._logs_served.add(uid)
 
     async def write_log(self, namespace: str, pod: str, container: str, lines: list[str]) -> None:
         """Append lines to the container's current log (what `kubectl logs` shows now)."""

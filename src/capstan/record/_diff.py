@@ -46,29 +46,43 @@ def _split(pointer: str) -> tuple[str, ...]:
     return tuple(p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/"))
 
 
-def _drop(node: Any, parts: tuple[str, ...]) -> None:
+def _dropped(node: Any, parts: tuple[str, ...]) -> Any:
+    """``node`` without what ``parts`` points at, copying only the containers on the way (copy-on-write): what is
+    not dropped stays shared with ``node``, which is never mutated."""
     if not parts:
-        return
+        return node
     head, rest = parts[0], parts[1:]
     if isinstance(node, dict):
-        keys = list(node.keys()) if head == "*" else ([head] if head in node else [])
+        keys = list(node) if head == "*" else ([head] if head in node else [])
+        out: Any = None
         for key in keys:
             if rest:
-                _drop(node[key], rest)
+                new = _dropped(node[key], rest)
+                if new is not node[key]:
+                    out = dict(node) if out is None else out
+                    out[key] = new
             else:
-                del node[key]
-    elif isinstance(node, list):
+                out = dict(node) if out is None else out
+                del out[key]
+        return node if out is None else out
+    if isinstance(node, list):
         if head == "*":
             indices = list(range(len(node)))
         elif head.isdigit() and int(head) < len(node):
             indices = [int(head)]
         else:
-            indices = []
-        for idx in reversed(indices):
-            if rest:
-                _drop(node[idx], rest)
-            else:
-                del node[idx]
+            return node
+        if not rest:
+            gone = set(indices)
+            return [v for i, v in enumerate(node) if i not in gone] if gone else node
+        out = None
+        for idx in indices:
+            new = _dropped(node[idx], rest)
+            if new is not node[idx]:
+                out = list(node) if out is None else out
+                out[idx] = new
+        return node if out is None else out
+    return node
 
 
 def data_hash(data: Any) -> str:
@@ -102,16 +116,28 @@ def redact_secret(obj: JsonDict) -> JsonDict:
 
 
 def normalize(obj: JsonDict, policy: DiffPolicy) -> JsonDict:
-    """The object as it is stored and compared: Secrets redacted, noise paths removed. Never mutates ``obj``."""
-    out = redact_secret(obj) if obj.get("kind") in policy.redact_kinds else _copy(obj)
+    """The object as it is stored and compared: Secrets redacted, noise paths removed. Never mutates ``obj``; the
+    result shares every part that was not removed with ``obj`` (so ``obj`` must not be mutated afterwards)."""
+    out: JsonDict = redact_secret(obj) if obj.get("kind") in policy.redact_kinds else obj
     for pointer in policy.drop_paths:
-        _drop(out, _split(pointer))
+        out = _dropped(out, _split(pointer))
     return out
 
 
+_SCALARS = (str, int, float, bool)
+
+
 def _same(a: Any, b: Any) -> bool:
-    # NOTE: Python's == says 1 == True == 1.0; JSON does not, so equal values are confirmed by their JSON text.
-    return a is b or (a == b and json.dumps(a) == json.dumps(b))
+    # NOTE: Python's == says 1 == True == 1.0; JSON does not. Scalars of the same type compare exactly; equal
+    # containers are confirmed by their JSON text.
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind in _SCALARS:
+        return bool(a == b)
+    return a == b and json.dumps(a) == json.dumps(b)
 
 
 def _escape(key: str) -> str:

@@ -8,7 +8,6 @@ so a crash between building and writing simply rebuilds the same batch (writes a
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
@@ -48,11 +47,21 @@ class ObjectHistory:
     def _keep(self, uid: str, st: ObjectState) -> str:
         encoded = json.dumps(st.object, separators=(",", ":"))
         self._objects[uid] = encoded.encode()
-        self._states[uid] = dataclasses.replace(st, object={})
+        self._states[uid] = _without_object(st)
         return encoded
 
     def _full(self, st: ObjectState) -> ObjectState:
-        return dataclasses.replace(st, object=json.loads(self._objects[st.uid]))
+        return ObjectState(
+            st.source,
+            st.uid,
+            st.kind,
+            st.api_version,
+            st.namespace,
+            st.name,
+            st.resource_version,
+            st.version_seq,
+            json.loads(self._objects[st.uid]),
+        )
 
     def state(self, uid: str) -> ObjectState | None:
         st = self._states.get(uid)
@@ -177,9 +186,26 @@ class ObjectHistory:
             self._objects.pop(uid, None)
             batch.state_deletes.append((self.source, uid))
         else:
-            state = ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, norm)
-            encoded = self._keep(uid, state)
-            batch.state_puts.append(dataclasses.replace(state, encoded=encoded))
+            encoded = json.dumps(norm, separators=(",", ":"))
+            self._objects[uid] = encoded.encode()
+            self._states[uid] = ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, {})
+            batch.state_puts.append(
+                ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, norm, encoded)
+            )
+
+
+def _without_object(st: ObjectState) -> ObjectState:
+    return ObjectState(
+        st.source,
+        st.uid,
+        st.kind,
+        st.api_version,
+        st.namespace,
+        st.name,
+        st.resource_version,
+        st.version_seq,
+        {},
+    )
 
 
 def _parse_time(value: Any) -> float | None:

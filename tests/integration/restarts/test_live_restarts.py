@@ -164,7 +164,7 @@ async def test_scenarios(
         oom = await wait_messages(
             receiver, lambda t: "oom" in t and "OOMKilled" in t, "for the OOMKilled pod"
         )
-        assert "137" in text_of(oom[0]) and "alloc 9Gi" in text_of(oom[0])
+        assert "137" in text_of(oom[0]) and "alloc 9Gi" in text_of(oom[0]), text_of(oom[0])
         crash = await wait_messages(
             receiver, lambda t: "crash" in t and "panic" in t, "with the previous log"
         )
