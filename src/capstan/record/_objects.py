@@ -47,21 +47,11 @@ class ObjectHistory:
     def _keep(self, uid: str, st: ObjectState) -> str:
         encoded = json.dumps(st.object, separators=(",", ":"))
         self._objects[uid] = encoded.encode()
-        self._states[uid] = _without_object(st)
+        self._states[uid] = _with_object(st, {})
         return encoded
 
     def _full(self, st: ObjectState) -> ObjectState:
-        return ObjectState(
-            st.source,
-            st.uid,
-            st.kind,
-            st.api_version,
-            st.namespace,
-            st.name,
-            st.resource_version,
-            st.version_seq,
-            json.loads(self._objects[st.uid]),
-        )
+        return _with_object(st, json.loads(self._objects[st.uid]))
 
     def state(self, uid: str) -> ObjectState | None:
         st = self._states.get(uid)
@@ -194,7 +184,8 @@ class ObjectHistory:
             )
 
 
-def _without_object(st: ObjectState) -> ObjectState:
+def _with_object(st: ObjectState, obj: JsonDict) -> ObjectState:
+    """``st`` carrying ``obj`` (an empty dict while the object is kept serialised)."""
     return ObjectState(
         st.source,
         st.uid,
@@ -204,7 +195,7 @@ def _without_object(st: ObjectState) -> ObjectState:
         st.name,
         st.resource_version,
         st.version_seq,
-        {},
+        obj,
     )
 
 

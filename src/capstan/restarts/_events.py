@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from capstan.kube import Informer, KubeClient, resources
-from capstan.restarts._report import parse_time
+from capstan.restarts._report import event_time
 
 FIELD_SELECTOR = "involvedObject.kind=Pod,reason!=Scheduled"
 EVENTS_PER_POD = 30
@@ -44,16 +44,7 @@ def _interned(value: Any) -> str | None:
 def _entry(event: Mapping[str, Any]) -> _Entry:
     series = event.get("series") or {}
     count = (series.get("count") if isinstance(series, Mapping) else None) or event.get("count") or 1
-    last = None
-    for value in (
-        series.get("lastObservedTime") if isinstance(series, Mapping) else None,
-        event.get("lastTimestamp"),
-        event.get("eventTime"),
-        event.get("firstTimestamp"),
-        (event.get("metadata") or {}).get("creationTimestamp"),
-    ):
-        if (last := parse_time(value)) is not None:
-            break
+    last = event_time(event)
     subject = event.get("involvedObject") or {}
     return _Entry(
         _interned(event.get("type")) or "Normal",

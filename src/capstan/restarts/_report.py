@@ -229,7 +229,8 @@ def _event_subject(event: Mapping[str, Any]) -> Mapping[str, Any]:
     return subject if isinstance(subject, Mapping) else {}
 
 
-def _event_time(event: Mapping[str, Any]) -> float | None:
+def event_time(event: Mapping[str, Any]) -> float | None:
+    """When an Event last happened: series, lastTimestamp, eventTime, firstTimestamp, then creation."""
     series = event.get("series") or {}
     for value in (
         series.get("lastObservedTime") if isinstance(series, Mapping) else None,
@@ -259,7 +260,7 @@ def pod_events(events: Sequence[Mapping[str, Any]], uid: str, limit: int) -> tup
             or event.get("deprecatedCount")
             or 1
         )
-        at = _event_time(event)
+        at = event_time(event)
         if key in merged:
             old = merged[key]
             last = max((t for t in (old.last_seen, at) if t is not None), default=None)

@@ -201,19 +201,7 @@ class Store:
             ins = self._insert(s.object_state)
             stmt = ins.on_conflict_do_update(
                 index_elements=["source", "uid"],
-                set_={
-                    c: ins.excluded[c]
-                    for c in (
-                        "kind",
-                        "api_version",
-                        "namespace",
-                        "name",
-                        "resource_version",
-                        "version_seq",
-                        "object",
-                        "updated_at",
-                    )
-                },
+                set_={c: ins.excluded[c] for c in _STATE_COLUMNS[2:]},
             )
             # NOTE: a uid is never reused, so a uid deleted anywhere in the batch stays deleted.
             gone = set(batch.state_deletes)
