@@ -29,8 +29,10 @@ def _load(config: Path | None, endpoints: list[str] | None, model: str | None) -
                 raise UserError(f"--endpoint: {spec!r} is not an http(s) URL")
             items.append({"name": f"e{i}", "url": url, "models": [model] if model else []})
         cfg = load_model(RouteConfig, {**cfg.model_dump(), "endpoints": items}, "--endpoint")
-    if not cfg.endpoints:
-        raise UserError("no endpoints: give --config with an 'endpoints' list or --endpoint URL")
+    if not cfg.endpoints and cfg.discovery is None:
+        raise UserError(
+            "no endpoints: give --config with an 'endpoints' list or 'discovery.kubernetes', or --endpoint URL"
+        )
     return cfg
 
 
@@ -43,18 +45,27 @@ def serve(
     model: str | None = typer.Option(None, "--model", help="Model the --endpoint upstreams serve."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", envvar="KUBECONFIG", help="Cluster for 'discovery.kubernetes' (serving pods)."
+    ),
 ) -> None:
     """Run the gateway: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
     import uvicorn
 
     from capstan.route import RouteConfig
+    from capstan.route._discovery import KubernetesEndpointSource
     from capstan.route._proxy import Router
 
     if not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")
     cfg = _load(config, endpoint, model)
     assert isinstance(cfg, RouteConfig)
-    router = Router(cfg)
+    source = None
+    if cfg.discovery is not None and not endpoint:
+        if kubeconfig is None:
+            raise UserError("discovery.kubernetes: give --kubeconfig (or set KUBECONFIG)")
+        source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
+    router = Router(cfg, source)
     uvicorn.run(router.app, host=host, port=port, log_level="warning", access_log=False)
 
 

@@ -35,6 +35,28 @@ class EndpointConfig(StrictModel):
     )
 
 
+class KubernetesDiscoveryConfig(StrictModel):
+    """Endpoints discovered as Running, Ready pods selected by labels (``discovery.kubernetes``)."""
+
+    namespace: str = Field(min_length=1)
+    selector: str = Field(min_length=1, description="label selector of the serving pods, e.g. app=vllm")
+    port: int = Field(default=8000, ge=1, le=65535)
+    scheme: Literal["http", "https"] = "http"
+    models: list[str] = Field(
+        default_factory=list, description="models every pod serves (or the label below)"
+    )
+    model_label: str = "capstan.io/model"
+    role_label: str = "capstan.io/role"
+    url_annotation: str = Field(
+        default="capstan.io/url",
+        description="a pod annotation that overrides <scheme>://<podIP>:<port> (pods behind a port-forward)",
+    )
+
+
+class DiscoveryConfig(StrictModel):
+    kubernetes: KubernetesDiscoveryConfig
+
+
 class HealthFilterConfig(StrictModel):
     type: Literal["health"]
 
@@ -150,5 +172,6 @@ class ProxyConfig(StrictModel):
 
 class RouteConfig(StrictModel):
     endpoints: list[EndpointConfig] = Field(default_factory=list)
+    discovery: DiscoveryConfig | None = None
     scheduler: SchedulerConfig = SchedulerConfig()
     proxy: ProxyConfig = ProxyConfig()

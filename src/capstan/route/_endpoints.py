@@ -1,7 +1,7 @@
 """Where endpoints come from and what they report: the :class:`EndpointSource` seam and the health/metrics poller.
 
 :class:`StaticEndpointSource` serves the list from the configuration. Discovery in Kubernetes (pods selected by
-labels, through ``capstan.kube``) is another implementation of the same one-method interface.
+labels, through ``capstan.kube``) is another implementation of the same interface (``capstan.route._discovery``).
 
 :class:`EndpointMonitor` polls each endpoint's ``/health`` and ``/metrics`` every 50–100 ms (with a timeout per
 call) and keeps the last :class:`LoadSignals`; :func:`parse_vllm_metrics` is the pure part, reading vLLM's metric
@@ -26,9 +26,14 @@ log = logging.getLogger(__name__)
 
 
 class EndpointSource(Protocol):
-    """Supplies the current set of endpoints; called on every polling round, so it may change over time."""
+    """Supplies the current set of endpoints; called on every polling round, so it may change over time.
+    ``start``/``stop`` bracket the router's life (a discovering source runs its watch in between)."""
 
     async def endpoints(self) -> Sequence[Endpoint]: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class StaticEndpointSource:
@@ -37,6 +42,12 @@ class StaticEndpointSource:
 
     async def endpoints(self) -> Sequence[Endpoint]:
         return self._endpoints
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -282,6 +282,7 @@ class Router:
             await self.stop()
 
     async def start(self) -> None:
+        await self.source.start()
         await self.monitor.refresh()
         self.monitor.start()
         publishers = {e.name: e.kv_events for e in self.cfg.endpoints if e.kv_events}
@@ -295,6 +296,7 @@ class Router:
 
     async def stop(self) -> None:
         await self.monitor.stop()
+        await self.source.stop()
         if self.subscriber is not None:
             await self.subscriber.stop()
         await self.client.aclose()

@@ -1,0 +1,135 @@
+"""The router discovering its endpoints in Kubernetes: serving pods picked by labels on the real control plane.
+
+kwok pods have no reachable IP, so each pod carries the ``capstan.io/url`` annotation pointing at a real upstream
+on loopback; everything else — the informer, readiness, labels, deletion — is the cluster's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from capstan.config import load_model
+from capstan.kube import KubeClient, resources
+from capstan.route import RouteConfig
+from capstan.route._config import KubernetesDiscoveryConfig
+from capstan.route._discovery import KubernetesEndpointSource, pod_endpoint
+from capstan.route._proxy import Router
+
+from ._servers import ServerThread, Upstream
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def upstreams() -> Iterator[list[tuple[Upstream, ServerThread]]]:
+    ups = [Upstream("a"), Upstream("b")]
+    servers = [ServerThread(u.app).__enter__() for u in ups]
+    yield list(zip(ups, servers, strict=True))
+    for s in servers:
+        s.__exit__()
+
+
+async def serving_pod(kube: KubeClient, namespace: str, name: str, url: str, labels: dict[str, str]) -> None:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {"capstan.io/url": url},
+        },
+        "spec": {"containers": [{"name": "vllm", "image": "example.com/vllm:1"}]},
+    }
+    await kube.create(resources.PODS, body)
+
+
+async def wait_for(cond: Any, what: str, timeout: float = 60) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:  # bounded by the deadline
+        if cond():
+            return
+        await asyncio.sleep(0.1)
+    pytest.fail(f"timed out waiting {what}")
+
+
+async def test_serving_pods_become_endpoints_and_leave_when_deleted(
+    kube: KubeClient, namespace: str, kubeconfig: Path, upstreams: list[tuple[Upstream, ServerThread]]
+) -> None:
+    (_, srv_a), (up_b, srv_b) = upstreams
+    await serving_pod(kube, namespace, "llm-a", srv_a.url, {"app": "llm", "capstan.io/model": "m"})
+    await serving_pod(kube, namespace, "llm-b", srv_b.url, {"app": "llm", "capstan.io/model": "m"})
+    await serving_pod(kube, namespace, "other", srv_b.url, {"app": "not-llm"})  # not selected
+    cfg = load_model(
+        RouteConfig,
+        {
+            "discovery": {"kubernetes": {"namespace": namespace, "selector": "app=llm"}},
+            "proxy": {"poll_interval_s": 0.05},
+        },
+        "test",
+    )
+    assert cfg.discovery is not None
+    source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
+    router = Router(cfg, source)
+    with ServerThread(router.app) as gateway:
+        await wait_for(
+            lambda: (
+                sorted(e.endpoint.name for e in router.snapshot(set()) if e.healthy)
+                == [f"{namespace}/llm-a", f"{namespace}/llm-b"]
+            ),
+            "for both serving pods to be healthy endpoints",
+        )
+        async with httpx.AsyncClient(timeout=30) as client:
+            models = (await client.get(f"{gateway.url}/v1/models")).json()
+            assert [m["id"] for m in models["data"]] == ["m"]
+            reply = await client.post(
+                f"{gateway.url}/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hello"}]},
+            )
+            assert reply.status_code == 200, reply.text
+        await kube.delete(resources.PODS, "llm-a", namespace)
+        await wait_for(
+            lambda: [e.endpoint.name for e in router.snapshot(set())] == [f"{namespace}/llm-b"],
+            "for the deleted pod to leave the rotation",
+        )
+        served_before = len(up_b.requests)
+        async with httpx.AsyncClient(timeout=30) as client:
+            for i in range(3):
+                reply = await client.post(
+                    f"{gateway.url}/v1/chat/completions",
+                    json={"model": "m", "messages": [{"role": "user", "content": f"again {i}"}]},
+                )
+                assert reply.status_code == 200
+        assert len(up_b.requests) == served_before + 3  # everything goes to the one left
+
+
+def test_a_pod_is_an_endpoint_only_while_running_and_ready() -> None:
+    cfg = KubernetesDiscoveryConfig(namespace="ml", selector="app=llm", port=8001, models=["m"])
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "ml", "labels": {"capstan.io/role": "decode"}},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.7",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    ep = pod_endpoint(pod, cfg)
+    assert ep is not None and (ep.name, ep.url, ep.models, ep.role) == (
+        "ml/p",
+        "http://10.0.0.7:8001",
+        ("m",),
+        "decode",
+    )
+    assert pod_endpoint({**pod, "status": {**pod["status"], "conditions": []}}, cfg) is None
+    assert pod_endpoint({**pod, "status": {**pod["status"], "phase": "Pending"}}, cfg) is None
+    gone = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-11-30T00:00:00Z"}}
+    assert pod_endpoint(gone, cfg) is None
+    v6 = pod_endpoint({**pod, "status": {**pod["status"], "podIP": "fd00::7"}}, cfg)
+    assert v6 is not None and v6.url == "http://[fd00::7]:8001"
