@@ -55,6 +55,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_again(previous: int | None) -> int:
+    """``previous`` if it is free again, else a new free port. A sandbox that comes up again on its old data keeps
+    its ports where it can: kwok's node port is written into each node's status (the kubelet endpoint the API server
+    dials for logs) when kwok first initialises the node, and is not rewritten later."""
+    if previous:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", previous))
+            except OSError:
+                pass
+            else:
+                return previous
+    return free_port()
+
+
 @dataclasses.dataclass
 class ProcessInfo:
     name: str
@@ -184,14 +199,19 @@ class Sandbox:
         (d / "pod-logs").mkdir(exist_ok=True)
         step("generating certificates and kubeconfigs")
         pki = create_pki(d / "pki")
+        before = self.load_state()
+        old_ports = before.ports if before is not None else {}
         ports = {
-            "etcd-client": free_port(),
-            "etcd-peer": free_port(),
-            "apiserver": free_port(),
-            "controller-manager": free_port(),
-            "scheduler": free_port(),
-            "kwok": free_port(),
-            "kwok-metrics": free_port(),
+            name: port_again(old_ports.get(name))
+            for name in (
+                "etcd-client",
+                "etcd-peer",
+                "apiserver",
+                "controller-manager",
+                "scheduler",
+                "kwok",
+                "kwok-metrics",
+            )
         }
         server = f"https://127.0.0.1:{ports['apiserver']}"
         kubeconfigs = {}
@@ -333,6 +353,7 @@ class Sandbox:
 
         step(f"creating {sum(p.count for p in spec.node_pools)} kwok nodes")
         self.apply_nodes(spec)
+        self._repoint_kubelet_endpoints(ports["kwok"])
         self._wait("kwok nodes Ready", deadline, lambda: self._nodes_ready(pki, server, spec))
         self._wait("default service account", deadline, lambda: self._default_sa(pki, server))
         state.ready_seconds = time.monotonic() - t0
@@ -442,6 +463,26 @@ class Sandbox:
         if proc.returncode != 0:
             raise UserError(f"kubectl {' '.join(args[:2])}: {proc.stderr.strip() or proc.stdout.strip()}")
         return proc.stdout
+
+    def _repoint_kubelet_endpoints(self, port: int) -> None:
+        """Nodes initialised by an earlier kwok (same data, another port) point the API server's log and exec
+        requests at that kwok's port; point them at this one."""
+        listing = json.loads(self.kubectl(["get", "nodes", "-o", "json"], timeout=120))
+        patch = json.dumps({"status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}})
+        for node in listing.get("items") or []:
+            current = ((node.get("status") or {}).get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}
+            if current.get("Port") not in (None, port):
+                self.kubectl(
+                    [
+                        "patch",
+                        "node",
+                        node["metadata"]["name"],
+                        "--subresource=status",
+                        "--type=merge",
+                        "-p",
+                        patch,
+                    ]
+                )
 
     def apply_nodes(self, spec: SandboxSpec) -> None:
         docs = node_manifests(spec)
