@@ -325,12 +325,16 @@ class Drainer:
         self._metrics.dead.labels(item.destination).inc()
 
     async def _idle(self, seconds: float) -> None:
-        if self._sleep is not asyncio.sleep:  # an injected clock: sleep on it (tests, simulations)
-            await self._sleep(seconds)
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._wake.wait()
+        """Sleep ``seconds`` on the injected clock, or less if a message is enqueued meanwhile."""
+        sleeper = asyncio.ensure_future(self._sleep(seconds))
+        waker = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, waker):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(sleeper, waker, return_exceptions=True)
 
     async def run(self, stop: asyncio.Event, *, max_passes: int | None = None) -> int:
         """Drain until ``stop`` is set (or ``max_passes`` passes ran); returns the number of passes.

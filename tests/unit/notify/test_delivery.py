@@ -305,3 +305,20 @@ async def test_higher_priority_goes_first_when_backed_up() -> None:
     )
     await _drain_until_empty(drainer, outbox, clock)
     assert [t for _, t in sink.sends] == ["first report", "m0 (+3 more)"]
+
+
+async def test_an_enqueue_wakes_an_idle_drainer() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    sink = ScriptedSink("slack", clock)
+
+    async def never(seconds: float) -> None:  # an idle sleep that only an enqueue can cut short
+        await asyncio.Event().wait()
+
+    drainer = Drainer(outbox, {"slack": sink}, clock=clock, rng=random.Random(1), sleep=never)
+    stop = asyncio.Event()
+    task = asyncio.create_task(drainer.run(stop, max_passes=2))
+    await asyncio.sleep(0.01)
+    assert not task.done() and sink.sends == []  # idle after an empty pass
+    _fill(drainer, "slack", 1)
+    await asyncio.wait_for(task, timeout=5)
+    assert [t for _, t in sink.sends] == ["m0"]
