@@ -27,7 +27,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
 fi
 # Bytecode for every installed module and for Capstan itself, as pip writes it on install: uv does not, and where
 # PYTHONDONTWRITEBYTECODE is set nothing ever writes it, so every process would compile its imports from source
-# (seconds of CPU and a transient ~20 MB more memory in each one). Up-to-date files are skipped, so this is quick.
+# (seconds of CPU at every start: docs/benchmarks.md, restart storm). Up-to-date files are skipped, so this is quick.
 .venv/bin/python -m compileall -q -j 0 .venv/lib/python3*/site-packages src >/dev/null 2>&1 || \
   say "warning: compileall reported errors (some optional modules may not compile); continuing"
 
