@@ -1,8 +1,9 @@
 """Chat notifications: sinks (Slack, generic webhook, Teams, Google Chat, Discord) behind one ``Sink`` protocol,
 an outbox drainer that paces, retries and dead-letters deliveries, and a local Slack-compatible receiver."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from capstan.lazy import lazy_attributes
 from capstan.notify._blockkit import MAX_BLOCKS, MAX_HEADER_TEXT, MAX_SECTION_TEXT, blocks_problem
 from capstan.notify._config import (
     DiscordSinkConfig,
@@ -60,13 +61,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'capstan.notify' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes("capstan.notify", _LAZY)
 
 
 if TYPE_CHECKING:

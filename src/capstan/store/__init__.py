@@ -5,8 +5,9 @@ readers use the query methods, the HTTP JSON app (:func:`create_history_app`) or
 imports a collector: collectors live in :mod:`capstan.record`.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from capstan.lazy import lazy_attributes
 from capstan.store._engine import INGEST_CACHE_KIB, parse_database_url
 from capstan.store._metrics import HistoryMetrics
 from capstan.store._models import (
@@ -46,13 +47,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'capstan.store' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes("capstan.store", _LAZY)
 
 
 if TYPE_CHECKING:
