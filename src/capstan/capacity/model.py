@@ -11,6 +11,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Literal
 
 GPU_MILLI = 1000
@@ -101,6 +102,27 @@ class NodeType:
         return dict(self.labels)
 
 
+class PodShape:
+    """A pod's placement-relevant fields as a dictionary key whose hash is computed once."""
+
+    __slots__ = ("_hash", "fields")
+
+    def __init__(self, fields: tuple[object, ...]) -> None:
+        self.fields = fields
+        self._hash = hash(fields)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            isinstance(other, PodShape) and self._hash == other._hash and self.fields == other.fields
+        )
+
+    def __repr__(self) -> str:
+        return f"PodShape{self.fields!r}"
+
+
 @dataclass(frozen=True)
 class Pod:
     """A pod as the trace describes it: a batch task, or one replica of a service while demand needs it."""
@@ -121,29 +143,32 @@ class Pod:
     service: str = ""
     """Set for replicas of an inference service; their arrival and duration come from the demand curve."""
 
-    @property
+    @cached_property
     def gpu_total_milli(self) -> int:
         """GPU thousandths this pod takes: whole devices or one device's share."""
         return self.num_gpu * self.gpu_milli if self.num_gpu > 1 else self.gpu_milli
 
-    @property
+    @cached_property
     def is_fractional(self) -> bool:
         return self.num_gpu == 1 and 0 < self.gpu_milli < GPU_MILLI
 
-    @property
+    @cached_property
     def wants_gpu(self) -> bool:
         return self.num_gpu > 0 and self.gpu_milli > 0
 
-    def shape(self) -> tuple[object, ...]:
+    @cached_property
+    def shape(self) -> PodShape:
         """Everything placement looks at; pods with equal shapes are interchangeable for packing."""
-        return (
-            self.cpu_milli,
-            self.memory_mib,
-            self.num_gpu,
-            self.gpu_milli,
-            self.gpu_models,
-            self.node_selector,
-            self.tolerations,
+        return PodShape(
+            (
+                self.cpu_milli,
+                self.memory_mib,
+                self.num_gpu,
+                self.gpu_milli,
+                self.gpu_models,
+                self.node_selector,
+                self.tolerations,
+            )
         )
 
 

@@ -20,11 +20,12 @@ calls this same function) only has to apply them. There is no I/O here.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from capstan.capacity.model import NodeState, NodeType, Pod
+from capstan.capacity.model import NodeState, NodeType, Pod, PodShape
 from capstan.capacity.nodetypes import CPU_PRICE_PER_CORE_HOUR, DEFAULT_GPU_PRICE, MEMORY_PRICE_PER_GIB_HOUR
 from capstan.capacity.placement import (
     Assignment,
@@ -37,6 +38,7 @@ from capstan.capacity.placement import (
     why_incompatible,
 )
 
+Scope = Literal["place", "review", "full"]
 PLANNED_NODE_LABEL = "capstan.io/planned-node"
 K8S_LAUNCH = (
     "create a NodeClaim (or raise the node group) of this type labelled {label}={node}; its pods are held by a "
@@ -51,6 +53,10 @@ K8S_HEADROOM = (
     "to {node}, or a CapacityBuffer: the node autoscaler sees it as needed"
 )
 K8S_DRAIN = "taint capstan.io/draining:NoSchedule, cordon, then delete the Node/NodeClaim"
+K8S_MOVE = (
+    "evicted through the Eviction API (PodDisruptionBudgets hold); its replacement pod is held by a "
+    "schedulingGate and gets required nodeAffinity kubernetes.io/hostname={node}, then the gate is removed"
+)
 K8S_CONSOLIDATE = (
     "taint capstan.io/draining:NoSchedule, evict its pods through the Eviction API (PodDisruptionBudgets hold), "
     "re-place them by nodeAffinity on the next decision, then delete the Node/NodeClaim"
@@ -72,6 +78,8 @@ class NodeView:
     idle_since: float | None = None
     bound: tuple[Pod, ...] = ()
     """Pods running on the node (used to decide whether they can move elsewhere)."""
+    purpose: str = "pods"
+    """Why it was launched (a label on the node): ``repack`` nodes wait for the repack that wants them."""
 
 
 @dataclass(frozen=True)
@@ -89,20 +97,27 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class PlannerConfig:
-    forecast_windows: int = 6
-    forecast_quantile: float = 0.9
+    forecast_windows: int = 96
+    """How many past windows (each one GPU boot delay long) the forecast looks at."""
+    forecast_quantile: float = 0.99
+    """Headroom covers the arrivals of the window at this quantile of GPU demand among them."""
     headroom: bool = True
     max_headroom_nodes: int = 8
     max_phantoms: int = 32
     """At most this many forecast pods (largest first) are replayed for headroom: bounds the decision's cost."""
-    lookahead: int = 48
+    lookahead: int = 24
     drain: bool = True
     consolidate: bool = True
     consolidation_threshold: float = 0.5
-    """Only nodes with less than this share of their GPUs (CPU for CPU nodes) allocated are emptied."""
-    max_consolidations: int = 1
+    """CPU nodes with less than this share of their CPU allocated may be emptied (GPU nodes: any free GPU)."""
     consolidation_candidates: int = 16
-    min_idle_s: float = 60.0
+    repack_group: int = 4
+    """Up to this many nodes are emptied together (their pods may move to fewer, cheaper new nodes)."""
+    repack_min_saving: float = 0.05
+    """A repack must cut the hourly price of the nodes it touches by more than this share."""
+    repack_min_age_s: float = 1800.0
+    """Only pods that have run this long are moved (they are likely to run on)."""
+    min_idle_s: float = 300.0
     """An empty node is drained only after it has been empty this long (damps launch/drain flapping)."""
 
 
@@ -111,7 +126,7 @@ class Launch:
     node: str
     type: str
     pods: tuple[str, ...]
-    purpose: Literal["pods", "headroom"]
+    purpose: Literal["pods", "headroom", "repack"]
     k8s: str
 
 
@@ -135,6 +150,8 @@ class Plan:
     launches: tuple[Launch, ...] = ()
     nominations: tuple[Nomination, ...] = ()
     drains: tuple[Drain, ...] = ()
+    moves: tuple[Nomination, ...] = ()
+    """Pods of drained nodes and where they go (after the drain evicts them)."""
     headroom: tuple[str, ...] = ()
     """Existing or in-flight nodes held empty for forecast demand."""
     unplaceable: tuple[tuple[str, str], ...] = ()
@@ -144,6 +161,8 @@ class Plan:
     headroom_k8s: str = K8S_HEADROOM
     recheck_at: float | None = None
     """When this plan may change with no new event (an empty node's idle time runs out)."""
+    scope: Scope = "full"
+    """What was decided (see :func:`plan`); headroom and drains only by ``review`` and ``full``."""
 
 
 @dataclass(slots=True)
@@ -172,22 +191,42 @@ def _queue_key(pod: Pod) -> tuple[int, int, int, int, float, str]:
 
 
 class PlanCache:
-    """Memo of pure per-pod facts (which node types a pod may use, and why not) kept between decisions.
+    """Memo of pure facts kept between decisions: which node types a pod shape may use and why not, which type
+    a new node for a shape and the shapes queued behind it should be, the last forecast, and the last repack
+    search that found nothing.
 
-    It never changes a plan, only how fast it is made; it assumes a pod name always means the same pod spec
-    and resets itself when the node-type tuple changes or it grows past ``limit`` entries.
+    It never changes a plan, only how fast it is made. It resets itself when the node-type tuple changes or it
+    grows past ``limit`` entries.
     """
 
     def __init__(self, node_types: tuple[NodeType, ...] = (), limit: int = 2_000_000) -> None:
         self.node_types = node_types
         self.limit = limit
-        self.ok: dict[str, frozenset[str]] = {}
-        self.why: dict[tuple[str, str], str | None] = {}
+        self.ok: dict[PodShape, frozenset[str]] = {}
+        self.why: dict[tuple[str, PodShape], str | None] = {}
+        self._forecast: tuple[tuple[object, ...], Forecast] | None = None
+        self.no_repack: tuple[object, ...] | None = None
+        self.types: dict[tuple[object, ...], NodeType | str] = {}
+
+    def forecast(self, snap: Snapshot, cfg: PlannerConfig) -> Forecast:
+        """:func:`forecast` for ``snap``, reused while the recent arrivals are the same."""
+        horizon = gpu_horizon(snap.node_types)
+        ends = (snap.recent[0].name, snap.recent[-1].name) if snap.recent else ("", "")
+        key = (len(snap.recent), ends, cfg)
+        stale = (
+            self._forecast is not None and (at := self._forecast[1].changes_at) is not None and snap.now >= at
+        )
+        if self._forecast is None or self._forecast[0] != key or stale:
+            self._forecast = (key, forecast(snap, cfg, horizon))
+        return self._forecast[1]
 
     def reset(self, node_types: tuple[NodeType, ...]) -> PlanCache:
         self.node_types = node_types
         self.ok.clear()
         self.why.clear()
+        self._forecast = None
+        self.no_repack = None
+        self.types.clear()
         return self
 
 
@@ -206,6 +245,8 @@ class _Work:
         self.new_bins: list[_Bin] = []
         self.views: dict[str, NodeView] = {}
         self.next_id = snap.next_id
+        self.mix = [p for p in reversed(snap.recent) if not p.gang]
+        self.type_memo: dict[tuple[object, ...], NodeType | str] = {}
         for i, n in enumerate(snap.nodes):
             nt = self.types.get(n.type)
             if nt is None or n.state in (NodeState.DRAINING, NodeState.GONE):
@@ -215,19 +256,26 @@ class _Work:
             kind: Literal["ready", "inflight"] = "ready" if ready else "inflight"
             self.bins.append(_Bin(n.id, nt, Capacity(n.cpu, n.mem, list(n.devs)), kind, i, n.pods))
             self.views[n.id] = n
+        # the smallest request this decision may place: bins with less free are left out of the scans
+        small = [*snap.pending, *snap.recent, *(p for n in snap.nodes for p in n.bound)]
+        self.floor_cpu = min((p.cpu_milli for p in small), default=0)
+        self.floor_mem = min((p.memory_mib for p in small), default=0)
+        self.open: list[_Bin] = list(self.bins)
 
     def ok_types(self, pod: Pod) -> frozenset[str]:
-        got = self.cache.ok.get(pod.name)
+        got = self.cache.ok.get(pod.shape)
         if got is None:
             got = frozenset(nt.name for nt in self.snap.node_types if self.incompatible(nt, pod) is None)
-            self.cache.ok[pod.name] = got
+            self.cache.ok[pod.shape] = got
         return got
 
     def incompatible(self, nt: NodeType, pod: Pod) -> str | None:
-        key = (nt.name, pod.name)
-        if key not in self.cache.why:
-            self.cache.why[key] = why_incompatible(nt, pod)
-        return self.cache.why[key]
+        key = (nt.name, pod.shape)
+        try:
+            return self.cache.why[key]
+        except KeyError:
+            why = self.cache.why[key] = why_incompatible(nt, pod)
+            return why
 
     def best_bin(
         self,
@@ -241,8 +289,15 @@ class _Work:
         the first kind instead of scoring fragmentation (cheap, for forecast phantoms)."""
         best: tuple[tuple[float, ...], _Bin, Assignment] | None = None
         ok_types = self.ok_types(pod)
-        for b in self.bins:
-            if b.kind not in kinds or b.nt.name not in ok_types or not fits(b.cap, pod):
+        cpu, mem = pod.cpu_milli, pod.memory_mib
+        full = 0
+        for b in self.open:
+            cap = b.cap
+            if cpu > cap.cpu or mem > cap.mem:  # the common rejection, before anything slower
+                if cap.cpu < self.floor_cpu or cap.mem < self.floor_mem:
+                    full += 1
+                continue
+            if b.kind not in kinds or b.nt.name not in ok_types or not fits(cap, pod):
                 continue
             if (busy_only and not b.pods) or b.id in exclude:
                 continue
@@ -254,13 +309,37 @@ class _Work:
             key = (kind_rank, fragmentation_cost(b.cap, pod, a), 0 if b.pods else 1, -used, b.order)
             if best is None or key < best[0]:
                 best = (key, b, a)
+        if full > 8:
+            self.open = [b for b in self.open if b.cap.cpu >= self.floor_cpu and b.cap.mem >= self.floor_mem]
         return (best[1], best[2]) if best else None
 
-    def choose_type(self, pod: Pod, queue: list[Pod], start: int) -> NodeType | str:
-        """The node type serving most queued value per dollar, or the reason none can take ``pod``."""
+    def choose_type(self, pod: Pod, queue: list[Pod], start: int, *, mix: bool = True) -> NodeType | str:
+        """The node type serving most value per dollar, or the reason none can take ``pod``.
+
+        The value is ``pod`` plus what fits of the queued pods after it and, with ``mix``, of the recent
+        arrivals (a node outlives the queue: the arrival mix says what will fill it).
+        """
+        ahead = [q for q in queue[start : start + self.cfg.lookahead] if not q.gang]
+        full = tuple(
+            n
+            for n, c in self.count.items()
+            if (t := self.types[n]).max_count is not None and c >= t.max_count
+        )
+        # without the mix the answer depends only on shapes and which types are at their limit: keep it across
+        # decisions; with it, only within this one (the mix changes with every arrival)
+        memo = self.type_memo if mix else self.cache.types
+        key = (pod.shape, tuple(q.shape for q in ahead), mix, full)
+        got = memo.get(key)
+        if got is not None:
+            return got
+        shapes = _group_by_shape(ahead)
+        if mix and len(ahead) < self.cfg.lookahead:
+            shapes += _group_by_shape(
+                [q for q in self.mix if q.name != pod.name][: self.cfg.lookahead - len(ahead)]
+            )
+        groups = [(q, k, self.ok_types(q)) for q, k in shapes]
         reasons: list[str] = []
         best: tuple[tuple[float, float, str], NodeType] | None = None
-        ahead = [q for q in queue[start : start + self.cfg.lookahead] if not q.gang]
         for nt in self.snap.node_types:
             why = self.incompatible(nt, pod)
             if why is not None:
@@ -272,17 +351,30 @@ class _Work:
             cap = Capacity.of(nt)
             take(cap, pod, choose_devices(cap, pod))
             value = pod_value(pod)
-            for q in ahead:
-                if fits(cap, q) and self.incompatible(nt, q) is None:
+            for q, k, q_ok in groups:
+                if nt.name not in q_ok:
+                    continue
+                for _ in range(k):
+                    if not fits(cap, q):
+                        break  # equal shapes: once one does not fit, none does
                     take(cap, q, choose_devices(cap, q))
                     value += pod_value(q)
             eff = value / max(nt.price_per_hour, 1e-9)
-            key = (-eff, nt.price_per_hour, nt.name)
-            if best is None or key < best[0]:
-                best = (key, nt)
-        if best is None:
-            return "; ".join(reasons) or "no node types"
-        return best[1]
+            rank = (-eff, nt.price_per_hour, nt.name)
+            if best is None or rank < best[0]:
+                best = (rank, nt)
+        result: NodeType | str = best[1] if best is not None else "; ".join(reasons) or "no node types"
+        if len(memo) > self.cache.limit:
+            memo.clear()
+        memo[key] = result
+        return result
+
+    def give(self, b: _Bin, pod: Pod, a: Assignment) -> None:
+        """Undo a placement; a bin left out of the scans as full is scanned again."""
+        give(b.cap, pod, a)
+        if b.cap.cpu >= self.floor_cpu and b.cap.mem >= self.floor_mem and b not in self.open:
+            self.open.append(b)
+            self.open.sort(key=lambda x: x.order)
 
     def open_bin(self, nt: NodeType) -> _Bin:
         b = _Bin(f"n{self.next_id}", nt, Capacity.of(nt), "new", len(self.snap.nodes) + len(self.new_bins))
@@ -290,20 +382,36 @@ class _Work:
         self.count[nt.name] += 1
         self.bins.append(b)
         self.new_bins.append(b)
+        self.open.append(b)
         return b
 
     def close_bin(self, b: _Bin) -> None:
         self.bins.remove(b)
         self.new_bins.remove(b)
+        if b in self.open:
+            self.open.remove(b)
         self.count[b.nt.name] -= 1
         self.next_id -= 1
 
 
+def _group_by_shape(pods: list[Pod]) -> list[tuple[Pod, int]]:
+    """Equal-shaped pods as (first of them, how many), in order of first appearance."""
+    first: dict[PodShape, Pod] = {}
+    count: dict[PodShape, int] = {}
+    for p in pods:
+        first.setdefault(p.shape, p)
+        count[p.shape] = count.get(p.shape, 0) + 1
+    return [(first[k], count[k]) for k in first]
+
+
 def _ever_fits(w: _Work, pod: Pod) -> str | None:
+    """None if some node type can run ``pod``, else why none can."""
+    if w.ok_types(pod):
+        return None
     reasons = [
         f"{nt.name}: {why}" for nt in w.snap.node_types if (why := w.incompatible(nt, pod)) is not None
     ]
-    return None if len(reasons) < len(w.snap.node_types) else ("; ".join(reasons) or "no node types")
+    return "; ".join(reasons) or "no node types"
 
 
 def _place_unit(
@@ -327,7 +435,7 @@ def _place_unit(
             why = "no free capacity"
         if found is None:
             for p, b, a in reversed(done):
-                give(b.cap, p, a)
+                w.give(b, p, a)
                 b.pods -= 1
             for b in reversed(opened):
                 w.close_bin(b)
@@ -344,21 +452,42 @@ def _place_unit(
     return [(p, b) for p, b, _ in done]
 
 
-def forecast_pods(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> list[Pod]:
-    """The arrivals of the recent window (length ``horizon``) at the configured quantile of GPU demand."""
-    if horizon <= 0 or not snap.recent:
-        return []
-    buckets: list[list[Pod]] = [[] for _ in range(cfg.forecast_windows)]
-    for p in snap.recent:
-        age = snap.now - p.arrival
-        k = int(age // horizon)
-        if 0 <= k < cfg.forecast_windows and p.wants_gpu and not p.gang:
-            buckets[k].append(p)
-    ranked = sorted(
-        range(cfg.forecast_windows), key=lambda k: (sum(p.gpu_total_milli for p in buckets[k]), -k)
-    )
-    idx = min(len(ranked) - 1, max(0, math.ceil(cfg.forecast_quantile * len(ranked)) - 1))
-    return buckets[ranked[idx]]
+@dataclass(frozen=True)
+class Forecast:
+    """The pods headroom is held for, and when the forecast next changes with no new arrival."""
+
+    pods: tuple[Pod, ...]
+    changes_at: float | None
+
+
+def forecast(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+    """The arrivals of one past window of length ``horizon`` (one boot plus GPU-ready delay) that headroom must
+    absorb: among the windows starting at each arrival of the look-back (``forecast_windows`` horizons), the
+    one at rank ``(1 - forecast_quantile) × forecast_windows`` by GPU demand, busiest first (0: the busiest).
+
+    Windows slide with the arrivals (a burst is never split by a grid line), so the forecast changes only when
+    a pod arrives or the oldest arrival leaves the look-back; ``changes_at`` says when that is.
+    """
+    lookback = horizon * cfg.forecast_windows
+    since = snap.now - lookback
+    pods = [p for p in snap.recent if p.arrival > since and p.wants_gpu and not p.gang]
+    if any(a.arrival > b.arrival for a, b in itertools.pairwise(pods)):
+        pods.sort(key=lambda p: (p.arrival, p.name))
+    if horizon <= 0 or not pods:
+        return Forecast((), None)
+    windows: list[tuple[int, int, int]] = []  # (-GPU demand, start, end) of the window starting at pods[i]
+    demand = 0
+    end = 0
+    for i, p in enumerate(pods):
+        while end < len(pods) and pods[end].arrival < p.arrival + horizon:
+            demand += pods[end].gpu_total_milli
+            end += 1
+        windows.append((-demand, i, end))
+        demand -= p.gpu_total_milli
+    windows.sort()
+    rank = min(len(windows) - 1, math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9))
+    _, start, stop = windows[rank]
+    return Forecast(tuple(pods[start:stop]), pods[0].arrival + lookback)
 
 
 def gpu_horizon(types: tuple[NodeType, ...]) -> float:
@@ -372,50 +501,152 @@ def _utilization(b: _Bin) -> float:
     return 1.0 - b.cap.cpu / b.nt.cpu_milli
 
 
-def _consolidate(w: _Work, cfg: PlannerConfig) -> list[Drain]:
-    """Empty the least-used nodes whose pods all fit on other busy nodes (best fit), up to the configured count.
+def _gpus_free(b: _Bin) -> float:
+    return b.cap.free_gpu_milli() / 1000
 
-    Kubernetes: the node is tainted and drained (Eviction API, PodDisruptionBudgets respected); its pods come back
-    through the scheduling gate and get nodeAffinity to the nodes chosen on the next decision.
+
+@dataclass
+class _Repack:
+    """One repack of a group of nodes: where each of their pods goes, and what it saves per hour."""
+
+    nodes: list[_Bin]
+    moves: list[tuple[Pod, _Bin]]
+    saving: float
+    waits: bool
+    """Some destination is not allocatable yet (in flight or new): nothing is drained until it is."""
+
+
+def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool = False) -> _Repack | None:
+    """Pack the pods of ``group`` onto other nodes (busy, empty, in flight or new); return it if it pays.
+
+    It pays when the hourly price of the nodes it empties exceeds the price of the nodes it brings into use by
+    more than ``repack_min_saving`` (a share) and it leaves fewer GPUs unallocated. Unless ``commit``, every
+    change is rolled back; packing is deterministic, so committing the same group later gives the same result.
     """
-    untouched = [b for b in w.bins if b.kind == "ready" and b.pods and not b.real and not b.phantom]
-    cands = sorted(
-        (b for b in untouched if _utilization(b) < cfg.consolidation_threshold and w.views[b.id].bound),
-        key=lambda b: (_utilization(b), -b.nt.price_per_hour, b.order),
-    )[: cfg.consolidation_candidates]
-    drains: list[Drain] = []
-    removed: set[str] = set()
-    for b in cands:
-        if len(drains) >= cfg.max_consolidations:
-            break
-        if b.pods != len(w.views[b.id].bound):
-            continue  # pods promised to it: keep
-        exclude = frozenset(removed | {b.id})
-        undo: list[tuple[_Bin, Pod, Assignment]] = []
-        ok = True
-        for pod in sorted(w.views[b.id].bound, key=_queue_key):
-            found = w.best_bin(pod, ("ready",), exclude=exclude, busy_only=True)
-            if found is None:
+    exclude = frozenset(b.id for b in group)
+    pods = sorted((p for b in group for p in w.views[b.id].bound), key=_queue_key)
+    done: list[tuple[Pod, _Bin, Assignment]] = []
+    opened: list[_Bin] = []
+    woken: list[_Bin] = []
+    ok = True
+    for i, pod in enumerate(pods):
+        found = w.best_bin(pod, ("ready", "inflight", "new"), exclude=exclude)
+        if found is None:
+            choice = w.choose_type(pod, pods, i + 1, mix=False)
+            if not isinstance(choice, NodeType):
                 ok = False
                 break
-            dest, a = found
-            take(dest.cap, pod, a)
-            undo.append((dest, pod, a))
-        if not ok:
-            for dest, pod, a in reversed(undo):
-                give(dest.cap, pod, a)
-            continue
-        removed.add(b.id)
-        drains.append(
-            Drain(
-                b.id, w.snap.now, f"consolidate: its {len(undo)} pod(s) fit on other nodes", K8S_CONSOLIDATE
-            )
+            b = w.open_bin(choice)
+            opened.append(b)
+            found = (b, choose_devices(b.cap, pod))
+        b, a = found
+        if b.pods == 0 and b.kind != "new":
+            woken.append(b)
+        take(b.cap, pod, a)
+        b.pods += 1
+        done.append((pod, b, a))
+    result: _Repack | None = None
+    if ok:
+        brought = woken + opened
+        before = sum(b.nt.price_per_hour for b in group)
+        after = sum(b.nt.price_per_hour for b in brought)
+        free_before = sum(_gpus_free(b) for b in group) + sum(b.nt.gpu for b in brought)
+        free_after = sum(_gpus_free(b) for b in brought)
+        if before - after > cfg.repack_min_saving * before and free_after < free_before - 1e-9:
+            waits = any(b.kind != "ready" for _, b, _ in done)
+            result = _Repack(list(group), [(p, b) for p, b, _ in done], before - after, waits)
+    if commit and result is not None:
+        return result
+    for pod, b, a in reversed(done):
+        w.give(b, pod, a)
+        b.pods -= 1
+    for b in reversed(opened):
+        w.close_bin(b)
+    return result
+
+
+def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination], set[str]]:
+    """Replace wasteful nodes: empty those whose long-running pods fit elsewhere or on fewer, cheaper nodes.
+
+    Candidates are allocatable nodes all of whose pods have run at least ``repack_min_age_s`` (a pod that has
+    run long is likely to run on), most unallocated GPUs first. Groups of the first 1..``repack_group``
+    candidates are tried and the largest saving wins. If all its destinations are allocatable, the group is
+    drained now and its pods nominated to them. If it needs new nodes they are launched (a later decision, when
+    they are up, finds the same repack with allocatable destinations and drains); if it needs nodes already in
+    flight, it waits for them. Returns the drains, the nominations for the evicted pods and the ids of the
+    nodes the repack keeps (so they are neither drained as empty nor lent to forecast headroom).
+    """
+    now = w.snap.now
+    cands = [
+        b
+        for b in w.bins
+        if b.kind == "ready"
+        and b.pods
+        and not b.real
+        and not b.phantom
+        and b.pods == len(w.views[b.id].bound)
+        and all(now - p.arrival >= cfg.repack_min_age_s for p in w.views[b.id].bound)
+        and (_gpus_free(b) > 0 if b.nt.gpu else _utilization(b) < cfg.consolidation_threshold)
+    ]
+    cands.sort(key=lambda b: (-_gpus_free(b), -b.nt.price_per_hour, b.order))
+    cands = cands[: cfg.consolidation_candidates]
+    if not cands:
+        return [], [], set()
+    # the trial packings depend only on the candidates and every bin's free resources: skip them when those
+    # are exactly as they were when no repack paid
+    key = (
+        tuple(b.id for b in cands),
+        tuple((b.id, b.nt.name, b.kind, b.cap.cpu, b.cap.mem, tuple(b.cap.devs), b.pods) for b in w.bins),
+    )
+    if w.cache.no_repack == key:
+        return [], [], set()
+    best: tuple[float, int] | None = None
+    for size in range(1, min(cfg.repack_group, len(cands)) + 1):
+        got = _try_repack(w, cands[:size], cfg)
+        if got is not None and (best is None or got.saving > best[0] + 1e-9):
+            best = (got.saving, size)
+    if best is None:
+        w.cache.no_repack = key
+        return [], [], set()
+    chosen = _try_repack(w, cands[: best[1]], cfg, commit=True)
+    assert chosen is not None
+    kept = {b.id for _, b in chosen.moves}
+    if chosen.waits:
+        return [], [], kept
+    reason = f"repack: its pods fit on other nodes, saving {chosen.saving:.2f}/h"
+    drains = [Drain(b.id, now, reason, K8S_CONSOLIDATE) for b in chosen.nodes]
+    moves = [Nomination(p.name, b.id, K8S_MOVE.format(node=b.id)) for p, b in chosen.moves]
+    return drains, moves, kept
+
+
+def _launches(w: _Work, pod_bins: set[str], kept: set[str]) -> tuple[Launch, ...]:
+    return tuple(
+        Launch(
+            b.id,
+            b.nt.name,
+            tuple(b.real),
+            "pods" if b.id in pod_bins else "repack" if b.id in kept else "headroom",
+            K8S_LAUNCH.format(label=PLANNED_NODE_LABEL, node=b.id),
         )
-    return drains
+        for b in w.new_bins
+    )
 
 
-def plan(snapshot: Snapshot, config: PlannerConfig | None = None, cache: PlanCache | None = None) -> Plan:
-    """Decide launches, nominations, drains and headroom for ``snapshot`` (pure; deterministic)."""
+def plan(
+    snapshot: Snapshot,
+    config: PlannerConfig | None = None,
+    cache: PlanCache | None = None,
+    *,
+    scope: Scope = "full",
+) -> Plan:
+    """Decide launches, nominations, drains and headroom for ``snapshot`` (pure; deterministic).
+
+    ``scope`` says how much to decide. ``place``: pending pods (nominations and the launches they need) and
+    headroom launches to replace what they used, the fast path a controller runs whenever pods turn pending.
+    ``review``: also which nodes are held as headroom and drains of empty nodes. ``full``: also repacks
+    (moving long-running pods). A controller runs the wider scopes on intervals,
+    as Karpenter runs its disruption loop; a narrower plan leaves what it did not decide as it is.
+    """
     cfg = config or PlannerConfig()
     w = _Work(snapshot, cfg, cache)
     live = {n.id: n for n in snapshot.nodes if n.state not in (NodeState.DRAINING, NodeState.GONE)}
@@ -463,42 +694,47 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None, cache: PlanCac
 
     pod_bins = {b.id for b in w.new_bins}
     headroom_new = 0
+    recheck: list[float] = []
     if cfg.headroom:
-        phantoms = sorted(forecast_pods(snapshot, cfg, gpu_horizon(snapshot.node_types)), key=_queue_key)[
-            : cfg.max_phantoms
-        ]
+        fc = w.cache.forecast(snapshot, cfg)
+        if fc.changes_at is not None:
+            recheck.append(fc.changes_at)
+        phantoms = sorted(fc.pods, key=_queue_key)[: cfg.max_phantoms]
         for j, ph in enumerate(phantoms):
             allow = headroom_new < cfg.max_headroom_nodes
             before = len(w.new_bins)
             _place_unit(w, [ph], phantoms, j + 1, allow_new=allow, phantom=True)
             headroom_new += len(w.new_bins) - before
 
-    launches = tuple(
-        Launch(
-            b.id,
-            b.nt.name,
-            tuple(b.real),
-            "pods" if b.id in pod_bins else "headroom",
-            K8S_LAUNCH.format(label=PLANNED_NODE_LABEL, node=b.id),
+    if scope == "place":
+        return Plan(
+            launches=_launches(w, pod_bins, set()),
+            nominations=tuple(nominations),
+            unplaceable=tuple(unplaceable),
+            waiting=tuple(waiting),
+            scope=scope,
         )
-        for b in w.new_bins
-    )
     headroom: list[str] = []
-    drains: list[Drain] = _consolidate(w, cfg) if cfg.consolidate else []
+    drains: list[Drain] = []
+    moves: list[Nomination] = []
+    kept: set[str] = set()
+    if cfg.consolidate and scope == "full":
+        drains, moves, kept = _repack(w, cfg)
     drained = {d.node for d in drains}
-    recheck: list[float] = []
     for b in w.bins:
         if b.id in drained:
             continue
         if b.kind == "new":
             continue
-        if b.pods - b.phantom > 0:
+        if b.pods - b.phantom > 0 or b.id in kept:
             continue
         view = w.views[b.id]
         if b.phantom:
             headroom.append(b.id)
         elif b.kind == "inflight":
             continue  # let it come up: cancelling and relaunching churns; it is drained once idle if unused
+        elif view.purpose == "repack" and scope != "full":
+            continue  # only a full plan (which repacks) knows whether it still wants this node
         elif view.idle_since is not None and snapshot.now < view.idle_since + cfg.min_idle_s:
             recheck.append(view.idle_since + cfg.min_idle_s)
             continue
@@ -507,11 +743,13 @@ def plan(snapshot: Snapshot, config: PlannerConfig | None = None, cache: PlanCac
                 Drain(b.id, snapshot.now, "empty and not needed by the forecast within its boot delay")
             )
     return Plan(
-        launches=launches,
+        launches=_launches(w, pod_bins, kept),
+        moves=tuple(moves),
         nominations=tuple(nominations),
         drains=tuple(drains),
         headroom=tuple(headroom),
         unplaceable=tuple(unplaceable),
         waiting=tuple(waiting),
         recheck_at=min(recheck, default=None),
+        scope=scope,
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from capstan.capacity.model import IN_FLIGHT, NodeState, NodeType, Pod
 from capstan.capacity.placement import Capacity, choose_devices, fits, give, take
-from capstan.capacity.planner import PlanCache, PlannerConfig, gpu_horizon, plan
+from capstan.capacity.planner import PlanCache, PlannerConfig, Scope, gpu_horizon, plan
 from capstan.capacity.sim import Policy, Sim, SimNode, SimPod
 from capstan.errors import UserError
 
@@ -35,18 +35,36 @@ def _grid(now: float, interval: float, last: float) -> float:
 
 
 class CapstanPolicy:
+    """Runs the planner as the live controller would: a placement-only plan ``react`` seconds after pods turn
+    pending; a review (headroom, drains of empty nodes) at most every ``review_interval`` seconds while anything
+    changes, like Karpenter's disruption loop; and every ``repack_interval`` seconds a review that may also
+    move long-running pods."""
+
     name = "capstan"
     steers_placement = True
 
     def __init__(
-        self, config: PlannerConfig | None = None, react: float = 1.0, name: str = "capstan"
+        self,
+        config: PlannerConfig | None = None,
+        react: float = 1.0,
+        name: str = "capstan",
+        review_interval: float = 60.0,
+        repack_interval: float = 300.0,
     ) -> None:
         self.config = config or PlannerConfig()
         self.react = react
+        self.review_interval = review_interval
+        self.repack_interval = repack_interval
+        self._last_repack = -math.inf
         self.name = name
         self.decisions = 0
-        self.unplaceable: dict[str, str] = {}
-        self._scheduled: float | None = None
+        self.reviews = 0
+        self._place_at: float | None = None
+        self._review_at: float | None = None
+        self._last_review = -math.inf
+        self._reviewed: tuple[object, ...] = ()
+        self._forced = False
+        self.skipped = 0
         self._cache = PlanCache()
         self._horizon = 0.0
 
@@ -55,33 +73,68 @@ class CapstanPolicy:
         sim.recent_window = max(self._horizon * self.config.forecast_windows, 1.0)
 
     def on_change(self, sim: Sim, now: float) -> None:
-        if self._scheduled is not None and self._scheduled >= now:
-            return  # a decision is already due: it will see this change too
-        self._scheduled = now + self.react
-        sim.wake(self._scheduled, "plan")
+        if sim.pending and (self._place_at is None or self._place_at < now):
+            self._place_at = now + self.react
+            sim.wake(self._place_at, "place")
+        if self._review_at is None or self._review_at < now:
+            self._review_at = max(now + self.react, self._last_review + self.review_interval)
+            sim.wake(self._review_at, "review")
+
+    @staticmethod
+    def _review_inputs(sim: Sim) -> tuple[object, ...]:
+        empty = tuple(n.id for n in sim.active.values() if n.live and n.allocatable and not n.pods)
+        return (sim.arrivals, sim.launches, sim.drains, empty)
 
     def on_wake(self, sim: Sim, now: float, tag: str) -> None:
-        if self._scheduled is not None and self._scheduled <= now:
-            self._scheduled = None
+        if tag == "recheck":  # a timer a plan asked for: review then, within the review interval
+            self._forced = True
+            if self._review_at is None or self._review_at < now:
+                self._review_at = max(now, self._last_review + self.review_interval)
+                sim.wake(self._review_at, "review")
+            return
+        scope: Scope = "place"
+        if tag != "place":
+            if self._review_at is not None and self._review_at <= now:
+                self._review_at = None
+            self._last_review = now
+            self.reviews += 1
+            scope = "review"
+            if now >= self._last_repack + self.repack_interval or any(
+                n.purpose == "repack" and n.allocatable and not n.pods for n in sim.active.values()
+            ):
+                scope = "full"
+                self._last_repack = now
+            else:
+                # a review only acts on arrivals (the forecast), launches, drains and empty nodes: when none
+                # of them changed and no timer asked for it, it would decide what the last one did
+                seen = self._review_inputs(sim)
+                if seen == self._reviewed and not self._forced:
+                    self.skipped += 1
+                    return
+                self._reviewed = seen
+            self._forced = False
+        elif self._place_at is not None and self._place_at <= now:
+            self._place_at = None
         self.decisions += 1
-        p = plan(sim.snapshot(), self.config, self._cache)
+        p = plan(sim.snapshot(), self.config, self._cache, scope=scope)
         for launch in p.launches:
             node = sim.launch(launch.type, purpose=launch.purpose, node_id=launch.node)
             for pod in launch.pods:
                 sim.promise(pod, node.id)
         for nom in p.nominations:
             sim.promise(nom.pod, nom.node)
+        if p.scope == "place":
+            return
         held = set(p.headroom)
         for n in sim.active.values():
             if n.live:
                 sim.set_headroom(n.id, n.id in held)
         for d in p.drains:
             sim.drain(d.node)
+        for move in p.moves:
+            sim.promise(move.pod, move.node)
         if p.recheck_at is not None:
-            sim.wake(p.recheck_at, "plan")
-        if held or any(launch.purpose == "headroom" for launch in p.launches):
-            # the forecast moves one window per horizon: look again then, so held nodes are drained in time
-            sim.wake(now + max(60.0, self._horizon), "plan")
+            sim.wake(p.recheck_at, "recheck")
 
 
 class OraclePolicy(CapstanPolicy):

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, Workload
+from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, PodShape, Workload
 from capstan.capacity.placement import (
     Assignment,
     Capacity,
@@ -38,6 +38,8 @@ from capstan.capacity.planner import NodeView, Snapshot
 
 IDLE_CAUSES = ("booting", "unallocated", "empty", "headroom", "duplicate")
 STAGES = ("reaction", "boot", "gpu_ready", "scheduling")
+Purpose = Literal["pods", "headroom", "repack", "static"]
+"""Why a node was launched: for pending pods, forecast headroom, a repack's destination, or a static cluster."""
 TERMINATION_S = 30.0
 """Seconds a drained node is still billed while it terminates."""
 
@@ -49,7 +51,7 @@ class SimNode:
     state: NodeState
     cap: Capacity
     requested_at: float
-    purpose: Literal["pods", "headroom", "static"] = "pods"
+    purpose: Purpose = "pods"
     ready_at: float | None = None
     gpu_at: float | None = None
     gone_at: float | None = None
@@ -210,12 +212,13 @@ class Sim:
         self.recent: deque[Pod] = deque()
         self.events: list[tuple[float, str, str, str]] = []
         self.launches = 0
+        self.arrivals = 0
         self.drains = 0
         self.moves = 0
         self._next_id = 0
         self._wakes: set[tuple[float, str]] = set()
         self._gangs: dict[str, list[str]] = {}
-        self._compat: dict[tuple[str, tuple[object, ...]], bool] = {}
+        self._compat: dict[tuple[str, PodShape], bool] = {}
         self._changed = False
 
     # ----- event core -----
@@ -263,9 +266,7 @@ class Sim:
         self._changed = True
 
     # ----- node lifecycle -----
-    def launch(
-        self, type_name: str, *, purpose: Literal["pods", "headroom", "static"] = "pods", node_id: str = ""
-    ) -> SimNode:
+    def launch(self, type_name: str, *, purpose: Purpose = "pods", node_id: str = "") -> SimNode:
         nt = self.types[type_name]
         nid = node_id or f"n{self._next_id}"
         self._next_id = max(self._next_id, _id_num(nid)) + 1
@@ -354,7 +355,7 @@ class Sim:
         n.state = NodeState.GONE
         n.gone_at = self.now
         self.active.pop(n.id, None)
-        if n.purpose == "pods" and not n.ever_used:
+        if n.purpose in ("pods", "repack") and not n.ever_used:
             n.idle_s["duplicate"] += sum(n.idle_s[c] for c in IDLE_CAUSES if c != "duplicate")
             for c in IDLE_CAUSES:
                 if c != "duplicate":
@@ -364,7 +365,7 @@ class Sim:
 
     # ----- pods -----
     def compatible(self, nt: NodeType, pod: Pod) -> bool:
-        key = (nt.name, pod.shape())
+        key = (nt.name, pod.shape)
         ok = self._compat.get(key)
         if ok is None:
             ok = self._compat[key] = why_incompatible(nt, pod) is None
@@ -489,6 +490,7 @@ class Sim:
         pod = sp.pod
         self._log("pod.created", pod.name)
         self.recent.append(pod)
+        self.arrivals += 1
         if not any(self.compatible(nt, pod) for nt in self.node_types):
             reasons = "; ".join(f"{nt.name}: {why_incompatible(nt, pod)}" for nt in self.node_types)
             sp.state = "unplaceable"
@@ -545,6 +547,7 @@ class Sim:
                     avail,
                     n.idle_since,
                     tuple(self.pods[p].pod for p in n.pods),
+                    n.purpose,
                 )
             views.append(n.view)
         promised = tuple((name, n.id) for n in self.active.values() for name in n.promised)

@@ -6,6 +6,7 @@ import pytest
 
 from capstan.capacity import Delay, NodeState, NodeType, NodeView, PlannerConfig, Pod, Snapshot, Taint, plan
 from capstan.capacity.model import Toleration
+from capstan.capacity.planner import forecast
 
 pytestmark = pytest.mark.unit
 
@@ -193,15 +194,95 @@ def test_pod_larger_than_every_type_is_unplaceable_with_reason() -> None:
     assert [launch.pods for launch in p.launches] == [("ok",)]
 
 
-def test_consolidation_empties_a_lightly_used_node_whose_pods_fit_elsewhere() -> None:
+def test_repack_empties_a_lightly_used_node_whose_long_running_pods_fit_elsewhere() -> None:
     a_pod, b_pod = pod("a1", milli=500), pod("b1", milli=300)
     nodes = (
         node("a", T4x4, devs=(500, 0, 0, 0), bound=(a_pod, pod("a2"), pod("a3"), pod("a4"))),
         node("b", T4x4, devs=(700, 1000, 1000, 1000), bound=(b_pod,)),
     )
-    p = plan(Snapshot(now=0.0, node_types=(T4x4,), nodes=nodes, pending=()), PlannerConfig(headroom=False))
+    snap = Snapshot(now=3600.0, node_types=(T4x4,), nodes=nodes, pending=())
+    p = plan(snap, PlannerConfig(headroom=False))
     assert [d.node for d in p.drains] == ["b"]
-    assert "consolidate" in p.drains[0].reason
+    assert "repack" in p.drains[0].reason
+    assert [(m.pod, m.node) for m in p.moves] == [("b1", "a")]
+    # a review (no repacks) and a young pod both leave it alone
+    assert not plan(snap, PlannerConfig(headroom=False), scope="review").drains
+    young = Snapshot(now=600.0, node_types=(T4x4,), nodes=nodes, pending=())
+    assert not plan(young, PlannerConfig(headroom=False)).drains
+
+
+P100x2 = NodeType("p100-2", 16000, 122880, 2, "P100", 3.9, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
+T4x2BIG = NodeType("t4-2-104c", 104000, 524288, 2, "T4", 6.1, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
+
+
+def test_repack_replaces_two_half_used_nodes_by_one_cheaper_node_then_moves_when_it_is_up() -> None:
+    """Two 12-CPU one-GPU pods alone on 16-CPU two-GPU nodes strand a GPU each; one 104-CPU node holds both."""
+    types = (P100x2, T4x2BIG)
+    bound_a, bound_b = pod("x", cpu=12000, mem=16384), pod("y", cpu=12000, mem=16384)
+    nodes = (
+        node("a", P100x2, devs=(0, 1000), bound=(bound_a,)),
+        node("b", P100x2, devs=(0, 1000), bound=(bound_b,)),
+    )
+    p = plan(
+        Snapshot(now=7200.0, node_types=types, nodes=nodes, pending=(), next_id=10),
+        PlannerConfig(headroom=False),
+    )
+    assert [(launch.type, launch.purpose) for launch in p.launches] == [("t4-2-104c", "repack")]
+    assert not p.drains  # nothing moves before the new node can take the pods
+    up = NodeView(
+        "n10",
+        "t4-2-104c",
+        NodeState.GPU_ALLOCATABLE,
+        104000,
+        524288,
+        (1000, 1000),
+        0,
+        0.0,
+        idle_since=7600.0,
+        purpose="repack",
+    )
+    later = Snapshot(now=7700.0, node_types=types, nodes=(*nodes, up), pending=())
+    assert not plan(
+        later, PlannerConfig(headroom=False), scope="review"
+    ).drains  # a review keeps it for the repack
+    q = plan(later, PlannerConfig(headroom=False))
+    assert sorted(d.node for d in q.drains) == ["a", "b"]
+    assert sorted((m.pod, m.node) for m in q.moves) == [("x", "n10"), ("y", "n10")]
+
+
+def test_new_node_type_follows_the_arrival_mix_not_only_the_queue() -> None:
+    """Alone, a 12-CPU pod is cheapest on a 16-CPU node; when such pods keep arriving, the 104-CPU node that two
+    of them fill is cheaper per pod."""
+    types = (P100x2, T4x2BIG)
+    lone = pod("new", cpu=12000, mem=16384, arrival=1000.0)
+    quiet = Snapshot(now=1000.0, node_types=types, nodes=(), pending=(lone,), recent=(lone,))
+    assert [launch.type for launch in plan(quiet, NO_HEADROOM).launches] == ["p100-2"]
+    seen = tuple(pod(f"r{i}", cpu=12000, mem=16384, arrival=100.0 * i) for i in range(6))
+    busy = Snapshot(now=1000.0, node_types=types, nodes=(), pending=(lone,), recent=(*seen, lone))
+    assert [launch.type for launch in plan(busy, NO_HEADROOM).launches] == ["t4-2-104c"]
+
+
+def test_forecast_window_slides_with_arrivals_and_says_when_it_changes() -> None:
+    """Headroom covers the busiest window of one boot delay (360 s here) in the look-back, wherever it starts."""
+    cfg = PlannerConfig(forecast_windows=10, forecast_quantile=1.0)
+    burst = tuple(pod(f"b{i}", milli=1000, arrival=3500.0 + 20 * i) for i in range(4))  # spans t=3600
+    calm = (pod("c", arrival=1000.0),)
+    snap = Snapshot(now=4000.0, node_types=(T4x4,), nodes=(), pending=(), recent=(*calm, *burst))
+    fc = forecast(snap, cfg, 360.0)
+    assert [p.name for p in fc.pods] == ["b0", "b1", "b2", "b3"]
+    assert fc.changes_at == 1000.0 + 3600.0  # when the oldest arrival leaves the look-back
+    lower = forecast(snap, PlannerConfig(forecast_windows=10, forecast_quantile=0.8), 360.0)
+    assert len(lower.pods) < 4  # rank 2 of the windows by GPU demand
+
+
+def test_place_scope_decides_only_pending_pods() -> None:
+    empty = node("idle", T4x4)
+    waiting = pod("w", arrival=0.0)
+    snap = Snapshot(now=10_000.0, node_types=(T4x4,), nodes=(empty,), pending=(waiting,))
+    p = plan(snap, NO_HEADROOM, scope="place")
+    assert p.scope == "place"
+    assert [(n.pod, n.node) for n in p.nominations] == [("w", "idle")]
+    assert not p.drains and not p.moves
 
 
 def test_plan_is_deterministic() -> None:
