@@ -21,7 +21,10 @@ from rich.console import Console
 from rich.table import Table
 
 from capstan.capacity import (
+    CapstanPolicy,
     Delay,
+    PlannerConfig,
+    Sim,
     Summary,
     Workload,
     grow,
@@ -30,6 +33,7 @@ from capstan.capacity import (
     load_trace,
     read_openb_nodes,
     run_policies,
+    summarize,
     write_plots,
 )
 from capstan.capacity.traces import AgenticSpec, synthetic_agentic
@@ -119,6 +123,50 @@ def case(console: Console, label: str, workload: Workload, types: tuple, seed: i
     return r
 
 
+def headroom_frontier(
+    console: Console,
+    workload: Workload,
+    types: tuple,
+    base: dict[str, object],  # type: ignore[type-arg]
+) -> list[dict[str, float]]:
+    """Capstan at several forecast quantiles on one trace: what headroom buys in p99 and costs in idle GPU-h."""
+    pols = base["policies"]
+    assert isinstance(pols, dict)
+    ca, oracle = pols["cluster-autoscaler"], pols["oracle"]
+    table = Table(title="Headroom frontier (Capstan, openb default): forecast quantile vs the goals")
+    for col in ("quantile", "idle GPU-h", "× CA", "p99 s", "× CA", "cost", "× oracle", "run s"):
+        table.add_column(col, justify="right")
+    out = []
+    for q in (0.0, 0.9, 0.95, 0.97, 0.99):
+        cfg = PlannerConfig(headroom=q > 0, forecast_quantile=q or 0.99)
+        t0 = time.perf_counter()
+        s = summarize(Sim(workload, types, CapstanPolicy(cfg), seed=0, record=False).run())
+        seconds = time.perf_counter() - t0
+        r = {
+            "quantile": q,
+            "idle_gpu_h": s.idle_total,
+            "idle_vs_ca": ratio(s.idle_total, ca["idle_gpu_h"]),
+            "p99_s": s.pending["total"][2],
+            "p99_vs_ca": ratio(s.pending["total"][2], ca["p99_pending_s"]),
+            "cost": s.cost,
+            "cost_vs_oracle": ratio(s.cost, oracle["cost"]),
+            "seconds": seconds,
+        }
+        out.append(r)
+        table.add_row(
+            "no headroom" if q == 0 else f"{q:.2f}",
+            f"{s.idle_total:,.0f}",
+            f"{r['idle_vs_ca']:.2f}",
+            f"{r['p99_s']:.0f}",
+            f"{r['p99_vs_ca']:.2f}",
+            f"{s.cost:,.0f}",
+            f"{r['cost_vs_oracle']:.2f}",
+            f"{seconds:.1f}",
+        )
+    console.print(table)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="small slices: runs in seconds")
@@ -134,11 +182,14 @@ def main() -> None:
     rows = []
 
     n_openb = 200 if args.smoke else args.openb_pods
+    frontier: list[dict[str, float]] = []
     for variant in ("default", "gpuspec20"):
         w = load_trace(str(openb_dir / f"openb_pod_list_{variant}.csv"))
         if n_openb:
             w = Workload(w.name, w.pods[:n_openb])
         rows.append(case(console, f"openb {variant}", w, openb_types))
+        if variant == "default":
+            frontier = headroom_frontier(console, w, openb_types, rows[-1])
         if args.smoke:
             break
 
@@ -169,6 +220,7 @@ def main() -> None:
                 "gpu_ready_delay_s": args.gpu_ready_delay,
                 "smoke": args.smoke,
                 "rows": rows,
+                "headroom_frontier_openb_default": frontier,
             },
             indent=1,
         )

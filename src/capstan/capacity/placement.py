@@ -80,15 +80,11 @@ def fits(cap: Capacity, pod: Pod) -> bool:
         return False
     if not pod.wants_gpu:
         return True
+    if not cap.devs:
+        return False
     if pod.is_fractional:
-        return any(d >= pod.gpu_milli for d in cap.devs)
-    need = pod.num_gpu
-    for d in cap.devs:
-        if d == GPU_MILLI:
-            need -= 1
-            if need == 0:
-                return True
-    return False
+        return max(cap.devs) >= pod.gpu_milli
+    return cap.devs.count(GPU_MILLI) >= pod.num_gpu
 
 
 Assignment = tuple[tuple[int, int], ...]

@@ -5,14 +5,17 @@ disagreeing:
 
 * every pending pod is packed onto an allocatable node, a node already in flight (no duplicate node for a pod
   already promised to a booting node) or a node launched by this plan, preferring the placement that strands the
-  fewest GPU thousandths (FGD-style) and, for new nodes, the type that serves the most queued demand per dollar
-  under the pods' GPU-model, selector and toleration constraints;
+  fewest GPU thousandths (FGD-style) and, for new nodes, the type that serves the most value per dollar: the pod,
+  the pods queued behind it and the recent arrival mix, under the pods' GPU-model, selector and toleration
+  constraints;
 * gangs are provisioned atomically: all members get a place or none does (incomplete gangs wait);
-* headroom comes from a forecast: the arrivals of the busiest recent window as long as one boot delay (a
-  quantile over the last few windows) are replayed as phantom pods; capacity they use is held, nodes they still
+* headroom comes from a forecast: the busiest window as long as one boot delay among the recent arrivals (a
+  sliding window at a configurable rank) is replayed as phantom pods; capacity they use is held, nodes they still
   lack are launched;
-* empty nodes that neither real nor phantom pods use are drained now: the forecast says they will not be needed
-  within their boot delay.
+* empty nodes that neither real nor phantom pods use are drained: the forecast says they will not be needed
+  within their boot delay;
+* repacks move long-running pods off wasteful nodes, onto free space elsewhere or onto fewer, cheaper new nodes
+  (launched first; the pods move once they are up).
 
 Each decision carries the Kubernetes mechanism that would carry it out (``k8s``), so the live controller (which
 calls this same function) only has to apply them. There is no I/O here.
@@ -20,12 +23,11 @@ calls this same function) only has to apply them. There is no I/O here.
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from capstan.capacity.model import NodeState, NodeType, Pod, PodShape
+from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, PodShape
 from capstan.capacity.nodetypes import CPU_PRICE_PER_CORE_HOUR, DEFAULT_GPU_PRICE, MEMORY_PRICE_PER_GIB_HOUR
 from capstan.capacity.placement import (
     Assignment,
@@ -165,7 +167,7 @@ class Plan:
     """What was decided (see :func:`plan`); headroom and drains only by ``review`` and ``full``."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Bin:
     id: str
     nt: NodeType
@@ -257,7 +259,8 @@ class _Work:
             self.bins.append(_Bin(n.id, nt, Capacity(n.cpu, n.mem, list(n.devs)), kind, i, n.pods))
             self.views[n.id] = n
         # the smallest request this decision may place: bins with less free are left out of the scans
-        small = [*snap.pending, *snap.recent, *(p for n in snap.nodes for p in n.bound)]
+        self.fc = self.cache.forecast(snap, cfg) if cfg.headroom else Forecast((), None)
+        small = [*snap.pending, *self.fc.pods, *(p for n in snap.nodes for p in n.bound)]
         self.floor_cpu = min((p.cpu_milli for p in small), default=0)
         self.floor_mem = min((p.memory_mib for p in small), default=0)
         self.open: list[_Bin] = list(self.bins)
@@ -282,7 +285,6 @@ class _Work:
         pod: Pod,
         kinds: tuple[str, ...],
         exclude: frozenset[str] = frozenset(),
-        busy_only: bool = False,
         first_fit: bool = False,
     ) -> tuple[_Bin, Assignment] | None:
         """Best placement among bins of ``kinds`` (earlier kinds first); ``first_fit`` takes the first one of
@@ -290,6 +292,8 @@ class _Work:
         best: tuple[tuple[float, ...], _Bin, Assignment] | None = None
         ok_types = self.ok_types(pod)
         cpu, mem = pod.cpu_milli, pod.memory_mib
+        share = pod.gpu_milli if pod.is_fractional else 0
+        whole = 0 if share or not pod.wants_gpu else pod.num_gpu
         full = 0
         for b in self.open:
             cap = b.cap
@@ -297,16 +301,18 @@ class _Work:
                 if cap.cpu < self.floor_cpu or cap.mem < self.floor_mem:
                     full += 1
                 continue
-            if b.kind not in kinds or b.nt.name not in ok_types or not fits(cap, pod):
+            devs = cap.devs
+            if share and (not devs or max(devs) < share):
                 continue
-            if (busy_only and not b.pods) or b.id in exclude:
+            if whole and devs.count(GPU_MILLI) < whole:
+                continue
+            if b.kind not in kinds or b.nt.name not in ok_types or b.id in exclude:
                 continue
             if first_fit and b.kind == kinds[0]:
-                return b, choose_devices(b.cap, pod)
-            a = choose_devices(b.cap, pod)
-            kind_rank = kinds.index(b.kind)
-            used = 1.0 - b.cap.cpu / b.nt.cpu_milli
-            key = (kind_rank, fragmentation_cost(b.cap, pod, a), 0 if b.pods else 1, -used, b.order)
+                return b, choose_devices(cap, pod)
+            a = choose_devices(cap, pod)
+            used = 1.0 - cap.cpu / b.nt.cpu_milli
+            key = (kinds.index(b.kind), fragmentation_cost(cap, pod, a), 0 if b.pods else 1, -used, b.order)
             if best is None or key < best[0]:
                 best = (key, b, a)
         if full > 8:
@@ -466,12 +472,14 @@ def forecast(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
     one at rank ``(1 - forecast_quantile) × forecast_windows`` by GPU demand, busiest first (0: the busiest).
 
     Windows slide with the arrivals (a burst is never split by a grid line), so the forecast changes only when
-    a pod arrives or the oldest arrival leaves the look-back; ``changes_at`` says when that is.
+    a pod arrives or the oldest arrival leaves the look-back; ``changes_at`` says when that is. One window
+    serves every GPU model: pods limited to a few models may find the headroom on others (see docs/capacity.md).
     """
     lookback = horizon * cfg.forecast_windows
     since = snap.now - lookback
     pods = [p for p in snap.recent if p.arrival > since and p.wants_gpu and not p.gang]
-    if any(a.arrival > b.arrival for a, b in itertools.pairwise(pods)):
+    arrivals = [p.arrival for p in pods]
+    if arrivals != sorted(arrivals):
         pods.sort(key=lambda p: (p.arrival, p.name))
     if horizon <= 0 or not pods:
         return Forecast((), None)
@@ -696,7 +704,7 @@ def plan(
     headroom_new = 0
     recheck: list[float] = []
     if cfg.headroom:
-        fc = w.cache.forecast(snapshot, cfg)
+        fc = w.fc
         if fc.changes_at is not None:
             recheck.append(fc.changes_at)
         phantoms = sorted(fc.pods, key=_queue_key)[: cfg.max_phantoms]

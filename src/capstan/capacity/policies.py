@@ -1,6 +1,7 @@
 """The policies a simulation compares: Capstan's planner and the incumbents it must beat, emulated fairly.
 
-* ``capstan``: calls :func:`capstan.capacity.planner.plan` about a second after any change and applies it.
+* ``capstan``: calls :func:`capstan.capacity.planner.plan` as a controller would (placement 1 s after pods turn
+  pending, reviews at most every 60 s, repacks every 300 s) and applies each plan.
 * ``cluster-autoscaler``: cluster-autoscaler's documented defaults: a scan every 10 s; pending pods first fill
   upcoming (in-flight) nodes; one scale-up per scan, node group chosen by the ``least-waste`` expander (CPU and
   memory only) from a first-fit-decreasing estimate; a node is unneeded below 0.5 utilisation (GPU requests only
