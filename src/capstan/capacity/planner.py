@@ -61,7 +61,7 @@ K8S_MOVE = (
 )
 K8S_CONSOLIDATE = (
     "taint capstan.io/draining:NoSchedule, evict its pods through the Eviction API (PodDisruptionBudgets hold), "
-    "re-place them by nodeAffinity on the next decision, then delete the Node/NodeClaim"
+    "their replacements go where the plan's moves say, then delete the Node/NodeClaim"
 )
 
 
@@ -164,7 +164,7 @@ class Plan:
     """Pods left pending on purpose: incomplete gangs, or node-type limits reached."""
     headroom_k8s: str = K8S_HEADROOM
     recheck_at: float | None = None
-    """When this plan may change with no new event (an empty node's idle time runs out)."""
+    """When this plan may change with no new event: an empty node's idle time runs out, or the forecast moves."""
     scope: Scope = "full"
     """What was decided (see :func:`plan`); headroom and drains only by ``review`` and ``full``."""
 
