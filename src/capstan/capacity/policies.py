@@ -459,9 +459,12 @@ class KarpenterPolicy:
                 return
 
 
-def make_policy(name: str, static_counts: dict[str, int] | None = None) -> Policy:
+def make_policy(
+    name: str, static_counts: dict[str, int] | None = None, planner: PlannerConfig | None = None
+) -> Policy:
+    """The policy called ``name``; ``planner`` configures Capstan's planner (the oracle keeps its own)."""
     if name == "capstan":
-        return CapstanPolicy()
+        return CapstanPolicy(planner)
     if name == "cluster-autoscaler":
         return ClusterAutoscalerPolicy()
     if name == "karpenter":

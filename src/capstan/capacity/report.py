@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capstan.capacity.model import NodeType, Workload
+from capstan.capacity.planner import PlannerConfig
 from capstan.capacity.policies import POLICY_NAMES, make_policy
 from capstan.capacity.sim import IDLE_CAUSES, STAGES, Sim, SimResult
 from capstan.errors import UserError
@@ -105,6 +106,7 @@ def run_policies(
     seed: int = 0,
     record: bool = False,
     progress: Callable[[str, float], None] | None = None,
+    planner: PlannerConfig | None = None,
 ) -> dict[str, tuple[SimResult, Summary]]:
     for name in policies:
         if name not in POLICY_NAMES:
@@ -121,7 +123,7 @@ def run_policies(
     out: dict[str, tuple[SimResult, Summary]] = {}
     for name in order:
         counts = peak_counts(out["oracle"][0]) if name == "static" else None
-        policy = make_policy(name, counts)
+        policy = make_policy(name, counts, planner)
         cb = (lambda f, _n=name: progress(_n, f)) if progress else None
         t0 = time.perf_counter()
         result = Sim(workload, node_types, policy, seed=seed, record=record, progress=cb).run()

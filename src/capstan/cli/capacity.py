@@ -20,6 +20,7 @@ from capstan.capacity import (
     STAGES,
     Delay,
     NodeType,
+    PlannerConfig,
     Summary,
     Workload,
     inference_node_types,
@@ -99,6 +100,7 @@ def _run(
     seed: int,
     console: Console,
     label: str,
+    planner: PlannerConfig,
 ) -> list[Summary]:
     show = len(workload.pods) >= 2000 and console.is_terminal
     with Progress(
@@ -109,7 +111,9 @@ def _run(
         def progress(policy: str, frac: float) -> None:
             bar.update(task, description=f"{label} {policy}", completed=100 * frac)
 
-        results = run_policies(workload, types, policies, seed=seed, progress=progress if show else None)
+        results = run_policies(
+            workload, types, policies, seed=seed, progress=progress if show else None, planner=planner
+        )
     return [s for _, s in results.values()]
 
 
@@ -132,6 +136,11 @@ def simulate(
     max_pods: int = typer.Option(0, "--max-pods", help="Replay only the first N pods (0: all)."),
     window: float = typer.Option(300.0, "--window", help="GenAI qps.csv: seconds per demand window."),
     seed: int = typer.Option(0, "--seed", help="Seed for delays and the synthetic generator."),
+    headroom_quantile: float = typer.Option(
+        0.99,
+        "--headroom-quantile",
+        help="Capstan's headroom: cover the busiest boot-delay window at this quantile of the last 96 (0: none).",
+    ),
     out: Path = typer.Option(Path("capacity-out"), "--out", help="Directory for PNG plots."),
 ) -> None:
     """Replay a trace against capacity policies: idle GPU-hours by cause, pending time by stage, cost, churn."""
@@ -145,12 +154,17 @@ def simulate(
             raise UserError(f"--policy {name}: unknown policy; choose from {', '.join(POLICY_NAMES)}")
     if max_pods < 0:
         raise UserError("--max-pods must be >= 0")
+    if not 0.0 <= headroom_quantile <= 1.0:
+        raise UserError(
+            f"--headroom-quantile {headroom_quantile}: must be between 0 and 1 (0 disables headroom)"
+        )
+    planner = PlannerConfig(headroom=headroom_quantile > 0, forecast_quantile=headroom_quantile or 0.99)
     workload = load_trace(trace, seed=seed, window=window)
     if max_pods:
         workload = Workload(workload.name, workload.pods[:max_pods])
     types = resolve_node_types(trace, nodes, boot, ready)
     title = f"{workload.name}: {len(workload.pods)} pods, {len(types)} node types, boot {boot.a:.0f}s + GPU {ready.a:.0f}s"
-    summaries = _run(workload, types, policy, seed, console, "simulating")
+    summaries = _run(workload, types, policy, seed, console, "simulating", planner)
     console.print(summary_table(summaries, title))
     for s in summaries:
         for reason, count in sorted(s.unplaced_reasons.items()):
@@ -162,7 +176,7 @@ def simulate(
         rows = []
         for minutes in (3, 6, 9, 12, 15):
             sweep_types = resolve_node_types(trace, nodes, Delay("fixed", minutes * 60.0), ready)
-            for s in _run(workload, sweep_types, policy, seed, console, f"sweep {minutes} min"):
+            for s in _run(workload, sweep_types, policy, seed, console, f"sweep {minutes} min", planner):
                 rows.append((minutes * 60.0, s.policy, s))
         sweep_table = Table(title=f"Boot-delay sweep — {workload.name}")
         for col in ("boot min", "policy", "idle GPU-h", "p99 pending s", "cost $"):

@@ -75,6 +75,13 @@ def test_unknown_policy_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "--policy magic: unknown policy" in r.stderr
 
 
+def test_headroom_quantile_out_of_range_is_one_line_exit_2(tmp_path: Path) -> None:
+    r = capstan("--trace", "synthetic:agentic:0.1", "--headroom-quantile", "1.5", "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "--headroom-quantile 1.5: must be between 0 and 1" in r.stderr
+
+
 def test_bad_node_type_file_is_one_line_exit_2(tmp_path: Path) -> None:
     f = tmp_path / "types.yaml"
     f.write_text("node_types:\n  - name: x\n    cpu_milli: 1000\n    memory_mib: 1024\n    gpus: 2\n")

@@ -10,6 +10,7 @@ from capstan.capacity import (
     Delay,
     KarpenterPolicy,
     NodeType,
+    PlannerConfig,
     Pod,
     Sim,
     Workload,
@@ -157,3 +158,13 @@ def test_capstan_holds_no_duplicate_and_binds_promised_pods_at_gpu_ready() -> No
     result, summary = run_policies(Workload("w", pods), (slow,), ["capstan"])["capstan"]
     assert summary.idle["duplicate"] == 0
     assert all(p.bound_at is not None and p.bound_at >= 360.0 for p in result.pods)
+
+
+def test_planner_config_reaches_capstan_and_headroom_can_be_turned_off() -> None:
+    w = synthetic_agentic(3, AgenticSpec(hours=1.0))
+    types = inference_node_types(Delay("fixed", 300), Delay("fixed", 90))
+    held = run_policies(w, types, ["capstan"], seed=3)["capstan"][1]
+    none = run_policies(w, types, ["capstan"], seed=3, planner=PlannerConfig(headroom=False))["capstan"][1]
+    assert held.idle["headroom"] > 0
+    assert none.idle["headroom"] == 0
+    assert not none.problems
