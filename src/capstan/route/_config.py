@@ -51,6 +51,16 @@ class KubernetesDiscoveryConfig(StrictModel):
         default="capstan.io/url",
         description="a pod annotation that overrides <scheme>://<podIP>:<port> (pods behind a port-forward)",
     )
+    kv_events_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="port of each pod's KV-event publisher (vLLM --kv-events-config): tcp://<podIP>:<port>",
+    )
+    kv_events_annotation: str = Field(
+        default="capstan.io/kv-events",
+        description="a pod annotation with its KV-event publisher's address; overrides kv_events_port",
+    )
 
 
 class DiscoveryConfig(StrictModel):

@@ -2,8 +2,9 @@
 
 A pod is an endpoint while it is Running, Ready and has an address: ``<scheme>://<podIP>:<port>`` or the URL in its
 ``capstan.io/url`` annotation (pods reached through a port-forward or a per-pod Service). Its models come from the
-configuration or the ``capstan.io/model`` label (comma-separated), its role from ``capstan.io/role``. The
-endpoint's name is ``<namespace>/<pod>``. Implements :class:`capstan.route.EndpointSource`; the monitor asks for
+configuration or the ``capstan.io/model`` label (comma-separated), its role from ``capstan.io/role``, its KV-event
+publisher from the ``capstan.io/kv-events`` annotation or ``tcp://<podIP>:<kv_events_port>``. The endpoint's name
+is ``<namespace>/<pod>``. Implements :class:`capstan.route.EndpointSource`; the monitor asks for
 the set on every polling round, so a pod that turns unready or goes away leaves the rotation within a round.
 """
 
@@ -47,7 +48,12 @@ def pod_endpoint(pod: Mapping[str, Any], cfg: KubernetesDiscoveryConfig) -> Endp
         m.strip() for m in str(labels.get(cfg.model_label, "")).split(",") if m.strip()
     )
     role = str(labels.get(cfg.role_label) or "both")
-    return Endpoint(f"{meta.get('namespace')}/{meta.get('name')}", str(url).rstrip("/"), models, role)
+    kv_events = annotations.get(cfg.kv_events_annotation)
+    if not kv_events and cfg.kv_events_port is not None and status.get("podIP"):
+        ip = str(status["podIP"])
+        kv_events = f"tcp://{f'[{ip}]' if ':' in ip else ip}:{cfg.kv_events_port}"
+    name = f"{meta.get('namespace')}/{meta.get('name')}"
+    return Endpoint(name, str(url).rstrip("/"), models, role, str(kv_events) if kv_events else None)
 
 
 class KubernetesEndpointSource:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,11 +81,11 @@ class SubscriberStats:
 class KVEventSubscriber:
     """Subscribes to each endpoint's publisher and applies its events to the index, in order, per endpoint.
 
-    One SUB socket per endpoint (the "pod discovery" mode of llm-d): the endpoint a batch belongs to is the
-    socket
+    One SUB socket per endpoint (the "pod discovery" mode of llm-d): the endpoint a batch belongs to is the socket
     it came from, so the topic need not carry a routable address. A sequence gap (lost batches) makes the
-    endpoint's
-    entries untrustworthy, so they are dropped and rebuilt from later events.
+    endpoint's entries untrustworthy, so they are dropped and rebuilt from later events. :meth:`sync` follows a
+    changing set of endpoints: a publisher that appears is subscribed to, one that leaves is closed and its
+    entries are dropped.
     """
 
     def __init__(
@@ -102,20 +102,39 @@ class KVEventSubscriber:
         self._ctx = ctx or zmq.asyncio.Context()
         self._own_ctx = ctx is None
         self._last_seq: dict[str, int] = {}
-        self._tasks: list[asyncio.Task[None]] = []
-        self._sockets: list[zmq.asyncio.Socket] = []
+        self._subs: dict[str, tuple[str, zmq.asyncio.Socket, asyncio.Task[None]]] = {}
+        self._dropped: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        for name, address in sorted(self.publishers.items()):
+        self.sync(self.publishers)
+
+    def sync(self, publishers: Mapping[str, str]) -> None:
+        """Subscribe to exactly ``publishers`` (endpoint name → address); needs a running event loop."""
+        for name in sorted(self._subs):
+            if publishers.get(name) != self._subs[name][0]:
+                self._drop(name)
+        for name, address in sorted(publishers.items()):
+            if name in self._subs:
+                continue
             sock = self._ctx.socket(zmq.SUB)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SUBSCRIBE, b"kv@")
             sock.connect(address)
-            self._sockets.append(sock)
-            self._tasks.append(asyncio.create_task(self._run(name, sock), name=f"kv-events-{name}"))
+            task = asyncio.create_task(self._run(name, sock), name=f"kv-events-{name}")
+            self._subs[name] = (address, sock, task)
+        self.publishers = dict(publishers)
+
+    def _drop(self, name: str) -> None:
+        _, sock, task = self._subs.pop(name)
+        task.cancel()
+        # the socket is closed once the task has left its poll, never under it
+        task.add_done_callback(lambda _t: sock.close(linger=0))
+        self._dropped = [t for t in self._dropped if not t.done()] + [task]
+        self._last_seq.pop(name, None)
+        self.index.forget(name)
 
     async def _run(self, name: str, sock: zmq.asyncio.Socket) -> None:
-        while True:  # runs until cancelled by stop(); each recv is bounded by the poll timeout
+        while True:  # runs until cancelled by sync() or stop(); each recv is bounded by the poll timeout
             if not await sock.poll(timeout=1000):
                 continue
             frames = await sock.recv_multipart()
@@ -144,14 +163,17 @@ class KVEventSubscriber:
             self._on_batch(name, len(events))
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        subs = list(self._subs.values())
+        self._subs.clear()
+        for _, _, t in subs:
             t.cancel()
-        for t in self._tasks:
+        for _, sock, t in subs:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        for s in self._sockets:
-            s.close(linger=0)
-        self._tasks.clear()
-        self._sockets.clear()
+            sock.close(linger=0)
+        for t in self._dropped:  # their sockets close as they finish
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._dropped.clear()
         if self._own_ctx:
             self._ctx.term()

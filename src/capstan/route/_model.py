@@ -19,6 +19,8 @@ class Endpoint:
     url: str
     models: tuple[str, ...] = ()
     role: str = "both"
+    kv_events: str | None = None
+    """ZMQ address of the replica's KV-event publisher (``tcp://host:port``), if it publishes one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -238,7 +238,7 @@ class Router:
         self.cfg = cfg
         self.clock = clock
         self.source = source or StaticEndpointSource(
-            [Endpoint(e.name, e.url.rstrip("/"), tuple(e.models), e.role) for e in cfg.endpoints]
+            [Endpoint(e.name, e.url.rstrip("/"), tuple(e.models), e.role, e.kv_events) for e in cfg.endpoints]
         )
         self.scheduler = Scheduler(cfg.scheduler)
         self.tracker = InFlightTracker()
@@ -285,14 +285,14 @@ class Router:
         await self.source.start()
         await self.monitor.refresh()
         self.monitor.start()
-        publishers = {e.name: e.kv_events for e in self.cfg.endpoints if e.kv_events}
-        if isinstance(self.scheduler.index, PreciseKVIndex) and publishers:
+        if isinstance(self.scheduler.index, PreciseKVIndex):
+            # endpoints come and go (discovery): the subscriber follows the publishers of the current set
             self.subscriber = KVEventSubscriber(
                 self.scheduler.index,
-                publishers,
+                {},
                 on_batch=lambda name, _n: self.metrics.kv_event_batches.labels(name).inc(),
             )
-            await self.subscriber.start()
+            self.subscriber.sync(_publishers(self.monitor.endpoints))
 
     async def stop(self) -> None:
         await self.monitor.stop()
@@ -303,6 +303,8 @@ class Router:
         await self.upstream.aclose()
 
     def _endpoints_changed(self, current: tuple[Endpoint, ...] | Any) -> None:
+        if self.subscriber is not None:
+            self.subscriber.sync(_publishers(current))
         names = {e.name for e in current}
         index = self.scheduler.approximate
         if index is not None:
@@ -512,3 +514,7 @@ class Router:
         for e in self.snapshot(set()):
             self.metrics.endpoint_healthy.labels(e.name).set(1 if e.healthy else 0)
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _publishers(endpoints: Sequence[Endpoint]) -> dict[str, str]:
+    return {e.name: e.kv_events for e in endpoints if e.kv_events}

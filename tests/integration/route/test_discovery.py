@@ -13,9 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
+import zmq
 
 from capstan.config import load_model
 from capstan.kube import KubeClient, resources
+from capstan.kvcache import BlockStored, block_hashes, encode_kv_batch
 from capstan.route import RouteConfig
 from capstan.route._config import KubernetesDiscoveryConfig
 from capstan.route._discovery import KubernetesEndpointSource, pod_endpoint
@@ -35,7 +37,14 @@ def upstreams() -> Iterator[list[tuple[Upstream, ServerThread]]]:
         s.__exit__()
 
 
-async def serving_pod(kube: KubeClient, namespace: str, name: str, url: str, labels: dict[str, str]) -> None:
+async def serving_pod(
+    kube: KubeClient,
+    namespace: str,
+    name: str,
+    url: str,
+    labels: dict[str, str],
+    annotations: dict[str, str] | None = None,
+) -> None:
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -43,7 +52,7 @@ async def serving_pod(kube: KubeClient, namespace: str, name: str, url: str, lab
             "name": name,
             "namespace": namespace,
             "labels": labels,
-            "annotations": {"capstan.io/url": url},
+            "annotations": {"capstan.io/url": url, **(annotations or {})},
         },
         "spec": {"containers": [{"name": "vllm", "image": "example.com/vllm:1"}]},
     }
@@ -110,6 +119,53 @@ async def test_serving_pods_become_endpoints_and_leave_when_deleted(
         assert len(up_b.requests) == served_before + 3  # everything goes to the one left
 
 
+async def test_kv_events_of_discovered_pods_feed_the_precise_index_until_the_pod_leaves(
+    kube: KubeClient, namespace: str, kubeconfig: Path, upstreams: list[tuple[Upstream, ServerThread]]
+) -> None:
+    """A serving pod that names its KV-event publisher is subscribed to when it joins and dropped when it goes."""
+    (_, srv_a), _ = upstreams
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.PUB)
+    address = f"tcp://127.0.0.1:{pub.bind_to_random_port('tcp://127.0.0.1')}"
+    labels = {"app": "llm-kv", "capstan.io/model": "m"}
+    await serving_pod(kube, namespace, "kv-a", srv_a.url, labels, {"capstan.io/kv-events": address})
+    cfg = load_model(
+        RouteConfig,
+        {
+            "discovery": {"kubernetes": {"namespace": namespace, "selector": "app=llm-kv"}},
+            "scheduler": {"prefix": {"kind": "precise"}},
+            "proxy": {"poll_interval_s": 0.05},
+        },
+        "test",
+    )
+    assert cfg.discovery is not None
+    router = Router(cfg, KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes))
+    tokens = list(range(64))
+    seq = 0
+    try:
+        with ServerThread(router.app):
+            await wait_for(
+                lambda: any(e.healthy for e in router.snapshot(set())), "for the pod to be healthy"
+            )
+            precise = router.scheduler.precise
+            assert precise is not None
+
+            def published() -> bool:  # PUB/SUB joins asynchronously: publish until the router has applied it
+                nonlocal seq
+                batch = encode_kv_batch([BlockStored(block_hashes(tokens, 16), None, tokens, 16)], 1.0)
+                pub.send_multipart([b"kv@pod@m", seq.to_bytes(8, "big"), batch])
+                seq += 1
+                return precise.size > 0
+
+            await wait_for(published, "for the pod's KV events to reach the index")
+            assert precise.match(block_hashes(tokens, 16), [f"{namespace}/kv-a"]) == {f"{namespace}/kv-a": 4}
+            await kube.delete(resources.PODS, "kv-a", namespace)
+            await wait_for(lambda: precise.size == 0, "for the departed pod's blocks to be dropped")
+    finally:
+        pub.close(linger=0)
+        ctx.term()
+
+
 def test_a_pod_is_an_endpoint_only_while_running_and_ready() -> None:
     cfg = KubernetesDiscoveryConfig(namespace="ml", selector="app=llm", port=8001, models=["m"])
     pod: dict[str, Any] = {
@@ -133,3 +189,21 @@ def test_a_pod_is_an_endpoint_only_while_running_and_ready() -> None:
     assert pod_endpoint(gone, cfg) is None
     v6 = pod_endpoint({**pod, "status": {**pod["status"], "podIP": "fd00::7"}}, cfg)
     assert v6 is not None and v6.url == "http://[fd00::7]:8001"
+    assert ep.kv_events is None  # no publisher unless configured
+
+
+def test_a_pods_kv_event_publisher_comes_from_its_annotation_or_the_configured_port() -> None:
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "ml"},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.7",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    by_port = KubernetesDiscoveryConfig(namespace="ml", selector="app=llm", kv_events_port=5557)
+    ep = pod_endpoint(pod, by_port)
+    assert ep is not None and ep.kv_events == "tcp://10.0.0.7:5557"
+    named = {**pod, "metadata": {**pod["metadata"], "annotations": {"capstan.io/kv-events": "tcp://kv:9"}}}
+    ep = pod_endpoint(named, by_port)
+    assert ep is not None and ep.kv_events == "tcp://kv:9"
