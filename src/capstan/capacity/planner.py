@@ -23,6 +23,7 @@ calls this same function) only has to apply them. There is no I/O here.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -179,6 +180,8 @@ class _Bin:
     pods: int = 0
     real: list[str] = field(default_factory=list)
     phantom: int = 0
+    scanned: bool = False
+    """In ``_Work.open`` (it has room for the smallest pod of the decision)."""
 
 
 def pod_value(pod: Pod) -> float:
@@ -265,7 +268,12 @@ class _Work:
         small = [*snap.pending, *self.fc.pods, *(p for n in snap.nodes for p in n.bound)]
         self.floor_cpu = min((p.cpu_milli for p in small), default=0)
         self.floor_mem = min((p.memory_mib for p in small), default=0)
-        self.open: list[_Bin] = list(self.bins)
+        # bins with room for the smallest pod, most free CPU first (ties: snapshot order), so a scan stops at
+        # the first bin with less free CPU than the pod asks for
+        self.open: list[_Bin] = []
+        self._open_keys: list[tuple[int, int]] = []
+        for b in self.bins:
+            self._enter(b)
 
     def ok_types(self, pod: Pod) -> frozenset[str]:
         got = self.cache.ok.get(pod.shape)
@@ -296,12 +304,12 @@ class _Work:
         cpu, mem = pod.cpu_milli, pod.memory_mib
         share = pod.gpu_milli if pod.is_fractional else 0
         whole = 0 if share or not pod.wants_gpu else pod.num_gpu
-        full = 0
+        first: tuple[int, _Bin] | None = None
         for b in self.open:
             cap = b.cap
-            if cpu > cap.cpu or mem > cap.mem:  # the common rejection, before anything slower
-                if cap.cpu < self.floor_cpu or cap.mem < self.floor_mem:
-                    full += 1
+            if cpu > cap.cpu:
+                break  # the rest have even less free CPU
+            if mem > cap.mem:
                 continue
             devs = cap.devs
             if share and (not devs or max(devs) < share):
@@ -311,14 +319,18 @@ class _Work:
             if b.kind not in kinds or b.nt.name not in ok_types or b.id in exclude:
                 continue
             if first_fit and b.kind == kinds[0]:
-                return b, choose_devices(cap, pod)
+                if first is None or b.order < first[0]:
+                    first = (b.order, b)  # the first in snapshot order, as a scan in that order would find
+                continue
+            if first is not None:
+                continue
             a = choose_devices(cap, pod)
             used = 1.0 - cap.cpu / b.nt.cpu_milli
             key = (kinds.index(b.kind), fragmentation_cost(cap, pod, a), 0 if b.pods else 1, -used, b.order)
             if best is None or key < best[0]:
                 best = (key, b, a)
-        if full > 8:
-            self.open = [b for b in self.open if b.cap.cpu >= self.floor_cpu and b.cap.mem >= self.floor_mem]
+        if first is not None:
+            return first[1], choose_devices(first[1].cap, pod)
         return (best[1], best[2]) if best else None
 
     def choose_type(self, pod: Pod, queue: list[Pod], start: int, *, mix: bool = True) -> NodeType | str:
@@ -377,12 +389,32 @@ class _Work:
         memo[key] = result
         return result
 
+    def take(self, b: _Bin, pod: Pod, a: Assignment) -> None:
+        """Place ``pod`` on ``b`` (devices ``a``), keeping the scan order."""
+        self._leave(b)
+        take(b.cap, pod, a)
+        self._enter(b)
+
     def give(self, b: _Bin, pod: Pod, a: Assignment) -> None:
-        """Undo a placement; a bin left out of the scans as full is scanned again."""
+        """Undo a placement, keeping the scan order."""
+        self._leave(b)
         give(b.cap, pod, a)
-        if b.cap.cpu >= self.floor_cpu and b.cap.mem >= self.floor_mem and b not in self.open:
-            self.open.append(b)
-            self.open.sort(key=lambda x: x.order)
+        self._enter(b)
+
+    def _enter(self, b: _Bin) -> None:
+        if b.cap.cpu >= self.floor_cpu and b.cap.mem >= self.floor_mem:
+            key = (-b.cap.cpu, b.order)
+            i = bisect.bisect_left(self._open_keys, key)
+            self._open_keys.insert(i, key)
+            self.open.insert(i, b)
+            b.scanned = True
+
+    def _leave(self, b: _Bin) -> None:
+        if b.scanned:
+            i = bisect.bisect_left(self._open_keys, (-b.cap.cpu, b.order))
+            del self._open_keys[i]
+            del self.open[i]
+            b.scanned = False
 
     def open_bin(self, nt: NodeType) -> _Bin:
         b = _Bin(f"n{self.next_id}", nt, Capacity.of(nt), "new", len(self.snap.nodes) + len(self.new_bins))
@@ -390,14 +422,13 @@ class _Work:
         self.count[nt.name] += 1
         self.bins.append(b)
         self.new_bins.append(b)
-        self.open.append(b)
+        self._enter(b)
         return b
 
     def close_bin(self, b: _Bin) -> None:
+        self._leave(b)
         self.bins.remove(b)
         self.new_bins.remove(b)
-        if b in self.open:
-            self.open.remove(b)
         self.count[b.nt.name] -= 1
         self.next_id -= 1
 
@@ -449,7 +480,7 @@ def _place_unit(
                 w.close_bin(b)
             return why
         b, a = found
-        take(b.cap, pod, a)
+        w.take(b, pod, a)
         b.pods += 1
         done.append((pod, b, a))
     for pod, b, _ in done:
@@ -554,7 +585,7 @@ def _try_repack(
         b, a = found
         if b.pods == 0 and b.kind != "new":
             woken.append(b)
-        take(b.cap, pod, a)
+        w.take(b, pod, a)
         b.pods += 1
         done.append((pod, b, a))
     result: _Repack | None = None
