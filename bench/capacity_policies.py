@@ -66,6 +66,8 @@ def row(label: str, s: dict[str, Summary]) -> dict[str, object]:
                 "launches": v.launches,
                 "drains": v.drains,
                 "moves": v.moves,
+                "move_wait_p50_s": v.move_wait[0],
+                "move_wait_p99_s": v.move_wait[1],
                 "unplaced": v.unplaced,
                 "seconds": v.seconds,
                 "pods": v.pods,
@@ -95,6 +97,7 @@ def case(console: Console, label: str, workload: Workload, types: tuple, seed: i
         "alloc %",
         "launches",
         "moves",
+        "moved wait p99",
         "unplaced",
         "run s",
     ):
@@ -110,6 +113,7 @@ def case(console: Console, label: str, workload: Workload, types: tuple, seed: i
             f"{100 * s.allocation_rate:.1f}",
             str(s.launches),
             str(s.moves),
+            f"{s.move_wait[1]:.0f}",
             str(s.unplaced),
             f"{s.seconds:.2f}",
         )

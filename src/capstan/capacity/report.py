@@ -40,6 +40,8 @@ class Summary:
     launches: int
     drains: int
     moves: int
+    move_wait: tuple[float, float]
+    """(p50, p99) seconds an evicted pod waited to run again (moves and drains; not in ``pending``)."""
     pods: int
     bound: int
     unplaced: int
@@ -89,6 +91,7 @@ def summarize(result: SimResult, seconds: float = 0.0) -> Summary:
         launches=result.launches,
         drains=result.drains,
         moves=result.moves,
+        move_wait=(percentile(waits := result.move_waits(), 50), percentile(waits, 99)),
         pods=len(result.pods),
         bound=sum(1 for p in result.pods if p.bound_at is not None),
         unplaced=len(result.unplaced()),

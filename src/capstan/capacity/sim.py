@@ -84,6 +84,9 @@ class SimPod:
     bound_at: float | None = None
     moves: int = 0
     reason: str = ""
+    evicted_at: float | None = None
+    move_waits: list[float] = field(default_factory=list)
+    """Seconds from each eviction to the next bind (not part of the pod's pending time)."""
 
 
 class Policy(Protocol):
@@ -152,6 +155,15 @@ class SimResult:
             for s in STAGES:
                 out[s].append(stages[s])
             out["total"].append(total)
+        return out
+
+    def move_waits(self) -> list[float]:
+        """Seconds each evicted pod waited to run again (an eviction whose pod ended first counts until then)."""
+        out = [w for sp in self.pods for w in sp.move_waits]
+        for sp in self.pods:
+            if sp.evicted_at is not None:  # ended (or the run ended) before it ran again
+                end = (sp.bound_at or sp.pod.arrival) + sp.pod.duration if sp.state == "done" else self.end
+                out.append(max(0.0, min(end, self.end) - sp.evicted_at))
         return out
 
     def unplaced(self) -> list[SimPod]:
@@ -341,6 +353,7 @@ class Sim:
             sp = self.pods[name]
             self._unbind(sp, n)
             sp.moves += 1
+            sp.evicted_at = self.now
             self.moves += 1
             self._log("pod.evicted", name, nid)
             sp.state = "pending"
@@ -383,6 +396,9 @@ class Sim:
         n.idle_since = None
         n.headroom = False
         first = sp.bound_at is None
+        if sp.evicted_at is not None:
+            sp.move_waits.append(self.now - sp.evicted_at)
+            sp.evicted_at = None
         sp.state, sp.node = "bound", n.id
         self.pending.pop(sp.pod.name, None)
         if first:

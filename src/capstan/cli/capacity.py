@@ -71,7 +71,7 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
     table.add_column("pending p50/p95/p99 (s)", justify="right")
     for stage in STAGES:
         table.add_column(f"p99 {stage} (s)", justify="right")
-    for col in ("cost $", "launches", "drains", "moves", "unplaced", "run s"):
+    for col in ("cost $", "launches", "drains", "moves", "moved wait p50/p99 (s)", "unplaced", "run s"):
         table.add_column(col, justify="right")
     for s in summaries:
         p = s.pending["total"]
@@ -87,6 +87,7 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
             str(s.launches),
             str(s.drains),
             str(s.moves),
+            f"{s.move_wait[0]:.0f}/{s.move_wait[1]:.0f}",
             str(s.unplaced),
             f"{s.seconds:.1f}",
         )

@@ -168,3 +168,14 @@ def test_planner_config_reaches_capstan_and_headroom_can_be_turned_off() -> None
     assert held.idle["headroom"] > 0
     assert none.idle["headroom"] == 0
     assert not none.problems
+
+
+def test_every_eviction_has_a_wait_until_its_pod_runs_again() -> None:
+    w = synthetic_agentic(5, AgenticSpec(hours=1.0))
+    types = inference_node_types(Delay("fixed", 300), Delay("fixed", 90))
+    result, summary = run_policies(w, types, ["karpenter"], seed=5)["karpenter"]
+    assert result.moves > 0  # Karpenter's consolidation evicts pods on this workload
+    waits = result.move_waits()
+    assert len(waits) == result.moves
+    assert all(x >= 0 for x in waits)
+    assert 0 <= summary.move_wait[0] <= summary.move_wait[1] <= max(waits)
