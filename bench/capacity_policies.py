@@ -61,6 +61,7 @@ def row(label: str, s: dict[str, Summary]) -> dict[str, object]:
                 "idle_by_cause": v.idle,
                 "p99_pending_s": v.pending["total"][2],
                 "p50_pending_s": v.pending["total"][0],
+                "slow_starts": v.slow_starts,
                 "cost": v.cost,
                 "allocation_rate": v.allocation_rate,
                 "launches": v.launches,
@@ -93,6 +94,7 @@ def case(console: Console, label: str, workload: Workload, types: tuple, seed: i
         "dup",
         "p50 s",
         "p99 s",
+        "waited > 60 s",
         "cost $",
         "alloc %",
         "launches",
@@ -109,6 +111,7 @@ def case(console: Console, label: str, workload: Workload, types: tuple, seed: i
             *(f"{s.idle[c]:,.1f}" for c in ("booting", "unallocated", "empty", "headroom", "duplicate")),
             f"{s.pending['total'][0]:.0f}",
             f"{s.pending['total'][2]:.0f}",
+            str(s.slow_starts),
             f"{s.cost:,.1f}",
             f"{100 * s.allocation_rate:.1f}",
             str(s.launches),
@@ -138,7 +141,17 @@ def headroom_frontier(
     assert isinstance(pols, dict)
     ca, oracle = pols["cluster-autoscaler"], pols["oracle"]
     table = Table(title="Headroom frontier (Capstan, openb default): forecast quantile vs the goals")
-    for col in ("quantile", "idle GPU-h", "× CA", "p99 s", "× CA", "cost", "× oracle", "run s"):
+    for col in (
+        "quantile",
+        "idle GPU-h",
+        "× CA",
+        "p99 s",
+        "× CA",
+        "waited > 60 s",
+        "cost",
+        "× oracle",
+        "run s",
+    ):
         table.add_column(col, justify="right")
     out = []
     for q in (0.0, 0.9, 0.95, 0.97, 0.99):
@@ -152,6 +165,7 @@ def headroom_frontier(
             "idle_vs_ca": ratio(s.idle_total, ca["idle_gpu_h"]),
             "p99_s": s.pending["total"][2],
             "p99_vs_ca": ratio(s.pending["total"][2], ca["p99_pending_s"]),
+            "slow_starts": s.slow_starts,
             "cost": s.cost,
             "cost_vs_oracle": ratio(s.cost, oracle["cost"]),
             "seconds": seconds,
@@ -163,6 +177,7 @@ def headroom_frontier(
             f"{r['idle_vs_ca']:.2f}",
             f"{r['p99_s']:.0f}",
             f"{r['p99_vs_ca']:.2f}",
+            str(s.slow_starts),
             f"{s.cost:,.0f}",
             f"{r['cost_vs_oracle']:.2f}",
             f"{seconds:.1f}",

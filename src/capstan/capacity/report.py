@@ -18,6 +18,9 @@ from capstan.capacity.policies import POLICY_NAMES, make_policy
 from capstan.capacity.sim import IDLE_CAUSES, STAGES, Sim, SimResult
 from capstan.errors import UserError
 
+SLOW_START_S = 60.0
+"""A pod that waits longer than this has waited for capacity to be added (a boot is minutes)."""
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (0 for no values)."""
@@ -40,6 +43,8 @@ class Summary:
     launches: int
     drains: int
     moves: int
+    slow_starts: int
+    """Pods that waited longer than ``SLOW_START_S`` before they first ran (a count, robust on short traces)."""
     move_wait: tuple[float, float]
     """(p50, p99) seconds an evicted pod waited to run again (moves and drains; not in ``pending``)."""
     pods: int
@@ -91,6 +96,7 @@ def summarize(result: SimResult, seconds: float = 0.0) -> Summary:
         launches=result.launches,
         drains=result.drains,
         moves=result.moves,
+        slow_starts=sum(1 for w in stages["total"] if w > SLOW_START_S),
         move_wait=(percentile(waits := result.move_waits(), 50), percentile(waits, 99)),
         pods=len(result.pods),
         bound=sum(1 for p in result.pods if p.bound_at is not None),

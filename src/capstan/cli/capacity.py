@@ -69,6 +69,7 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
     for col in ("GPU-h", "alloc %", "idle GPU-h", *(f"idle {c}" for c in IDLE_CAUSES)):
         table.add_column(col, justify="right")
     table.add_column("pending p50/p95/p99 (s)", justify="right")
+    table.add_column("waited > 60 s", justify="right")
     for stage in STAGES:
         table.add_column(f"p99 {stage} (s)", justify="right")
     for col in ("cost $", "launches", "drains", "moves", "moved wait p50/p99 (s)", "unplaced", "run s"):
@@ -82,6 +83,7 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
             f"{s.idle_total:,.0f}",
             *(f"{s.idle[c]:,.0f}" for c in IDLE_CAUSES),
             f"{p[0]:.0f}/{p[1]:.0f}/{p[2]:.0f}",
+            str(s.slow_starts),
             *(f"{s.pending[st][2]:.0f}" for st in STAGES),
             f"{s.cost:,.0f}",
             str(s.launches),

@@ -179,3 +179,10 @@ def test_every_eviction_has_a_wait_until_its_pod_runs_again() -> None:
     assert len(waits) == result.moves
     assert all(x >= 0 for x in waits)
     assert 0 <= summary.move_wait[0] <= summary.move_wait[1] <= max(waits)
+
+
+def test_slow_starts_count_the_pods_that_waited_for_new_capacity() -> None:
+    """Two pods on an empty cluster: both wait a 60 s boot plus the 1 s reaction; then one fits at once."""
+    pods = [gpu_pod("a", 0.0, 600.0), gpu_pod("b", 0.0, 600.0), gpu_pod("c", 700.0, 10.0)]
+    summary = run_policies(Workload("w", tuple(pods)), (GPU1,), ["capstan"])["capstan"][1]
+    assert summary.slow_starts == 2
