@@ -24,6 +24,7 @@ calls this same function) only has to apply them. There is no I/O here.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -252,7 +253,7 @@ class _Work:
         self.new_bins: list[_Bin] = []
         self.views: dict[str, NodeView] = {}
         self.next_id = snap.next_id
-        self.mix = [p for p in reversed(snap.recent) if not p.gang]
+        self._mix: list[Pod] | None = None
         self.type_memo: dict[tuple[object, ...], NodeType | str] = {}
         for i, n in enumerate(snap.nodes):
             nt = self.types.get(n.type)
@@ -270,10 +271,22 @@ class _Work:
         self.floor_mem = min((p.memory_mib for p in small), default=0)
         # bins with room for the smallest pod, most free CPU first (ties: snapshot order), so a scan stops at
         # the first bin with less free CPU than the pod asks for
-        self.open: list[_Bin] = []
-        self._open_keys: list[tuple[int, int]] = []
-        for b in self.bins:
-            self._enter(b)
+        entries = sorted(
+            ((-b.cap.cpu, b.order), b)
+            for b in self.bins
+            if b.cap.cpu >= self.floor_cpu and b.cap.mem >= self.floor_mem
+        )
+        self._open_keys: list[tuple[int, int]] = [k for k, _ in entries]
+        self.open: list[_Bin] = [b for _, b in entries]
+        for b in self.open:
+            b.scanned = True
+
+    @property
+    def mix(self) -> list[Pod]:
+        """Recent arrivals, newest first (gangs left out): what new nodes will be filled with."""
+        if self._mix is None:
+            self._mix = [p for p in reversed(self.snap.recent) if not p.gang]
+        return self._mix
 
     def ok_types(self, pod: Pod) -> frozenset[str]:
         got = self.cache.ok.get(pod.shape)
@@ -525,9 +538,8 @@ def forecast(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
             end += 1
         windows.append((-demand, i, end))
         demand -= p.gpu_total_milli
-    windows.sort()
     rank = min(len(windows) - 1, math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9))
-    _, start, stop = windows[rank]
+    _, start, stop = heapq.nsmallest(rank + 1, windows)[rank]
     return Forecast(tuple(pods[start:stop]), pods[0].arrival + lookback)
 
 

@@ -222,6 +222,7 @@ class Sim:
         self.pods: dict[str, SimPod] = {}
         self.pending: dict[str, SimPod] = {}
         self.recent: deque[Pod] = deque()
+        self._recent_tuple: tuple[Pod, ...] | None = None
         self.events: list[tuple[float, str, str, str]] = []
         self.launches = 0
         self.arrivals = 0
@@ -506,6 +507,7 @@ class Sim:
         pod = sp.pod
         self._log("pod.created", pod.name)
         self.recent.append(pod)
+        self._recent_tuple = None
         self.arrivals += 1
         if not any(self.compatible(nt, pod) for nt in self.node_types):
             reasons = "; ".join(f"{nt.name}: {why_incompatible(nt, pod)}" for nt in self.node_types)
@@ -546,6 +548,9 @@ class Sim:
     def snapshot(self) -> Snapshot:
         while self.recent and self.recent[0].arrival < self.now - self.recent_window:
             self.recent.popleft()
+            self._recent_tuple = None
+        if self._recent_tuple is None:
+            self._recent_tuple = tuple(self.recent)
         views = []
         for n in self.active.values():
             if not n.live:
@@ -573,7 +578,7 @@ class Sim:
             nodes=tuple(views),
             pending=tuple(sp.pod for sp in self.pending.values()),
             promised=promised,
-            recent=tuple(self.recent),
+            recent=self._recent_tuple,
             next_id=self._next_id,
         )
 
