@@ -119,8 +119,6 @@ class PlannerConfig:
     """Up to this many nodes are emptied together (their pods may move to fewer, cheaper new nodes)."""
     repack_min_saving: float = 0.05
     """A repack must cut the hourly price of the nodes it touches by more than this share."""
-    repack_rounds: int = 1
-    """How many groups one full plan may repack (each search excludes the nodes earlier ones empty)."""
     repack_min_age_s: float = 1800.0
     """Only pods that have run this long are moved (they are likely to run on)."""
     min_idle_s: float = 300.0
@@ -402,17 +400,22 @@ class _Work:
         memo[key] = result
         return result
 
-    def take(self, b: _Bin, pod: Pod, a: Assignment) -> None:
-        """Place ``pod`` on ``b`` (devices ``a``), keeping the scan order."""
+    def place(self, b: _Bin, pod: Pod, a: Assignment) -> None:
+        """Put ``pod`` on ``b`` (devices ``a``), keeping the scan order."""
         self._leave(b)
         take(b.cap, pod, a)
+        b.pods += 1
         self._enter(b)
 
-    def give(self, b: _Bin, pod: Pod, a: Assignment) -> None:
-        """Undo a placement, keeping the scan order."""
-        self._leave(b)
-        give(b.cap, pod, a)
-        self._enter(b)
+    def undo(self, done: list[tuple[Pod, _Bin, Assignment]], opened: list[_Bin]) -> None:
+        """Take back placements and close the bins opened for them, newest first."""
+        for pod, b, a in reversed(done):
+            self._leave(b)
+            give(b.cap, pod, a)
+            b.pods -= 1
+            self._enter(b)
+        for b in reversed(opened):
+            self.close_bin(b)
 
     def _enter(self, b: _Bin) -> None:
         if b.cap.cpu >= self.floor_cpu and b.cap.mem >= self.floor_mem:
@@ -486,15 +489,10 @@ def _place_unit(
         elif found is None:
             why = "no free capacity"
         if found is None:
-            for p, b, a in reversed(done):
-                w.give(b, p, a)
-                b.pods -= 1
-            for b in reversed(opened):
-                w.close_bin(b)
+            w.undo(done, opened)
             return why
         b, a = found
-        w.take(b, pod, a)
-        b.pods += 1
+        w.place(b, pod, a)
         done.append((pod, b, a))
     for pod, b, _ in done:
         if phantom:
@@ -569,16 +567,14 @@ class _Repack:
     """Some destination is not allocatable yet (in flight or new): nothing is drained until it is."""
 
 
-def _try_repack(
-    w: _Work, group: list[_Bin], cfg: PlannerConfig, taken: frozenset[str], *, commit: bool = False
-) -> _Repack | None:
+def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool = False) -> _Repack | None:
     """Pack the pods of ``group`` onto other nodes (busy, empty, in flight or new); return it if it pays.
 
     It pays when the hourly price of the nodes it empties exceeds the price of the nodes it brings into use by
     more than ``repack_min_saving`` (a share) and it leaves fewer GPUs unallocated. Unless ``commit``, every
     change is rolled back; packing is deterministic, so committing the same group later gives the same result.
     """
-    exclude = taken | {b.id for b in group}
+    exclude = frozenset(b.id for b in group)
     pods = sorted((p for b in group for p in w.views[b.id].bound), key=_queue_key)
     done: list[tuple[Pod, _Bin, Assignment]] = []
     opened: list[_Bin] = []
@@ -597,8 +593,7 @@ def _try_repack(
         b, a = found
         if b.pods == 0 and b.kind != "new":
             woken.append(b)
-        w.take(b, pod, a)
-        b.pods += 1
+        w.place(b, pod, a)
         done.append((pod, b, a))
     result: _Repack | None = None
     if ok:
@@ -610,13 +605,8 @@ def _try_repack(
         if before - after > cfg.repack_min_saving * before and free_after < free_before - 1e-9:
             waits = any(b.kind != "ready" for _, b, _ in done)
             result = _Repack(list(group), [(p, b) for p, b, _ in done], before - after, waits)
-    if commit and result is not None:
-        return result
-    for pod, b, a in reversed(done):
-        w.give(b, pod, a)
-        b.pods -= 1
-    for b in reversed(opened):
-        w.close_bin(b)
+    if not (commit and result is not None):
+        w.undo(done, opened)
     return result
 
 
@@ -625,33 +615,12 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
 
     Candidates are allocatable nodes all of whose pods have run at least ``repack_min_age_s`` (a pod that has
     run long is likely to run on), most unallocated GPUs first. Groups of the first 1..``repack_group``
-    candidates are tried and the largest saving wins; this repeats ``repack_rounds`` times on what is left. If
-    all of a group's destinations are allocatable, it is drained now and its pods nominated to them. If it
-    needs new nodes they are launched (a later decision, when they are up, finds the same repack with
-    allocatable destinations and drains); if it needs nodes already in flight, it waits for them. Returns the
-    drains, the nominations for the evicted pods and the ids of the nodes the repacks keep (so they are
-    neither drained as empty nor lent to forecast headroom).
+    candidates are tried and the largest saving wins. If all its destinations are allocatable, the group is
+    drained now and its pods nominated to them. If it needs new nodes they are launched (a later decision, when
+    they are up, finds the same repack with allocatable destinations and drains); if it needs nodes already in
+    flight, it waits for them. Returns the drains, the nominations for the evicted pods and the ids of the
+    nodes the repack keeps (so they are neither drained as empty nor lent to forecast headroom).
     """
-    drains: list[Drain] = []
-    moves: list[Nomination] = []
-    kept: set[str] = set()
-    taken: set[str] = set()
-    for round_ in range(cfg.repack_rounds):
-        chosen = _repack_once(w, cfg, frozenset(taken), memo=round_ == 0)
-        if chosen is None:
-            break
-        taken.update(b.id for b in chosen.nodes)
-        kept.update(b.id for _, b in chosen.moves)
-        if chosen.waits:
-            continue
-        reason = f"repack: its pods fit on other nodes, saving {chosen.saving:.2f}/h"
-        drains.extend(Drain(b.id, w.snap.now, reason, K8S_CONSOLIDATE) for b in chosen.nodes)
-        moves.extend(Nomination(p.name, b.id, K8S_MOVE.format(node=b.id)) for p, b in chosen.moves)
-    return drains, moves, kept
-
-
-def _repack_once(w: _Work, cfg: PlannerConfig, taken: frozenset[str], *, memo: bool) -> _Repack | None:
-    """The best paying group among the candidates not in ``taken``, committed to ``w``, or None."""
     now = w.snap.now
     cands = [
         b
@@ -660,7 +629,6 @@ def _repack_once(w: _Work, cfg: PlannerConfig, taken: frozenset[str], *, memo: b
         and b.pods
         and not b.real
         and not b.phantom
-        and b.id not in taken
         and b.pods == len(w.views[b.id].bound)
         and all(now - p.arrival >= cfg.repack_min_age_s for p in w.views[b.id].bound)
         and (_gpus_free(b) > 0 if b.nt.gpu else _utilization(b) < cfg.consolidation_threshold)
@@ -668,25 +636,32 @@ def _repack_once(w: _Work, cfg: PlannerConfig, taken: frozenset[str], *, memo: b
     cands.sort(key=lambda b: (-_gpus_free(b), -b.nt.price_per_hour, b.order))
     cands = cands[: cfg.consolidation_candidates]
     if not cands:
-        return None
+        return [], [], set()
     # the trial packings depend only on the candidates and every bin's free resources: skip them when those
     # are exactly as they were when no repack paid
     key = (
         tuple(b.id for b in cands),
         tuple((b.id, b.nt.name, b.kind, b.cap.cpu, b.cap.mem, tuple(b.cap.devs), b.pods) for b in w.bins),
     )
-    if memo and w.cache.no_repack == key:
-        return None
+    if w.cache.no_repack == key:
+        return [], [], set()
     best: tuple[float, int] | None = None
     for size in range(1, min(cfg.repack_group, len(cands)) + 1):
-        got = _try_repack(w, cands[:size], cfg, taken)
+        got = _try_repack(w, cands[:size], cfg)
         if got is not None and (best is None or got.saving > best[0] + 1e-9):
             best = (got.saving, size)
     if best is None:
-        if memo:
-            w.cache.no_repack = key
-        return None
-    return _try_repack(w, cands[: best[1]], cfg, taken, commit=True)
+        w.cache.no_repack = key
+        return [], [], set()
+    chosen = _try_repack(w, cands[: best[1]], cfg, commit=True)
+    assert chosen is not None
+    kept = {b.id for _, b in chosen.moves}
+    if chosen.waits:
+        return [], [], kept
+    reason = f"repack: its pods fit on other nodes, saving {chosen.saving:.2f}/h"
+    drains = [Drain(b.id, now, reason, K8S_CONSOLIDATE) for b in chosen.nodes]
+    moves = [Nomination(p.name, b.id, K8S_MOVE.format(node=b.id)) for p, b in chosen.moves]
+    return drains, moves, kept
 
 
 def _launches(w: _Work, pod_bins: set[str], kept: set[str]) -> tuple[Launch, ...]:

@@ -250,22 +250,6 @@ def test_repack_replaces_two_half_used_nodes_by_one_cheaper_node_then_moves_when
     assert sorted((m.pod, m.node) for m in q.moves) == [("x", "n10"), ("y", "n10")]
 
 
-def test_more_repack_rounds_empty_more_groups_in_one_plan() -> None:
-    """Two lightly used nodes whose pods fit on two busy ones: one round empties one, two rounds both."""
-    nodes = (
-        node("a", T4x4, devs=(500, 0, 0, 0), bound=(pod("a1", milli=500), pod("a2"), pod("a3"), pod("a4"))),
-        node("b", T4x4, devs=(500, 0, 0, 0), bound=(pod("b1", milli=500), pod("b2"), pod("b3"), pod("b4"))),
-        node("c", T4x4, devs=(500, 1000, 1000, 1000), bound=(pod("c1", milli=500),)),
-        node("d", T4x4, devs=(500, 1000, 1000, 1000), bound=(pod("d1", milli=500),)),
-    )
-    snap = Snapshot(now=3600.0, node_types=(T4x4,), nodes=nodes, pending=())
-    one = plan(snap, PlannerConfig(headroom=False, repack_group=1))
-    two = plan(snap, PlannerConfig(headroom=False, repack_group=1, repack_rounds=2))
-    assert len(one.drains) == 1
-    assert sorted(d.node for d in two.drains) == ["c", "d"]
-    assert sorted(m.node for m in two.moves) == ["a", "b"]  # each pod into a different half-used device
-
-
 def test_new_node_type_follows_the_arrival_mix_not_only_the_queue() -> None:
     """Alone, a 12-CPU pod is cheapest on a 16-CPU node; when such pods keep arriving, the 104-CPU node that two
     of them fill is cheaper per pod."""
