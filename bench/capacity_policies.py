@@ -135,7 +135,7 @@ def headroom_frontier(
     workload: Workload,
     types: tuple,
     base: dict[str, object],  # type: ignore[type-arg]
-) -> list[dict[str, float]]:
+) -> list[dict[str, object]]:
     """Capstan at several forecast quantiles on one trace: what headroom buys in p99 and costs in idle GPU-h."""
     pols = base["policies"]
     assert isinstance(pols, dict)
@@ -156,8 +156,9 @@ def headroom_frontier(
     out = []
     for q in (0.0, 0.9, 0.95, 0.97, 0.99):
         cfg = PlannerConfig(headroom=q > 0, forecast_quantile=q or 0.99)
+        policy = CapstanPolicy(cfg)
         t0 = time.perf_counter()
-        s = summarize(Sim(workload, types, CapstanPolicy(cfg), seed=0, record=False).run())
+        s = summarize(Sim(workload, types, policy, seed=0, record=False).run())
         seconds = time.perf_counter() - t0
         r = {
             "quantile": q,
@@ -169,6 +170,7 @@ def headroom_frontier(
             "cost": s.cost,
             "cost_vs_oracle": ratio(s.cost, oracle["cost"]),
             "seconds": seconds,
+            "plans": dict(policy.plans),
         }
         out.append(r)
         table.add_row(
@@ -180,6 +182,7 @@ def headroom_frontier(
             str(s.slow_starts),
             f"{s.cost:,.0f}",
             f"{r['cost_vs_oracle']:.2f}",
+            "{place}/{review}/{full} ({skipped})".format(**policy.plans),
             f"{seconds:.1f}",
         )
     console.print(table)
@@ -201,7 +204,7 @@ def main() -> None:
     rows = []
 
     n_openb = 200 if args.smoke else args.openb_pods
-    frontier: list[dict[str, float]] = []
+    frontier: list[dict[str, object]] = []
     for variant in ("default", "gpuspec20"):
         w = load_trace(str(openb_dir / f"openb_pod_list_{variant}.csv"))
         if n_openb:

@@ -58,14 +58,13 @@ class CapstanPolicy:
         self.repack_interval = repack_interval
         self._last_repack = -math.inf
         self.name = name
-        self.decisions = 0
-        self.reviews = 0
+        self.plans = {"place": 0, "review": 0, "full": 0, "skipped": 0}
+        """Plans made per scope, and reviews skipped because nothing they look at had changed."""
         self._place_at: float | None = None
         self._review_at: float | None = None
         self._last_review = -math.inf
         self._reviewed: tuple[object, ...] = ()
         self._forced = False
-        self.skipped = 0
         self._cache = PlanCache()
         self._horizon = 0.0
 
@@ -98,7 +97,6 @@ class CapstanPolicy:
             if self._review_at is not None and self._review_at <= now:
                 self._review_at = None
             self._last_review = now
-            self.reviews += 1
             scope = "review"
             if now >= self._last_repack + self.repack_interval or any(
                 n.purpose == "repack" and n.allocatable and not n.pods for n in sim.active.values()
@@ -110,13 +108,13 @@ class CapstanPolicy:
                 # of them changed and no timer asked for it, it would decide what the last one did
                 seen = self._review_inputs(sim)
                 if seen == self._reviewed and not self._forced:
-                    self.skipped += 1
+                    self.plans["skipped"] += 1
                     return
                 self._reviewed = seen
             self._forced = False
         elif self._place_at is not None and self._place_at <= now:
             self._place_at = None
-        self.decisions += 1
+        self.plans[scope] += 1
         p = plan(sim.snapshot(), self.config, self._cache, scope=scope)
         for launch in p.launches:
             node = sim.launch(launch.type, purpose=launch.purpose, node_id=launch.node)
