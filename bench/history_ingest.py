@@ -89,9 +89,13 @@ def build_batches(n_changes: int, n_objects: int, batch_size: int) -> tuple[list
     return batches, time.perf_counter() - start
 
 
-def load_query_dataset(store: Store, n_records: int, n_objects: int, batch_size: int = 10_000) -> float:
+def load_query_dataset(
+    store: Store, n_records: int, n_objects: int, span_days: float, batch_size: int = 10_000
+) -> float:
     """Stream ``n_records`` changes over ``n_objects`` straight into the store, in the shape the diff builder
-    produces (a snapshot at version 1 and every 20th, a small patch otherwise), without holding them in memory."""
+    produces (a snapshot at version 1 and every 20th, a small patch otherwise), without holding them in memory.
+    They are spread evenly over ``span_days`` (on PostgreSQL a timeline then reads that many day partitions)."""
+    step = span_days * 86_400.0 / max(1, n_records)
     start = time.perf_counter()
     batch = Batch()
     for i in range(n_records):
@@ -108,7 +112,7 @@ def load_query_dataset(store: Store, n_records: int, n_objects: int, batch_size:
         batch.object_changes.append(
             ObjectChange(
                 source="bench",
-                observed_at=1_700_000_000.0 + i * 0.001,
+                observed_at=1_700_000_000.0 + i * step,
                 kind="Deployment",
                 api_version="apps/v1",
                 namespace=meta["namespace"],
@@ -168,6 +172,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--records", type=int, default=1_000_000, help="stored changes for the query test")
     parser.add_argument("--query-objects", type=int, default=10_000)
+    parser.add_argument(
+        "--span-days",
+        type=float,
+        default=14.0,
+        help="days the stored records spread over (the default retention)",
+    )
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--seed", type=int, default=7)
@@ -216,7 +226,7 @@ def main() -> None:
                 pg.reset()
             console.print(f"[bold]{backend}[/]: loading {args.records} records for the query test…")
             store = open_store(url_b, writer_cache_kib=INGEST_CACHE_KIB)
-            load_s = load_query_dataset(store, args.records, args.query_objects)
+            load_s = load_query_dataset(store, args.records, args.query_objects, args.span_days)
             stored = store.count("object_changes")
             lat = query_latency(store, args.query_objects, args.queries, args.seed)
             size = store.size_bytes()

@@ -29,7 +29,7 @@ from capstan.errors import UserError
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # the newest migration's revision id; a test checks it against Alembic's head, so opening an up-to-date store
 # never imports Alembic (it costs ~10 MB of memory in every long-running process)
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 INGEST_CACHE_KIB = 32_768  # the recorder's writer page cache
 CONNECT_TIMEOUT_S = 10
@@ -138,7 +138,7 @@ def migrate(engine: Engine) -> None:
 def _create_fresh(engine: Engine) -> bool:
     """Create every table and stamp the head revision if the database holds none of Capstan's tables; False if it
     holds some (then Alembic decides)."""
-    from capstan.store._schema import TABLES, metadata
+    from capstan.store._schema import TABLES, metadata, postgres_metadata
 
     version = Table(
         "alembic_version",
@@ -154,7 +154,10 @@ def _create_fresh(engine: Engine) -> bool:
             return True  # another process created it meanwhile
         if any(inspector.has_table(t.name) for t in TABLES):
             return False
-        metadata.create_all(conn, tables=list(TABLES))
+        if conn.dialect.name == "postgresql":
+            postgres_metadata.create_all(conn)
+        else:
+            metadata.create_all(conn, tables=list(TABLES))
         version.create(conn)
         conn.execute(version.insert().values(version_num=HEAD_REVISION))
     return True

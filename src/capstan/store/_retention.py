@@ -1,8 +1,8 @@
 """Retention by age and by size, applied by a background thread in small transactions.
 
 Deleting in batches of a few thousand rows means a writer waits at most one short batch for the SQLite write lock
-(PostgreSQL row locks do not block inserts at all). With PostgreSQL at scale, dropping daily partitions is the
-cheaper equivalent; see docs/history.md.
+(PostgreSQL row locks do not block inserts at all). On PostgreSQL, whose big tables are partitioned by day,
+:meth:`Store.prune_before` first drops the whole days before the cutoff (see capstan/store/_partitions.py).
 """
 
 from __future__ import annotations

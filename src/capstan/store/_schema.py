@@ -14,6 +14,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -228,3 +229,65 @@ ALL_TABLES = (
 )
 
 TABLES = (*ALL_TABLES, notify_threads)
+
+# ---------------------------------------------------------------------- PostgreSQL's physical schema (revision 0003)
+# On PostgreSQL the three high-volume history tables are range-partitioned by observed_at, one partition per UTC
+# day (capstan/store/_partitions.py creates and drops them), so age retention drops whole days instead of deleting
+# rows. PostgreSQL requires the partition key in every unique constraint of a partitioned table, and the
+# idempotency keys must hold across days (a re-delivered change is observed at a later time), so on PostgreSQL
+# each partitioned table's key lives in a small unpartitioned key table that a write inserts into first
+# (ON CONFLICT DO NOTHING); only the rows whose key was new go into the partitioned table. The queries use the
+# logical tables above: the columns are the same.
+
+PARTITION_KEYS: dict[str, tuple[str, ...]] = {
+    "object_changes": ("source", "uid", "resource_version", "change_type"),
+    "kube_events": ("source", "uid", "resource_version"),
+    "engine_entries": ("target", "log", "run_id", "native_id"),
+}
+"""partitioned table -> the columns of its idempotency key"""
+
+KEY_TABLE = {
+    "object_changes": "object_change_keys",
+    "kube_events": "kube_event_keys",
+    "engine_entries": "engine_entry_keys",
+}
+
+postgres_metadata = MetaData(naming_convention=NAMING)
+
+
+def _partitioned(table: Table) -> Table:
+    key = PARTITION_KEYS[table.name]
+    columns = [Column(c.name, c.type, nullable=c.nullable) for c in table.columns if c.name != "id"]
+    indexes = [Index(ix.name, *[c.name for c in ix.columns]) for ix in table.indexes]
+    return Table(
+        table.name,
+        postgres_metadata,
+        # NOTE: the partition key must be part of the primary key; id stays a BIGSERIAL.
+        Column("id", BigInteger, autoincrement=True, nullable=False),
+        *columns,
+        PrimaryKeyConstraint("id", "observed_at"),
+        Index(f"ix_{table.name}_key", *key),
+        *indexes,
+        postgresql_partition_by="RANGE (observed_at)",
+    )
+
+
+def _key_table(table: Table) -> Table:
+    key = PARTITION_KEYS[table.name]
+    name = KEY_TABLE[table.name]
+    return Table(
+        name,
+        postgres_metadata,
+        *[Column(c, table.c[c].type, primary_key=True) for c in key],
+        Column("observed_at", BigInteger, nullable=False),
+        Index(f"ix_{name}_observed_at", "observed_at"),
+    )
+
+
+for _table in TABLES:
+    if _table.name in PARTITION_KEYS:
+        _partitioned(_table)
+        _key_table(_table)
+    else:
+        _table.to_metadata(postgres_metadata)
+del _table

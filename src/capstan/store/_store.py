@@ -2,7 +2,8 @@
 
 One :class:`Store` per database. Every write goes through :meth:`Store.write` with a :class:`Batch`, so records and
 the cursors that cover them commit in the same transaction: after a crash either both are there or neither is,
-and re-writing the same records is a no-op (ON CONFLICT DO NOTHING, or DO UPDATE for mutable engine entries).
+and re-writing the same records is a no-op (ON CONFLICT DO NOTHING, or DO UPDATE for mutable engine entries; on
+PostgreSQL, whose big tables are partitioned by day, through their key tables: see capstan/store/_partitions.py).
 A failed write (full or read-only disk, lost database) raises :class:`StoreWriteError` after the transaction rolled
 back; the store stays consistent and the caller must stop writing loudly.
 """
@@ -23,6 +24,7 @@ from sqlalchemy import (
     Engine,
     Select,
     and_,
+    bindparam,
     delete,
     func,
     literal_column,
@@ -65,6 +67,14 @@ from capstan.store._models import (
     WriteResult,
     from_us,
     to_us,
+)
+from capstan.store._partitions import (
+    PARTITIONED,
+    PartitionCache,
+    day_of,
+    drop_partitions_before,
+    list_partitions,
+    trim_keys_before,
 )
 
 log = logging.getLogger(__name__)
@@ -124,6 +134,7 @@ class Store:
         self.dialect = url.get_backend_name()
         self._write_lock = threading.Lock()
         self._listeners: list[Callable[[Batch], None]] = []
+        self._partitions = PartitionCache(write_engine) if self.dialect == "postgresql" else None
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -154,6 +165,8 @@ class Store:
             return WriteResult({})
         inserted: dict[str, int] = {}
         try:
+            if self._partitions is not None:
+                self._partitions.ensure(_days_by_table(batch), to_us(self._clock()))
             with self._write_lock, self._write.begin() as conn:
                 self._write_batch(conn, batch, inserted)
         except (OperationalError, DBAPIError) as exc:
@@ -186,10 +199,10 @@ class Store:
             change_rows = [_change_row(c) for c in batch.object_changes]
             inserted["object_changes"] = _sqlite_insert_ignore(conn, s.object_changes, change_rows)
         elif batch.object_changes:
-            stmt = self._insert(s.object_changes).on_conflict_do_nothing(
-                index_elements=["source", "uid", "resource_version", "change_type"]
-            )
-            run("object_changes", stmt, [_change_row(c) for c in batch.object_changes])
+            change_rows = _claim_keys(conn, "object_changes", [_change_row(c) for c in batch.object_changes])
+            if change_rows:
+                conn.execute(s.object_changes.insert(), change_rows)
+            inserted["object_changes"] = len(change_rows)
         if batch.state_deletes:
             for source, uid in batch.state_deletes:
                 conn.execute(
@@ -232,7 +245,12 @@ class Store:
                     for c in rows.values()
                 ],
             )
-        if batch.kube_events:
+        if batch.kube_events and self.dialect == "postgresql":
+            event_rows = _claim_keys(conn, "kube_events", [_event_row(e) for e in batch.kube_events])
+            if event_rows:
+                conn.execute(s.kube_events.insert(), event_rows)
+            inserted["kube_events"] = len(event_rows)
+        elif batch.kube_events:
             stmt = self._insert(s.kube_events).on_conflict_do_nothing(
                 index_elements=["source", "uid", "resource_version"]
             )
@@ -242,12 +260,14 @@ class Store:
         mutable = list(
             {(e.target, e.log, e.run_id, e.native_id): e for e in batch.engine_entries if e.mutable}.values()
         )
-        if immutable:
+        if self.dialect == "postgresql" and (immutable or mutable):
+            _write_engine_entries_partitioned(conn, immutable, mutable, inserted)
+        elif immutable:
             stmt = self._insert(s.engine_entries).on_conflict_do_nothing(
                 index_elements=["target", "log", "run_id", "native_id"]
             )
             run("engine_entries", stmt, [_entry_row(e) for e in immutable])
-        if mutable:
+        if mutable and self.dialect != "postgresql":
             ins = self._insert(s.engine_entries)
             stmt = ins.on_conflict_do_update(
                 index_elements=["target", "log", "run_id", "native_id"],
@@ -557,8 +577,9 @@ class Store:
 
     def dump_all_text(self) -> Iterable[str]:
         """Every cell of every table as text (for tests that prove a value is stored nowhere)."""
+        schema = s.postgres_metadata if self.dialect == "postgresql" else s.metadata
         with self._read.begin() as conn:
-            for tbl in s.metadata.sorted_tables:
+            for tbl in schema.sorted_tables:
                 for row in conn.execute(select(tbl)):
                     for value in row:
                         yield str(value)
@@ -721,7 +742,7 @@ class Store:
         version after the cutoff can still be rebuilt; objects deleted before the cutoff go entirely.
         """
         cut = to_us(cutoff)
-        total = 0
+        total = self._drop_partitions(cut, batch_rows, max_batches) if self._partitions is not None else 0
         oc = s.object_changes
         o2 = oc.alias("o2")
         keep_from = (
@@ -771,6 +792,34 @@ class Store:
                     break
         return total
 
+    def _drop_partitions(self, cut: int, batch_rows: int, max_batches: int) -> int:
+        """PostgreSQL: drop the day partitions wholly before ``cut`` (keeping what later versions need) and trim
+        the key tables; the rest before ``cut`` is left to the row-by-row pass. Not under the process's write lock:
+        PostgreSQL's own locks let this process's writers go on into the current days meanwhile."""
+        assert self._partitions is not None
+        total = 0
+        try:
+            for table in PARTITIONED:
+                with self._write.begin() as conn:
+                    total += drop_partitions_before(conn, table, cut)
+                for _ in range(max_batches):
+                    with self._write.begin() as conn:
+                        n = trim_keys_before(conn, table, cut, batch_rows)
+                    if n < batch_rows:
+                        break
+        except (OperationalError, DBAPIError) as exc:
+            raise StoreWriteError(describe_db_error(self.url, exc) + " (partition drop rolled back)") from exc
+        finally:
+            self._partitions.forget()
+        return total
+
+    def partitions(self) -> dict[str, list[str]]:
+        """PostgreSQL: the partitions of each partitioned table, oldest first ({} on SQLite)."""
+        if self._partitions is None:
+            return {}
+        with self._read.connect() as conn:
+            return {table: [p.name for p in list_partitions(conn, table)] for table in PARTITIONED}
+
     def vacuum(self) -> None:
         """Give freed pages back to the file system (SQLite: incremental checkpoint + VACUUM; PG: nothing)."""
         if self.dialect == "sqlite":
@@ -811,6 +860,73 @@ class _WriteTx:
             self._store._write_lock.release()
         if isinstance(ev, (OperationalError, DBAPIError)) and not isinstance(ev, IntegrityError):
             raise StoreWriteError(describe_db_error(self._store.url, ev) + " (write rolled back)") from ev
+
+
+# ---------------------------------------------------------------------- PostgreSQL's partitioned tables
+def _days_by_table(batch: Batch) -> dict[str, set[int]]:
+    """The UTC days (µs) each partitioned table receives rows for in ``batch``."""
+    times = {
+        "object_changes": [c.observed_at for c in batch.object_changes],
+        "kube_events": [e.observed_at for e in batch.kube_events],
+        "engine_entries": [e.observed_at for e in batch.engine_entries],
+    }
+    return {table: {day_of(to_us(t)) for t in ts} for table, ts in times.items() if ts}
+
+
+def _claim_keys(conn: Connection, table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Insert the rows' idempotency keys into ``table``'s key table; the rows whose key was new (first of each
+    key in the batch wins, as ON CONFLICT DO NOTHING does on SQLite)."""
+    key_cols = s.PARTITION_KEYS[table]
+    keys_table = s.postgres_metadata.tables[s.KEY_TABLE[table]]
+    first: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        first.setdefault(tuple(r[c] for c in key_cols), r)
+    stmt = (
+        postgresql.insert(keys_table).on_conflict_do_nothing().returning(*[keys_table.c[c] for c in key_cols])
+    )
+    key_rows = [
+        {**{c: k[i] for i, c in enumerate(key_cols)}, "observed_at": r["observed_at"]}
+        for k, r in first.items()
+    ]
+    new = {tuple(row) for row in conn.execute(stmt, key_rows).all()}
+    return [r for k, r in first.items() if k in new]
+
+
+def _write_engine_entries_partitioned(
+    conn: Connection, immutable: list[EngineEntry], mutable: list[EngineEntry], inserted: dict[str, int]
+) -> None:
+    """Engine entries on PostgreSQL: new keys are inserted; a mutable entry already stored (an ACL LOG entry whose
+    count rose) is updated in whichever day's partition holds it."""
+    rows = _claim_keys(conn, "engine_entries", [_entry_row(e) for e in (*immutable, *mutable)])
+    if rows:
+        conn.execute(s.engine_entries.insert(), rows)
+    fresh = {(r["target"], r["log"], r["run_id"], r["native_id"]) for r in rows}
+    updates = [
+        {
+            "k_target": e.target,
+            "k_log": e.log,
+            "k_run_id": e.run_id,
+            "k_native_id": e.native_id,
+            "payload": e.payload,
+            "happened_at": to_us(e.happened_at),
+        }
+        for e in mutable
+        if (e.target, e.log, e.run_id, e.native_id) not in fresh
+    ]
+    if updates:
+        ee = s.engine_entries
+        conn.execute(
+            update(ee)
+            .where(
+                ee.c.target == bindparam("k_target"),
+                ee.c.log == bindparam("k_log"),
+                ee.c.run_id == bindparam("k_run_id"),
+                ee.c.native_id == bindparam("k_native_id"),
+            )
+            .values(payload=bindparam("payload"), happened_at=bindparam("happened_at")),
+            updates,
+        )
+    inserted["engine_entries"] = inserted.get("engine_entries", 0) + len(rows) + len(updates)
 
 
 # ---------------------------------------------------------------------- row mapping
