@@ -1,4 +1,5 @@
-"""Background retention runs beside a writer without failing or losing its writes."""
+"""Background retention runs beside a writer without failing or losing its writes (on PostgreSQL it drops the
+old day's partition while the writer writes into the current day)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ from capstan.store import Batch, EngineEntry, RetentionPolicy, RetentionWorker, 
 
 pytestmark = pytest.mark.integration
 
+DAY = 86_400.0
+NOW = 3 * DAY + 5000.0
+
 
 def test_retention_thread_deletes_old_rows_while_the_writer_keeps_writing(history_store_url: str) -> None:
-    store = open_store(history_store_url)
+    store = open_store(history_store_url, clock=lambda: NOW)
     old = Batch(
         engine_entries=[EngineEntry("t", "slowlog", "r", f"old{i}", 10.0, 10.0, {}) for i in range(3000)]
     )
     store.write(old)
     worker = RetentionWorker(
-        store, RetentionPolicy(max_age_s=1000.0, batch_rows=200), interval_s=0.01, clock=lambda: 5000.0
+        store, RetentionPolicy(max_age_s=DAY, batch_rows=200), interval_s=0.01, clock=lambda: NOW
     )
     errors: list[BaseException] = []
     written = 0
@@ -30,7 +34,7 @@ def test_retention_thread_deletes_old_rows_while_the_writer_keeps_writing(histor
                 store.write(
                     Batch(
                         engine_entries=[
-                            EngineEntry("t", "slowlog", "r", f"new{i}-{j}", 4500.0, 4500.0, {})
+                            EngineEntry("t", "slowlog", "r", f"new{i}-{j}", NOW - 500.0, NOW - 500.0, {})
                             for j in range(50)
                         ]
                     )
@@ -53,4 +57,6 @@ def test_retention_thread_deletes_old_rows_while_the_writer_keeps_writing(histor
     assert worker.last_error is None
     assert written == 3000
     assert store.count("engine_entries") == 3000  # all new rows, none of the old
+    if store.dialect == "postgresql":
+        assert "engine_entries_p19700101" not in store.partitions()["engine_entries"]  # dropped whole
     store.close()
