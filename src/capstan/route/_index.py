@@ -25,14 +25,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from itertools import groupby
 from typing import Protocol
 
 from capstan.kvcache import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
-# Rough per-entry cost of the Python structures used below (dict slot + set membership + int object), used
-# for the
-# index-memory gauge. bench/route_*.py measures the real figure with tracemalloc.
-_BYTES_PER_ENTRY = 160
+# Bytes per index entry for the index-memory gauge, as tracemalloc measured them (distinct blocks, 8 endpoints;
+# tests/unit/route/test_index_match.py checks them): the precise index keeps an engine-hash dict per endpoint
+# plus the key -> mask dict; the approximate one an OrderedDict per endpoint plus the same masks.
+_PRECISE_BYTES_PER_ENTRY = 120
+_APPROX_BYTES_PER_ENTRY = 170
 
 
 class PrefixLookup(Protocol):
@@ -48,28 +50,89 @@ class PrefixLookup(Protocol):
         ...
 
 
-def _longest_runs(
-    hashes: Sequence[int], names: Iterable[str], holders_of: Callable[[int], set[str] | None]
-) -> dict[str, int]:
-    alive = set(names)
-    matched = dict.fromkeys(alive, 0)
-    end = len(hashes)
-    for i, h in enumerate(hashes):  # bounded by len(hashes)
-        holders = holders_of(h)
-        if not holders:
-            end = i
-            break
-        if alive <= holders:  # the common case: nobody drops out at this block
-            continue
-        still = alive & holders
-        for name in alive - still:
-            matched[name] = i
-        alive = still
+class _Holders:
+    """Router key -> bitmask of the endpoints holding that block; each endpoint gets a bit on first sight, and
+    the bit is reused once a forgotten endpoint holds nothing.
+
+    NOTE: masks rather than sets of names make a match cheap: the per-block work is a C-level ``map`` of
+    ``dict.get`` and a ``groupby`` over small ints (equal masks are mostly the same object), and Python code runs
+    only where the holders change. A prompt of 100k tokens is ~6,000 blocks; a Python loop over them was most of
+    a decision's time.
+    """
+
+    def __init__(self) -> None:
+        self.masks: dict[int, int] = {}
+        self._bits: dict[str, int] = {}
+        self._free: list[int] = []
+
+    def bit(self, name: str) -> int:
+        b = self._bits.get(name)
+        if b is None:
+            b = self._free.pop() if self._free else 1 << len(self._bits)
+            self._bits[name] = b
+        return b
+
+    def add(self, key: int, name: str) -> None:
+        self.masks[key] = self.masks.get(key, 0) | self.bit(name)
+
+    def discard(self, key: int, name: str) -> None:
+        mask = self.masks.get(key)
+        b = self._bits.get(name)
+        if mask is None or b is None:
+            return
+        mask &= ~b
+        if mask:
+            self.masks[key] = mask
+        else:
+            del self.masks[key]
+
+    def release(self, name: str) -> None:
+        """``name`` holds no key any more (its entries were all discarded): free its bit."""
+        b = self._bits.pop(name, None)
+        if b is not None:
+            self._free.append(b)
+
+    def longest_runs(self, hashes: Sequence[int], names: Iterable[str]) -> dict[str, int]:
+        """Per endpoint, the length of the longest run of ``hashes`` from the start that it holds."""
+        matched = dict.fromkeys(names, 0)
+        bits = {n: self._bits[n] for n in matched if n in self._bits}
+        alive = 0
+        for b in bits.values():
+            alive |= b
         if not alive:
-            break
-    for name in alive:
-        matched[name] = end
-    return matched
+            return matched
+        held: list[int | None] = []
+        start, size = 0, 64
+        while start < len(hashes):  # bounded: the chunks grow 4x; a cold prompt stops after its first chunk
+            chunk = list(map(self.masks.get, hashes[start : start + size]))
+            held += chunk
+            if None in chunk:
+                break
+            start, size = start + size, size * 4
+        try:
+            end = held.index(None)
+            del held[end:]
+        except ValueError:
+            end = len(held)
+        pos = 0
+        for mask, run in groupby(held):  # bounded by len(hashes); usually a handful of runs
+            assert mask is not None
+            if mask & alive != alive:
+                still = alive & mask
+                for n, b in bits.items():
+                    if b & alive and not b & still:
+                        matched[n] = pos
+                alive = still
+                if not alive:
+                    break
+            pos += len(list(run))
+        for n, b in bits.items():
+            if b & alive:
+                matched[n] = end
+        return matched
+
+    def __len__(self) -> int:
+        return len(self.masks)
 
 
 class ApproximatePrefixIndex:
@@ -82,7 +145,7 @@ class ApproximatePrefixIndex:
         self.capacity = capacity_per_endpoint
         self.stride = stride
         self._lru: dict[str, OrderedDict[int, None]] = {}
-        self._holders: dict[int, set[str]] = {}
+        self._holders = _Holders()
 
     def indexed(self, hashes: Sequence[int]) -> Sequence[int]:
         if self.stride == 1:
@@ -90,7 +153,7 @@ class ApproximatePrefixIndex:
         return hashes[self.stride - 1 :: self.stride]
 
     def match(self, hashes: Sequence[int], names: Iterable[str]) -> dict[str, int]:
-        return _longest_runs(self.indexed(hashes), names, self._holders.get)
+        return self._holders.longest_runs(self.indexed(hashes), names)
 
     def record(self, name: str, hashes: Sequence[int]) -> None:
         """The router sent a request with ``hashes`` to ``name``: assume it now holds them (most recent)."""
@@ -102,10 +165,10 @@ class ApproximatePrefixIndex:
                 lru.move_to_end(h)
                 continue
             lru[h] = None
-            self._holders.setdefault(h, set()).add(name)
+            self._holders.add(h, name)
         while len(lru) > self.capacity:  # bounded: at most len(hashes) evictions
             old, _ = lru.popitem(last=False)
-            self._drop(old, name)
+            self._holders.discard(old, name)
 
     def endpoints(self) -> list[str]:
         """Endpoints the index holds entries for."""
@@ -114,14 +177,8 @@ class ApproximatePrefixIndex:
     def forget(self, name: str) -> None:
         """The endpoint went away (or restarted): drop everything learnt about it."""
         for h in self._lru.pop(name, OrderedDict()):
-            self._drop(h, name)
-
-    def _drop(self, h: int, name: str) -> None:
-        holders = self._holders.get(h)
-        if holders is not None:
-            holders.discard(name)
-            if not holders:
-                del self._holders[h]
+            self._holders.discard(h, name)
+        self._holders.release(name)
 
     @property
     def size(self) -> int:
@@ -129,7 +186,7 @@ class ApproximatePrefixIndex:
 
     @property
     def approx_bytes(self) -> int:
-        return self.size * _BYTES_PER_ENTRY
+        return self.size * _APPROX_BYTES_PER_ENTRY
 
 
 # rekey(parent_router_key, token_ids, block_size) -> one router key per full block of token_ids
@@ -150,14 +207,14 @@ class PreciseKVIndex:
         self._rekey = rekey
         self.max_blocks = max_blocks_per_endpoint
         self._blocks: dict[str, dict[int, int]] = {}
-        self._holders: dict[int, set[str]] = {}
+        self._holders = _Holders()
         self.events_applied = 0
 
     def indexed(self, hashes: Sequence[int]) -> Sequence[int]:
         return hashes
 
     def match(self, hashes: Sequence[int], names: Iterable[str]) -> dict[str, int]:
-        return _longest_runs(hashes, names, self._holders.get)
+        return self._holders.longest_runs(hashes, names)
 
     def apply(self, name: str, events: Iterable[KVEvent]) -> None:
         """Apply one endpoint's events, in the order the engine published them."""
@@ -170,15 +227,15 @@ class PreciseKVIndex:
                     if eh in blocks:
                         continue
                     blocks[eh] = rk
-                    self._holders.setdefault(rk, set()).add(name)
+                    self._holders.add(rk, name)
                 while len(blocks) > self.max_blocks:
                     eh = next(iter(blocks))
-                    self._drop(name, blocks.pop(eh))
+                    self._holders.discard(blocks.pop(eh), name)
             elif isinstance(ev, BlockRemoved):
                 for eh in ev.block_hashes:
                     removed = blocks.pop(eh, None)
                     if removed is not None:
-                        self._drop(name, removed)
+                        self._holders.discard(removed, name)
             elif isinstance(ev, AllBlocksCleared):
                 self.forget(name)
                 blocks = self._blocks.setdefault(name, {})
@@ -193,14 +250,8 @@ class PreciseKVIndex:
 
     def forget(self, name: str) -> None:
         for rk in self._blocks.pop(name, {}).values():
-            self._drop(name, rk)
-
-    def _drop(self, name: str, rk: int) -> None:
-        holders = self._holders.get(rk)
-        if holders is not None:
-            holders.discard(name)
-            if not holders:
-                del self._holders[rk]
+            self._holders.discard(rk, name)
+        self._holders.release(name)
 
     @property
     def size(self) -> int:
@@ -208,4 +259,4 @@ class PreciseKVIndex:
 
     @property
     def approx_bytes(self) -> int:
-        return self.size * _BYTES_PER_ENTRY
+        return self.size * _PRECISE_BYTES_PER_ENTRY
