@@ -130,6 +130,12 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="seconds-long run")
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--preset", default="llama-3.1-8b-h100")
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        default=TRACE,
+        help="a Mooncake-format JSONL trace (default: the shared conversation trace)",
+    )
     ap.add_argument("--mooncake-limit", type=int, default=3000, help="first N requests of the trace")
     ap.add_argument("--mooncake-time-scale", type=float, default=0.5, help="> 1 compresses arrivals")
     ap.add_argument("--sweep-points", type=int, default=4)
@@ -148,7 +154,7 @@ def main() -> None:
     }
 
     # ---- 1. Mooncake capacity sweep ----------------------------------------------------------------------
-    reqs = mooncake_requests(TRACE, limit=args.mooncake_limit, time_scale=args.mooncake_time_scale)
+    reqs = mooncake_requests(args.trace, limit=args.mooncake_limit, time_scale=args.mooncake_time_scale)
     ws = working_set_blocks(reqs)
     bound = pooled_cache_reference(reqs, None).hit_ratio
     lo = 18_750  # 300k tokens per replica, an H100-realistic size

@@ -119,8 +119,12 @@ class PartitionCache:
             for attempt in range(MAX_CREATE_ATTEMPTS):
                 try:
                     with self._engine.begin() as conn:
-                        for table, days in missing.items():
-                            self.created += create_day_partitions(conn, table, days)
+                        made = [
+                            n
+                            for table, days in missing.items()
+                            for n in create_day_partitions(conn, table, days)
+                        ]
+                    self.created += made
                     break
                 except DBAPIError:
                     # NOTE: another process created the same partition at the same moment; look again.
@@ -189,17 +193,17 @@ def trim_keys_before(conn: Connection, table: str, cut_us: int, limit: int) -> i
 
 
 # Per object (source, uid): the newest snapshot before the cut and every later row, unless the object was deleted
-# before the cut -- the same rule as the row-by-row retention in Store.prune_before.
+# before the cut -- the same rule as the row-by-row retention in Store.prune_before. One aggregate over the
+# expiring rows and one hash join: linear in the rows dropped.
 _KEEP_OBJECT_CHANGES = """
+WITH per_object AS (
+    SELECT source, uid,
+           max(version_seq) FILTER (WHERE snapshot IS NOT NULL) AS keep_from,
+           bool_or(change_type = 'deleted') AS deleted
+    FROM object_changes WHERE observed_at < :cut
+    GROUP BY source, uid
+)
 INSERT INTO "{staging}"
-SELECT oc.* FROM object_changes oc
-WHERE oc.observed_at < :cut
-  AND oc.version_seq >= COALESCE((
-      SELECT max(o2.version_seq) FROM object_changes o2
-      WHERE o2.source = oc.source AND o2.uid = oc.uid AND o2.observed_at < :cut AND o2.snapshot IS NOT NULL
-  ), 0)
-  AND NOT EXISTS (
-      SELECT 1 FROM object_changes o3
-      WHERE o3.source = oc.source AND o3.uid = oc.uid AND o3.change_type = 'deleted' AND o3.observed_at < :cut
-  )
+SELECT oc.* FROM object_changes oc JOIN per_object p ON p.source = oc.source AND p.uid = oc.uid
+WHERE oc.observed_at < :cut AND NOT p.deleted AND oc.version_seq >= COALESCE(p.keep_from, 0)
 """
