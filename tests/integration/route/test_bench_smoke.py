@@ -43,3 +43,18 @@ def test_route_http_bench_smoke(tmp_path: Path) -> None:
     (row,) = data["rows"]
     assert row["policy"] == "capstan-precise" and row["ok"] > 0 and row["errors"] == 0
     assert (tmp_path / "route_http_ttft_p90.png").stat().st_size > 0
+
+
+def test_route_index_bench_smoke(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench/route_index.py"), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "route_index.json").read_text())
+    assert data["entries"] > 0 and data["match_us"]["p99"] > 0
+    assert set(data["bytes_per_entry"]) == {"precise", "approximate"}
+    assert (tmp_path / "route_index_match.png").stat().st_size > 0
