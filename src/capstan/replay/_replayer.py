@@ -106,6 +106,7 @@ def summarize(report: ReplayReport) -> dict[str, float]:
         "ttft_p50": percentile(ttft, 50),
         "ttft_p90": percentile(ttft, 90),
         "ttft_p99": percentile(ttft, 99),
+        "ttft_mean": sum(ttft) / len(ttft) if ttft else math.nan,
         "e2e_p50": percentile(e2e, 50),
         "e2e_p90": percentile(e2e, 90),
         "e2e_p99": percentile(e2e, 99),
