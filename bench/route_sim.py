@@ -60,6 +60,26 @@ POLICIES: dict[str, dict[str, Any]] = {
 }
 SWEEP_POLICIES = ["capstan-precise", "capstan-approx", "llmd-weights-precise", "round-robin"]
 
+# Agentic shapes. "chat": short tool-using sessions on three shared agent prompts (AgenticConfig's defaults).
+# "coding": llm-d-benchmark's agentic_code_generation profile (shared system prompt 3,000 tokens, a per-session
+# context of mean 160k tokens, 540 turns of 1,500 input and 425 output tokens, 15 s of tool latency) with the
+# context and the turn count scaled by 1/10 so a run takes minutes: 16k tokens of context, 20-60 turns.
+AGENTIC_SHAPES: dict[str, dict[str, Any]] = {
+    "chat": {},
+    "coding": {
+        "agent_types": 1,
+        "system_tokens": 3000,
+        "tools": 0,
+        "user_tokens": 16000,
+        "turns_min": 20,
+        "turns_max": 60,
+        "tool_output_tokens": 1500,
+        "answer_tokens": 425,
+        "think_time_s": 15.0,
+        "user_followup_prob": 0.0,
+    },
+}
+
 
 def run_policy(
     reqs: list[SimRequest], name: str, engine: EngineConfig, replicas: int
@@ -141,11 +161,12 @@ def main() -> None:
     ap.add_argument("--sweep-points", type=int, default=4)
     ap.add_argument("--agentic-sessions", type=int, default=300)
     ap.add_argument("--agentic-rate", type=float, default=4.0, help="new sessions per second")
+    ap.add_argument("--agentic-shape", choices=sorted(AGENTIC_SHAPES), default="chat")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
     args = ap.parse_args()
     if args.smoke:
         args.replicas, args.mooncake_limit, args.sweep_points = 4, 150, 2
-        args.agentic_sessions = 12
+        args.agentic_sessions = 12 if args.agentic_shape == "chat" else 2
     args.out.mkdir(parents=True, exist_ok=True)
     preset = get_preset(args.preset)
     results: dict[str, Any] = {
@@ -181,7 +202,9 @@ def main() -> None:
     results["mooncake"] = {"requests": len(reqs), "working_set_blocks": ws, "sweep": sweep}
 
     # ---- 2. Agentic sessions -------------------------------------------------------------------------------
-    acfg = AgenticConfig(sessions=args.agentic_sessions, session_rate=args.agentic_rate)
+    acfg = AgenticConfig(
+        sessions=args.agentic_sessions, session_rate=args.agentic_rate, **AGENTIC_SHAPES[args.agentic_shape]
+    )
     areqs = from_replay_requests(agentic_requests(acfg))
     engine = EngineConfig(
         latency=preset.latency, num_gpu_blocks=preset.num_gpu_blocks, max_num_seqs=preset.max_num_seqs
@@ -193,7 +216,8 @@ def main() -> None:
         res, wall = run_policy(areqs, name, engine, args.replicas)
         rows.append(row(res, pooled, wall))
     print_table(
-        f"Agentic sessions ({len(areqs)} requests, {args.agentic_sessions} sessions), {args.replicas} replicas × "
+        f"Agentic sessions, {args.agentic_shape} ({len(areqs)} requests, {args.agentic_sessions} sessions), "
+        f"{args.replicas} replicas × "
         f"{preset.num_gpu_blocks * 16:,} KV tokens",
         rows,
         pooled,

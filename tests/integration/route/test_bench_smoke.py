@@ -14,9 +14,18 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_route_sim_bench_smoke(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shape", ["chat", "coding"])
+def test_route_sim_bench_smoke(tmp_path: Path, shape: str) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench/route_sim.py"), "--smoke", "--out", str(tmp_path)],
+        [
+            sys.executable,
+            str(ROOT / "bench/route_sim.py"),
+            "--smoke",
+            "--agentic-shape",
+            shape,
+            "--out",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
