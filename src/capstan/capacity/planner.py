@@ -24,6 +24,7 @@ calls this same function) only has to apply them. There is no I/O here.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -84,6 +85,14 @@ class NodeView:
     """Pods running on the node (used to decide whether they can move elsewhere)."""
     purpose: str = "pods"
     """Why it was launched (a label on the node): ``repack`` nodes wait for the repack that wants them."""
+
+    @functools.cached_property
+    def smallest_bound(self) -> tuple[int, int]:
+        """The smallest CPU and memory requests among the bound pods (a view is reused while its node is
+        unchanged, so this is computed once per change, not once per decision)."""
+        return min((p.cpu_milli for p in self.bound), default=0), min(
+            (p.memory_mib for p in self.bound), default=0
+        )
 
 
 @dataclass(frozen=True)
@@ -264,9 +273,15 @@ class _Work:
             self.views[n.id] = n
         # the smallest request this decision may place: bins with less free are left out of the scans
         self.fc = self.cache.forecast(snap, cfg) if cfg.headroom else Forecast((), None)
-        small = [*snap.pending, *self.fc.pods, *(p for n in snap.nodes for p in n.bound)]
-        self.floor_cpu = min((p.cpu_milli for p in small), default=0)
-        self.floor_mem = min((p.memory_mib for p in small), default=0)
+        cpus = [p.cpu_milli for p in (*snap.pending, *self.fc.pods)]
+        mems = [p.memory_mib for p in (*snap.pending, *self.fc.pods)]
+        for n in snap.nodes:
+            if n.bound:
+                cpu, mem = n.smallest_bound
+                cpus.append(cpu)
+                mems.append(mem)
+        self.floor_cpu = min(cpus, default=0)
+        self.floor_mem = min(mems, default=0)
         # bins with room for the smallest pod, most free CPU first (ties: snapshot order), so a scan stops at
         # the first bin with less free CPU than the pod asks for
         entries = sorted(
