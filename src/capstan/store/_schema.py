@@ -252,16 +252,14 @@ KEY_TABLE = {
     "engine_entries": "engine_entry_keys",
 }
 
-postgres_metadata = MetaData(naming_convention=NAMING)
 
-
-def _partitioned(table: Table) -> Table:
+def _partitioned(table: Table, into: MetaData) -> Table:
     key = PARTITION_KEYS[table.name]
     columns = [Column(c.name, c.type, nullable=c.nullable) for c in table.columns if c.name != "id"]
     indexes = [Index(ix.name, *[c.name for c in ix.columns]) for ix in table.indexes]
     return Table(
         table.name,
-        postgres_metadata,
+        into,
         # NOTE: the partition key must be part of the primary key; id stays a BIGSERIAL.
         Column("id", BigInteger, autoincrement=True, nullable=False),
         *columns,
@@ -272,22 +270,28 @@ def _partitioned(table: Table) -> Table:
     )
 
 
-def _key_table(table: Table) -> Table:
+def _key_table(table: Table, into: MetaData) -> Table:
     key = PARTITION_KEYS[table.name]
     name = KEY_TABLE[table.name]
     return Table(
         name,
-        postgres_metadata,
+        into,
         *[Column(c, table.c[c].type, primary_key=True) for c in key],
         Column("observed_at", BigInteger, nullable=False),
         Index(f"ix_{name}_observed_at", "observed_at"),
     )
 
 
-for _table in TABLES:
-    if _table.name in PARTITION_KEYS:
-        _partitioned(_table)
-        _key_table(_table)
-    else:
-        _table.to_metadata(postgres_metadata)
-del _table
+def _postgres_schema() -> MetaData:
+    """The logical tables, with the partitioned ones and their key tables in place of the three big ones."""
+    out = MetaData(naming_convention=NAMING)
+    for table in TABLES:
+        if table.name in PARTITION_KEYS:
+            _partitioned(table, out)
+            _key_table(table, out)
+        else:
+            table.to_metadata(out)
+    return out
+
+
+postgres_metadata = _postgres_schema()
