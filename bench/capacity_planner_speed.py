@@ -32,6 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=OUT, help="where JSON and plots go")
     args = ap.parse_args()
     boot, ready = Delay("fixed", 300), Delay("fixed", 90)
     types = read_openb_nodes(OPENB / "openb_node_list_gpu_node.csv", boot, ready)
@@ -68,8 +69,8 @@ def main() -> None:
         )
         table.add_row(str(n), f"{med:.1f}", f"{min(times):.1f}", str(len(result.launches)), f"{med / n:.3f}")
     console.print(table)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "capacity_planner_speed.json").write_text(json.dumps(rows, indent=1))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "capacity_planner_speed.json").write_text(json.dumps(rows, indent=1))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,9 +85,9 @@ def main() -> None:
     ax.set_ylabel("ms per decision")
     ax.legend()
     fig.tight_layout()
-    (OUT / "capacity").mkdir(parents=True, exist_ok=True)
-    fig.savefig(OUT / "capacity" / "planner_speed.png", dpi=110)
-    console.print(f"wrote {OUT / 'capacity_planner_speed.json'}")
+    (args.out / "capacity").mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out / "capacity" / "planner_speed.png", dpi=110)
+    console.print(f"wrote {args.out / 'capacity_planner_speed.json'}")
 
 
 if __name__ == "__main__":

@@ -79,7 +79,9 @@ def row(label: str, s: dict[str, Summary]) -> dict[str, object]:
     }
 
 
-def case(console: Console, label: str, workload: Workload, types: tuple, seed: int = 0) -> dict[str, object]:  # type: ignore[type-arg]
+def case(  # type: ignore[type-arg]
+    console: Console, label: str, workload: Workload, types: tuple, out: Path, seed: int = 0
+) -> dict[str, object]:
     t0 = time.perf_counter()
     results = run_policies(workload, types, POLICIES, seed=seed)
     summaries = {k: v[1] for k, v in results.items()}
@@ -126,7 +128,7 @@ def case(console: Console, label: str, workload: Workload, types: tuple, seed: i
         f"  capstan/CA idle GPU-h {r['idle_vs_ca']:.2f}× (goal ≤ 0.4), p99 pending {r['p99_vs_ca']:.2f}× "
         f"(goal ≤ 0.2), cost/oracle {r['cost_vs_oracle']:.2f}× (goal ≤ 1.05)"
     )
-    write_plots(list(summaries.values()), OUT / "capacity" / label.replace(" ", "_").replace("/", "_"), label)
+    write_plots(list(summaries.values()), out / "capacity" / label.replace(" ", "_").replace("/", "_"), label)
     return r
 
 
@@ -195,6 +197,7 @@ def main() -> None:
     ap.add_argument("--boot-delay", type=float, default=300.0, help="seconds, request → Ready")
     ap.add_argument("--gpu-ready-delay", type=float, default=90.0, help="seconds, Ready → GPUs allocatable")
     ap.add_argument("--openb-pods", type=int, default=0, help="replay only the first N openb tasks (0: all)")
+    ap.add_argument("--out", type=Path, default=OUT, help="where JSON and plots go")
     args = ap.parse_args()
     console = Console(width=200)
     boot, ready = Delay("fixed", args.boot_delay), Delay("fixed", args.gpu_ready_delay)
@@ -209,7 +212,7 @@ def main() -> None:
         w = load_trace(str(openb_dir / f"openb_pod_list_{variant}.csv"))
         if n_openb:
             w = Workload(w.name, w.pods[:n_openb])
-        rows.append(case(console, f"openb {variant}", w, openb_types))
+        rows.append(case(console, f"openb {variant}", w, openb_types, args.out))
         if variant == "default":
             frontier = headroom_frontier(console, w, openb_types, rows[-1])
         if args.smoke:
@@ -218,11 +221,11 @@ def main() -> None:
     genai = load_trace(str(TRACES / "alibaba-genai-2026" / "qps.csv"), window=300.0)
     if args.smoke:
         genai = Workload(genai.name, genai.pods[:60])
-    rows.append(case(console, "genai qps", genai, infer_types))
+    rows.append(case(console, "genai qps", genai, infer_types, args.out))
 
     hours = 0.5 if args.smoke else 3.0
     synth = synthetic_agentic(11, AgenticSpec(hours=hours))
-    rows.append(case(console, "synthetic agentic", synth, infer_types, seed=11))
+    rows.append(case(console, "synthetic agentic", synth, infer_types, args.out, seed=11))
     factor = 3 if args.smoke else 10
     rows.append(
         case(
@@ -230,12 +233,13 @@ def main() -> None:
             f"synthetic agentic x{factor}",
             grow(synth, factor, seed=11),
             grow_node_types(infer_types, factor),
+            args.out,
             seed=11,
         )
     )
 
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "capacity_policies.json").write_text(
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "capacity_policies.json").write_text(
         json.dumps(
             {
                 "boot_delay_s": args.boot_delay,
@@ -247,7 +251,7 @@ def main() -> None:
             indent=1,
         )
     )
-    console.print(f"wrote {OUT / 'capacity_policies.json'} and plots under {OUT / 'capacity'}")
+    console.print(f"wrote {args.out / 'capacity_policies.json'} and plots under {args.out / 'capacity'}")
 
 
 if __name__ == "__main__":

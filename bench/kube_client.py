@@ -513,8 +513,8 @@ def parent(args: argparse.Namespace) -> None:
                 ctable.add_row(r["variant"], f"{r['list_s']:.1f} s", str(r["items"]), f"{r['rss_mb']:.0f} MB")
         console.print(ctable)
     results = results + consumers
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
     (out / "kube_client.json").write_text(
         json.dumps({"pods": pods, "events": events, "results": results}, indent=2)
     )
@@ -551,6 +551,7 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=10_000)
     ap.add_argument("--smoke", action="store_true", help="200 pods, no plot: seconds, for the test suite")
     ap.add_argument("--kubeconfig", help="use this cluster instead of starting a sandbox")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "out", help="where JSON and plots go")
     ap.add_argument("--variants", nargs="*", choices=VARIANTS)
     ap.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     ap.add_argument("--since", help=argparse.SUPPRESS)

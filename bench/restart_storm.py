@@ -291,6 +291,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pods", type=int, default=200)
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "out", help="where JSON and plots go")
     ap.add_argument("--deployments", type=int, default=20)
     ap.add_argument("--restarts", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -375,8 +376,8 @@ def main() -> None:
         console.print(
             f"  {name:>17}: p50 {st['p50_s']:.2f} s, p99 {st['p99_s']:.2f} s, max {st['max_s']:.2f} s (n={st['n']})"
         )
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
     plot(result, out / "restart_storm_latency.png", args)
     (out / "restart_storm.json").write_text(
         json.dumps(

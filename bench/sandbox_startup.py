@@ -94,6 +94,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--extra-nodes", type=int, default=0, help="add a pool of this many CPU nodes")
     ap.add_argument("--smoke", action="store_true", help="one run, for the test suite")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "out", help="where JSON and plots go")
     args = ap.parse_args()
     runs = 1 if args.smoke else args.runs
     console = Console(width=140)
@@ -111,8 +112,8 @@ def main() -> None:
     if runs > 1:
         table.add_row("median", *(f"{statistics.median(r[c] for r in results):.2f} s" for c in cols))
     console.print(table)
-    out = Path(__file__).parent / "out"
-    out.mkdir(exist_ok=True)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
     (out / "sandbox_startup.json").write_text(json.dumps(results, indent=2))
     if not args.smoke:
         import matplotlib

@@ -20,9 +20,9 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def test_kube_client_bench_smoke(kubeconfig: Path) -> None:
-    run(str(BENCH / "kube_client.py"), "--smoke", "--kubeconfig", str(kubeconfig))
-    data = json.loads((BENCH / "out" / "kube_client.json").read_text())
+def test_kube_client_bench_smoke(kubeconfig: Path, tmp_path: Path) -> None:
+    run(str(BENCH / "kube_client.py"), "--smoke", "--kubeconfig", str(kubeconfig), "--out", str(tmp_path))
+    data = json.loads((tmp_path / "kube_client.json").read_text())
     assert data["pods"] == 200
     by_variant = {r["variant"]: r for r in data["results"]}
     assert set(by_variant) == {
@@ -34,17 +34,17 @@ def test_kube_client_bench_smoke(kubeconfig: Path) -> None:
     assert by_variant["capstan"]["events"] == data["events"] >= 200
 
 
-def test_sandbox_startup_bench_smoke() -> None:
-    proc = run(str(BENCH / "sandbox_startup.py"), "--smoke")
+def test_sandbox_startup_bench_smoke(tmp_path: Path) -> None:
+    proc = run(str(BENCH / "sandbox_startup.py"), "--smoke", "--out", str(tmp_path))
     assert "sandbox up" in proc.stdout
-    (result,) = json.loads((BENCH / "out" / "sandbox_startup.json").read_text())
+    (result,) = json.loads((tmp_path / "sandbox_startup.json").read_text())
     assert result["nodes"] == 5 and result["first_pod_s"] > 0
 
 
-def test_restart_storm_bench_smoke() -> None:
+def test_restart_storm_bench_smoke(tmp_path: Path) -> None:
     """The sandbox storm harness with Capstan as the collector: every injected restart accounted for."""
-    run(str(BENCH / "restart_storm.py"), "--smoke")
-    data = json.loads((BENCH / "out" / "restart_storm.json").read_text())
+    run(str(BENCH / "restart_storm.py"), "--smoke", "--out", str(tmp_path))
+    data = json.loads((tmp_path / "restart_storm.json").read_text())
     assert data["injected"] == 20
     assert data["accounted"] == data["injected"]
-    assert (BENCH / "out" / "restart_storm_latency.png").stat().st_size > 0
+    assert (tmp_path / "restart_storm_latency.png").stat().st_size > 0
