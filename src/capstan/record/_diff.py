@@ -16,6 +16,7 @@ from typing import Any
 import jsonpatch
 from pydantic import Field
 
+from capstan import jsontext
 from capstan.config import StrictModel
 
 JsonDict = dict[str, Any]
@@ -137,7 +138,7 @@ def _same(a: Any, b: Any) -> bool:
         return False
     if kind in _SCALARS:
         return bool(a == b)
-    return a == b and json.dumps(a) == json.dumps(b)
+    return a == b and jsontext.dumpb(a) == jsontext.dumpb(b)
 
 
 def _escape(key: str) -> str:
@@ -172,7 +173,7 @@ def _diff(a: Any, b: Any, path: str, ops: list[JsonDict]) -> None:
 
 
 def _copy(value: Any) -> Any:
-    return json.loads(json.dumps(value))
+    return jsontext.copy(value)
 
 
 def make_patch(before: JsonDict, after: JsonDict) -> list[JsonDict]:

@@ -9,10 +9,10 @@ so a crash between building and writing simply rebuilds the same batch (writes a
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from capstan import jsontext
 from capstan.record._diff import DiffPolicy, make_patch, normalize
 from capstan.store import Batch, ChangeType, KindCursor, KubeEvent, ObjectChange, ObjectState, ObservedVia
 
@@ -45,13 +45,13 @@ class ObjectHistory:
             self._keep(uid, st)
 
     def _keep(self, uid: str, st: ObjectState) -> str:
-        encoded = json.dumps(st.object, separators=(",", ":"))
-        self._objects[uid] = encoded.encode()
+        encoded, raw = jsontext.encode(st.object)
+        self._objects[uid] = raw
         self._states[uid] = _with_object(st, {})
         return encoded
 
     def _full(self, st: ObjectState) -> ObjectState:
-        return _with_object(st, json.loads(self._objects[st.uid]))
+        return _with_object(st, jsontext.decode(self._objects[st.uid]))
 
     def state(self, uid: str) -> ObjectState | None:
         st = self._states.get(uid)
@@ -176,8 +176,8 @@ class ObjectHistory:
             self._objects.pop(uid, None)
             batch.state_deletes.append((self.source, uid))
         else:
-            encoded = json.dumps(norm, separators=(",", ":"))
-            self._objects[uid] = encoded.encode()
+            encoded, raw = jsontext.encode(norm)
+            self._objects[uid] = raw
             self._states[uid] = ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, {})
             batch.state_puts.append(
                 ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, norm, encoded)

@@ -37,6 +37,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Row
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
+from capstan import jsontext
 from capstan.errors import UserError
 from capstan.store import _schema as s
 from capstan.store._engine import (
@@ -940,7 +941,7 @@ def _sqlite_insert_ignore(conn: Connection, table: Any, rows: list[dict[str, Any
         "ON CONFLICT DO NOTHING"
     )
     params = [
-        tuple((None if r[c] is None else json.dumps(r[c])) if c in json_cols else r[c] for c in cols)
+        tuple((None if r[c] is None else jsontext.dumps(r[c])) if c in json_cols else r[c] for c in cols)
         for r in rows
     ]
     result = conn.exec_driver_sql(sql, params)

@@ -1,0 +1,43 @@
+"""Fast JSON on the recorder's hot paths: exact round trips, including what orjson cannot write."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from capstan import jsontext
+from capstan.record._diff import make_patch
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": 1, "b": [True, None, 1.5, "é ☃"], "c": {"d": -(2**63)}},
+        {"big": 2**70, "neg": -(2**80), "nested": [{"x": 2**64}]},  # beyond 64 bits: the standard library writes
+        {1: "non-string key"},
+    ],
+)
+def test_encode_then_decode_gives_the_value_back_exactly(value: object) -> None:
+    text, raw = jsontext.encode(value)
+    expected = json.loads(json.dumps(value))  # what a JSON round trip means (int keys become strings)
+    assert json.loads(text) == expected  # any JSON reader gets the value from the text
+    got = jsontext.decode(raw)
+    assert got == expected and jsontext.copy(value) == expected
+    if isinstance(value, dict) and "big" in value:
+        assert got["big"] == 2**70 and isinstance(got["big"], int)  # not a float, as orjson would read it
+
+
+def test_json_equality_keeps_one_true_and_one_point_zero_apart() -> None:
+    before = {"spec": {"replicas": 1, "paused": True, "weight": 1.0}}
+    after = {"spec": {"replicas": True, "paused": 1, "weight": 1}}
+    assert before == after  # Python says equal; JSON does not
+    ops = make_patch(before, after)
+    assert {op["path"] for op in ops} == {"/spec/replicas", "/spec/paused", "/spec/weight"}
+
+
+def test_dumps_is_compact() -> None:
+    assert jsontext.dumps({"a": [1, 2], "b": "c"}) == '{"a":[1,2],"b":"c"}'
+    assert jsontext.dumps({"big": 2**70}) == '{"big":1180591620717411303424}'
