@@ -27,6 +27,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,20 +76,24 @@ def deployment(k: int, version: int) -> dict[str, Any]:
     }
 
 
-def build_batches(n_changes: int, n_objects: int, batch_size: int) -> tuple[list[Batch], float]:
-    history = ObjectHistory("bench")
-    start = time.perf_counter()
-    batches: list[Batch] = []
+def diffed_batches(source: str, n_changes: int, n_objects: int, batch_size: int) -> Iterator[Batch]:
+    """``n_changes`` Deployment changes over ``n_objects`` objects through the real diff builder, in batches."""
+    history = ObjectHistory(source)
     current = Batch()
     for i in range(n_changes):
         k = i % n_objects
         etype = "ADDED" if i < n_objects else "MODIFIED"
         current.extend(history.observe(etype, deployment(k, i + 1), observed_at=1_700_000_000.0 + i * 0.001))
         if len(current.object_changes) >= batch_size:
-            batches.append(current)
+            yield current
             current = Batch()
     if not current.is_empty():
-        batches.append(current)
+        yield current
+
+
+def build_batches(n_changes: int, n_objects: int, batch_size: int) -> tuple[list[Batch], float]:
+    start = time.perf_counter()
+    batches = list(diffed_batches("bench", n_changes, n_objects, batch_size))
     return batches, time.perf_counter() - start
 
 
@@ -153,17 +158,8 @@ def pipelined(store: Store, n_changes: int, n_objects: int, batch_size: int) -> 
     thread = threading.Thread(target=writer, name="bench-writer")
     start = time.perf_counter()
     thread.start()
-    history = ObjectHistory("bench-pipelined")
-    current = Batch()
-    for i in range(n_changes):
-        k = i % n_objects
-        etype = "ADDED" if i < n_objects else "MODIFIED"
-        current.extend(history.observe(etype, deployment(k, i + 1), observed_at=1_700_000_000.0 + i * 0.001))
-        if len(current.object_changes) >= batch_size:
-            handoff.put(current)
-            current = Batch()
-    if not current.is_empty():
-        handoff.put(current)
+    for batch in diffed_batches("bench-pipelined", n_changes, n_objects, batch_size):
+        handoff.put(batch)
     handoff.put(None)
     thread.join()
     if failure:

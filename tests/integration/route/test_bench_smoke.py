@@ -3,35 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+from tests.fixtures.benches import run_smoke
 
-ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("shape", ["chat", "coding"])
 def test_route_sim_bench_smoke(tmp_path: Path, shape: str) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench/route_sim.py"),
-            "--smoke",
-            "--agentic-shape",
-            shape,
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_smoke("route_sim.py", tmp_path, "--agentic-shape", shape)
     assert "pooled-cache reference" in proc.stdout
     assert (tmp_path / "route_sim_hit_vs_capacity.png").stat().st_size > 0
     data = json.loads((tmp_path / "route_sim.json").read_text())
@@ -40,14 +23,7 @@ def test_route_sim_bench_smoke(tmp_path: Path, shape: str) -> None:
 
 
 def test_route_http_bench_smoke(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench/route_http.py"), "--smoke", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_smoke("route_http.py", tmp_path)
     data = json.loads((tmp_path / "route_http.json").read_text())
     (row,) = data["rows"]
     assert row["policy"] == "capstan-precise" and row["ok"] > 0 and row["errors"] == 0
@@ -55,14 +31,7 @@ def test_route_http_bench_smoke(tmp_path: Path) -> None:
 
 
 def test_route_index_bench_smoke(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench/route_index.py"), "--smoke", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_smoke("route_index.py", tmp_path)
     data = json.loads((tmp_path / "route_index.json").read_text())
     assert data["entries"] > 0 and data["match_us"]["p99"] > 0
     assert set(data["bytes_per_entry"]) == {"precise", "approximate"}

@@ -3,48 +3,27 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+from tests.fixtures.benches import run_smoke
 
-ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.integration
 
 
 def test_history_ingest_bench_smoke(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench/history_ingest.py"), "--smoke", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_smoke("history_ingest.py", tmp_path)
     assert "timeline" in proc.stdout
     data = json.loads((tmp_path / "history_ingest.json").read_text())
     assert set(data["backends"]) == {"sqlite", "postgresql"}
     assert data["backends"]["sqlite"]["stored_records"] == data["records"]
+    assert all(b["pipelined_changes_per_s"] > 0 for b in data["backends"].values())
     assert (tmp_path / "history_ingest.png").stat().st_size > 0
 
 
 def test_slowlog_vs_exporter_bench_smoke(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench/history_slowlog_vs_exporter.py"),
-            "--smoke",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_smoke("history_slowlog_vs_exporter.py", tmp_path)
     data = json.loads((tmp_path / "history_slowlog_vs_exporter.json").read_text())
     capstan = data["capstan"]
     # Every flood command is either recovered with its arguments or counted in a gap record.

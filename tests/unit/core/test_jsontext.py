@@ -16,7 +16,11 @@ pytestmark = pytest.mark.unit
     "value",
     [
         {"a": 1, "b": [True, None, 1.5, "é ☃"], "c": {"d": -(2**63)}},
-        {"big": 2**70, "neg": -(2**80), "nested": [{"x": 2**64}]},  # beyond 64 bits: the standard library writes
+        {
+            "big": 2**70,
+            "neg": -(2**80),
+            "nested": [{"x": 2**64}],
+        },  # beyond 64 bits: the standard library writes
         {1: "non-string key"},
     ],
 )
