@@ -218,6 +218,24 @@ def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
         )
     assert diff == []
     st.close()
+
+    with engine.begin() as conn:  # and back: plain tables with their unique keys, the rows and ids kept
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0002")
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), s.metadata) == []
+        counts = [conn.exec_driver_sql(f"SELECT count(*), max(id) FROM {t}").one() for t in s.PARTITION_KEYS]
+        partitions = conn.exec_driver_sql("SELECT count(*) FROM pg_inherits").scalar_one()
+    assert [c[0] for c in counts] == [26, 6, 8] and partitions == 0
+    again = open_store(postgres_server.url, clock=lambda: T0 + 6 * DAY)  # and up once more
+    assert (
+        again.write(Batch(engine_entries=[EngineEntry("cache", "slowlog", "r", "100", T0, T0, {})])).inserted[
+            "engine_entries"
+        ]
+        == 1
+    )
+    assert again.count("engine_entries") == 9
+    again.close()
     engine.dispose()
 
 
