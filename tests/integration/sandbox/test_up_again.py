@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 
 import pytest
 
 from capstan.faults import Kubelet, Termination
-from capstan.kube import KubeClient, resources
+from capstan.kube import ApiError, KubeClient, resources
 from capstan.sandbox import NodePool, Sandbox, SandboxSpec, find_toolchain
 
 pytestmark = pytest.mark.integration
@@ -33,6 +34,19 @@ async def _pod_with_previous_log(kube: KubeClient, log_dir: Path) -> None:
     )
 
 
+async def _previous_log(kube: KubeClient) -> str:
+    """The previous log of web/app. kwok learns which logs it serves from its own watch after it starts, so right
+    after ``up`` the first requests may find none: retried, bounded (~30 s), and the last error is raised."""
+    for attempt in range(60):
+        try:
+            return await kube.pod_log("default", "web", "app", previous=True)
+        except ApiError as exc:
+            if exc.status != 400 or attempt == 59:
+                raise
+            await asyncio.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
 async def test_logs_are_served_after_the_sandbox_comes_up_again_on_another_kwok_port(tmp_path: Path) -> None:
     toolchain = find_toolchain()
     assert toolchain is not None
@@ -52,7 +66,7 @@ async def test_logs_are_served_after_the_sandbox_comes_up_again_on_another_kwok_
         try:
             assert state.ports["kwok"] != old_kwok
             async with await KubeClient.from_kubeconfig(state.kubeconfig) as kube:
-                text = await kube.pod_log("default", "web", "app", previous=True)
+                text = await _previous_log(kube)
                 assert "before the restart" in text
         finally:
             box.down()
