@@ -222,17 +222,21 @@ class PlanCache:
         self._forecast: tuple[tuple[object, ...], Forecast] | None = None
         self.no_repack: tuple[object, ...] | None = None
         self.types: dict[tuple[object, ...], NodeType | str] = {}
+        self._horizon: float | None = None
+        self._sliding = SlidingForecast()
 
     def forecast(self, snap: Snapshot, cfg: PlannerConfig) -> Forecast:
-        """:func:`forecast` for ``snap``, reused while the recent arrivals are the same."""
-        horizon = gpu_horizon(snap.node_types)
+        """:func:`forecast` for ``snap``, reused while the recent arrivals are the same and otherwise updated
+        from the last one's windows (:class:`SlidingForecast`)."""
+        if self._horizon is None:
+            self._horizon = gpu_horizon(self.node_types)
         ends = (snap.recent[0].name, snap.recent[-1].name) if snap.recent else ("", "")
         key = (len(snap.recent), ends, cfg)
         stale = (
             self._forecast is not None and (at := self._forecast[1].changes_at) is not None and snap.now >= at
         )
         if self._forecast is None or self._forecast[0] != key or stale:
-            self._forecast = (key, forecast(snap, cfg, horizon))
+            self._forecast = (key, self._sliding.forecast(snap, cfg, self._horizon))
         return self._forecast[1]
 
     def reset(self, node_types: tuple[NodeType, ...]) -> PlanCache:
@@ -242,6 +246,8 @@ class PlanCache:
         self._forecast = None
         self.no_repack = None
         self.types.clear()
+        self._horizon = None
+        self._sliding = SlidingForecast()
         return self
 
 
@@ -554,6 +560,107 @@ def forecast(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
     rank = min(len(windows) - 1, math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9))
     _, start, stop = heapq.nsmallest(rank + 1, windows)[rank]
     return Forecast(tuple(pods[start:stop]), pods[0].arrival + lookback)
+
+
+class SlidingForecast:
+    """:func:`forecast`, kept up to date as arrivals come and go instead of recomputed from all of them.
+
+    It holds the look-back's GPU arrivals (in the order of ``snap.recent``) and the GPU demand of the window
+    starting at each. An arrival adds its demand to the windows that started less than one horizon before it
+    (a suffix) and opens its own; a pod leaving the look-back, or ``snap.recent``, closes the oldest window.
+    An update then walks only the arrivals of one horizon, and picking the window is one pass in C over the
+    look-back's demands instead of a Python loop building a tuple per window. The result is always
+    :func:`forecast`'s: whenever ``snap.recent`` is not the previous one with pods dropped from the front and
+    appended at the back in arrival order, time went back, or the horizon or config changed, the state is rebuilt
+    (and :func:`forecast` itself answers when arrivals are out of order). A unit test compares the two on
+    random sequences of snapshots.
+    """
+
+    def __init__(self) -> None:
+        self._reset(None)
+
+    def _reset(self, key: tuple[float, PlannerConfig] | None) -> None:
+        self._recent: tuple[Pod, ...] = ()
+        self._now = -math.inf
+        self._key = key
+        self._pods: list[Pod] = []  # the look-back's GPU arrivals; the live ones are [_lo:]
+        self._arrival: list[float] = []
+        self._demand: list[int] = []  # GPU thousandths of the window starting at each pod
+        self._lo = 0
+        self._ordered = True
+
+    def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+        recent = snap.recent
+        old = self._recent
+        same = self._key == (horizon, cfg) and snap.now >= self._now  # expired windows never come back
+        dropped = self._dropped(old, recent) if same else None
+        if dropped is None:
+            self._reset((horizon, cfg))
+            self._append(recent, horizon)
+        else:
+            gone = {id(p) for p in old[:dropped]}
+            while self._lo < len(self._pods) and id(self._pods[self._lo]) in gone:
+                self._lo += 1
+            self._append(recent[len(old) - dropped :], horizon)
+        self._recent = recent
+        self._now = snap.now
+        if not self._ordered or horizon <= 0:
+            return forecast(snap, cfg, horizon)
+        lookback = horizon * cfg.forecast_windows
+        since = snap.now - lookback
+        while self._lo < len(self._pods) and not self._arrival[self._lo] > since:
+            self._lo += 1
+        if self._lo > 4096 and self._lo * 2 > len(self._pods):
+            for seq in (self._pods, self._arrival, self._demand):
+                del seq[: self._lo]
+            self._lo = 0
+        n = len(self._pods) - self._lo
+        if n == 0:
+            return Forecast((), None)
+        rank = min(n - 1, math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9))
+        demand = self._demand
+        if rank == 0:
+            start = max(range(self._lo, len(demand)), key=demand.__getitem__)  # the first of equal maxima
+        else:
+            ranked = heapq.nsmallest(rank + 1, range(self._lo, len(demand)), key=lambda i: (-demand[i], i))
+            start = ranked[rank]
+        stop = bisect.bisect_left(self._arrival, self._arrival[start] + horizon, lo=start)
+        return Forecast(tuple(self._pods[start:stop]), self._arrival[self._lo] + lookback)
+
+    @staticmethod
+    def _dropped(old: tuple[Pod, ...], new: tuple[Pod, ...]) -> int | None:
+        """How many pods ``new`` dropped from the front of ``old`` if it is ``old[k:]`` plus appended pods."""
+        if new is old:
+            return 0
+        if not old:
+            return 0
+        k = 0
+        if new:
+            first = new[0]
+            while k < len(old) and old[k] is not first:
+                k += 1
+        else:
+            k = len(old)
+        kept = len(old) - k
+        if len(new) < kept or old[k:] != new[:kept]:
+            return None
+        return k
+
+    def _append(self, pods: tuple[Pod, ...], horizon: float) -> None:
+        for p in pods:
+            if not p.wants_gpu or p.gang:
+                continue
+            t = p.arrival
+            if self._arrival and t < self._arrival[-1]:
+                self._ordered = False
+            milli = p.gpu_total_milli
+            j = len(self._arrival) - 1
+            while j >= self._lo and t < self._arrival[j] + horizon:
+                self._demand[j] += milli
+                j -= 1
+            self._pods.append(p)
+            self._arrival.append(t)
+            self._demand.append(milli)
 
 
 def gpu_horizon(types: tuple[NodeType, ...]) -> float:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from capstan.capacity import Delay, NodeState, NodeType, NodeView, PlannerConfig, Pod, Snapshot, Taint, plan
 from capstan.capacity.model import Toleration
-from capstan.capacity.planner import forecast
+from capstan.capacity.planner import SlidingForecast, forecast
 
 pytestmark = pytest.mark.unit
 
@@ -273,6 +275,62 @@ def test_forecast_window_slides_with_arrivals_and_says_when_it_changes() -> None
     assert fc.changes_at == 1000.0 + 3600.0  # when the oldest arrival leaves the look-back
     lower = forecast(snap, PlannerConfig(forecast_windows=10, forecast_quantile=0.8), 360.0)
     assert len(lower.pods) < 4  # rank 2 of the windows by GPU demand
+
+
+_STEP = st.tuples(
+    st.lists(  # arrivals since the last snapshot: (gap after the previous arrival, GPUs, thousandths, gang)
+        st.tuples(
+            st.sampled_from([0.0, 0.0, 5.0, 100.0, 359.9, 360.0, 2000.0]),
+            st.integers(0, 2),
+            st.sampled_from([250, 500, 1000]),
+            st.booleans(),
+        ),
+        max_size=6,
+    ),
+    st.integers(0, 3),  # pods the caller drops from the front of `recent`
+    st.sampled_from([0.0, 30.0, 360.0, 3600.0]),  # how far `now` moves past the last arrival
+)
+
+
+@settings(max_examples=300, deadline=None)
+@example(  # a pod exactly one horizon after another is not in that one's window
+    steps=[([(0.0, 1, 1000, False), (360.0, 1, 1000, False), (0.0, 1, 250, False)], 0, 0.0)],
+    quantile=1.0,
+    windows=10,
+    shuffle=False,
+)
+@given(
+    steps=st.lists(_STEP, min_size=1, max_size=12),
+    quantile=st.sampled_from([1.0, 0.99, 0.8, 0.5]),
+    windows=st.sampled_from([1, 3, 10]),
+    shuffle=st.booleans(),
+)
+def test_sliding_forecast_answers_exactly_what_forecast_does(
+    steps: list[tuple[list[tuple[float, int, int, bool]], int, float]],
+    quantile: float,
+    windows: int,
+    shuffle: bool,
+) -> None:
+    """The incremental forecast the planner's cache keeps equals the from-scratch one on every snapshot:
+    arrivals with ties, gangs and CPU pods, pods leaving the look-back or dropped by the caller, and (with
+    ``shuffle``) a caller whose arrivals are out of order."""
+    cfg = PlannerConfig(forecast_windows=windows, forecast_quantile=quantile)
+    sliding = SlidingForecast()
+    recent: tuple[Pod, ...] = ()
+    t = 0.0
+    made = 0
+    for new, drop, ahead in steps:
+        added = []
+        for gap, gpus, milli, gang in new:
+            t += gap
+            made += 1
+            kw: dict[str, object] = {"gang": "g", "gang_size": 2} if gang else {}
+            added.append(pod(f"p{made}", gpus=gpus, milli=milli if gpus == 1 else 1000, arrival=t, **kw))
+        if shuffle and len(added) > 1:
+            added.reverse()
+        recent = recent[drop:] + tuple(added)
+        snap = Snapshot(now=t + ahead, node_types=(T4x4,), nodes=(), pending=(), recent=recent)
+        assert sliding.forecast(snap, cfg, 360.0) == forecast(snap, cfg, 360.0)
 
 
 def test_place_scope_decides_only_pending_pods() -> None:
