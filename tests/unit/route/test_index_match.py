@@ -63,6 +63,50 @@ def test_precise_match_equals_the_longest_held_run(
     assert index.match(hashes, asked) == reference(held, hashes, asked)
 
 
+class _PlainLRU:
+    """The approximate index's contract, written plainly: per endpoint an LRU of at most ``capacity`` blocks;
+    a request touches its blocks tail first (so its head is the most recent) and then evicts the oldest."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.order: dict[str, list[int]] = {}  # oldest first
+
+    def record(self, name: str, hashes: Sequence[int]) -> None:
+        order = self.order.setdefault(name, [])
+        for h in reversed(hashes):
+            if h in order:
+                order.remove(h)
+            order.append(h)
+        del order[: max(0, len(order) - self.capacity)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    requests=st.lists(
+        st.tuples(
+            st.sampled_from(NAMES[:3]),
+            st.lists(st.integers(0, 40), max_size=30),  # repeats inside one prompt included
+        ),
+        max_size=25,
+    ),
+    capacity=st.integers(1, 30),
+    prompt=st.lists(st.integers(0, 40), max_size=30),
+)
+def test_approximate_record_keeps_the_plain_lru_order_and_match(
+    requests: list[tuple[str, list[int]]], capacity: int, prompt: list[int]
+) -> None:
+    from capstan.route._index import ApproximatePrefixIndex
+
+    index = ApproximatePrefixIndex(capacity_per_endpoint=capacity, stride=1)
+    plain = _PlainLRU(capacity)
+    for name, hashes in requests:
+        index.record(name, hashes)
+        plain.record(name, hashes)
+        assert list(index._lru[name]) == plain.order[name]
+    held = {n: set(o) for n, o in plain.order.items()}
+    assert index.match(prompt, NAMES[:4]) == reference(held, prompt, NAMES[:4])
+
+
 @pytest.mark.parametrize("kind", ["precise", "approximate"])
 def test_the_memory_gauge_is_within_a_quarter_of_what_tracemalloc_measures(kind: str) -> None:
     import random
