@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from itertools import groupby
 from typing import Protocol
 
 from capstan.kvcache import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
@@ -93,42 +92,54 @@ class _Holders:
             self._free.append(b)
 
     def longest_runs(self, hashes: Sequence[int], names: Iterable[str]) -> dict[str, int]:
-        """Per endpoint, the length of the longest run of ``hashes`` from the start that it holds."""
+        """Per endpoint, the length of the run of ``hashes`` from the start that it holds.
+
+        NOTE: found by bisection over positions, not by a walk: what an endpoint holds is prefix-closed (it
+        holds a block's parent whenever it holds the block), because a request touches a chain tail first, so a
+        parent is always used more recently than its children and LRU eviction takes children first; vLLM frees
+        a request's blocks in that order and the approximate index records them so. On prefix-closed holdings
+        the answer is exactly the longest held prefix, with about (endpoints × log2 of the prompt's blocks)
+        lookups instead of one per block: a 5,000-block prompt against millions of entries cost ~1-2 ms in
+        cache misses. Where a hole breaks the rule (a lost KV event), the run returned still ends at a block
+        the endpoint holds followed by one it does not, but not necessarily the first such block.
+        """
         matched = dict.fromkeys(names, 0)
         bits = {n: self._bits[n] for n in matched if n in self._bits}
         alive = 0
         for b in bits.values():
             alive |= b
-        if not alive:
+        if not alive or not hashes:
             return matched
-        held: list[int | None] = []
-        start, size = 0, 64
-        while start < len(hashes):  # bounded: the chunks grow 4x; a cold prompt stops after its first chunk
-            chunk = list(map(self.masks.get, hashes[start : start + size]))
-            held += chunk
-            if None in chunk:
-                break
-            start, size = start + size, size * 4
-        try:
-            end = held.index(None)
-            del held[end:]
-        except ValueError:
-            end = len(held)
-        pos = 0
-        for mask, run in groupby(held):  # bounded by len(hashes); usually a handful of runs
-            assert mask is not None
-            if mask & alive != alive:
-                still = alive & mask
-                for n, b in bits.items():
-                    if b & alive and not b & still:
-                        matched[n] = pos
-                alive = still
-                if not alive:
-                    break
-            pos += len(list(run))
-        for n, b in bits.items():
-            if b & alive:
-                matched[n] = end
+        get = self.masks.get
+        first = get(hashes[0], 0) & alive
+        if not first:  # a cold prompt: one lookup
+            return matched
+        ended = alive & ~first  # endpoints whose run has been placed (these end at 0)
+        # intervals (lo, hi, mask at lo, mask at hi) of probed positions, leftmost popped first, so a run's end
+        # is placed at the leftmost boundary found for it; position len(hashes) holds nothing
+        stack = [(0, len(hashes), first, 0)]
+        while (
+            stack
+        ):  # bounded: every split halves an interval whose end masks differ; ≤ 2 × bits × log2(n) + 1
+            lo, hi, m_lo, m_hi = stack.pop()
+            m_lo &= ~ended
+            m_hi &= ~ended
+            if m_lo == m_hi:
+                continue
+            if hi - lo == 1:
+                gone = m_lo & ~m_hi
+                if gone:
+                    for n, b in bits.items():
+                        if b & gone:
+                            matched[n] = hi
+                    ended |= gone
+                    if ended == alive:
+                        break
+                continue
+            mid = (lo + hi) // 2
+            m_mid = get(hashes[mid], 0) & m_lo
+            stack.append((mid, hi, m_mid, m_hi))
+            stack.append((lo, mid, m_lo, m_mid))
         return matched
 
     def __len__(self) -> int:
