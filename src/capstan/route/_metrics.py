@@ -17,6 +17,13 @@ class RouterMetrics:
             buckets=_BUCKETS,
             registry=r,
         )
+        self.learn_seconds = Histogram(
+            "capstan_route_learn_seconds",
+            "Time to learn from a pick once the endpoint accepted the request: session affinity and the "
+            "approximate prefix index's recording (grows with the prompt)",
+            buckets=_BUCKETS,
+            registry=r,
+        )
         self.prompt_hash_seconds = Histogram(
             "capstan_route_prompt_hash_seconds",
             "Time to tokenize the prompt and hash its blocks (before the decision)",

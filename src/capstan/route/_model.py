@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from capstan.route._plugins import SchedulingContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +75,5 @@ class Decision:
     scores: Mapping[str, Mapping[str, float]]
     candidates: tuple[str, ...]
     predicted_cached_tokens: int = 0
+    context: SchedulingContext | None = field(default=None, compare=False, repr=False)
+    """What the scorers saw; :meth:`Scheduler.learn` hands it back to them."""

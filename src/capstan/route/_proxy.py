@@ -446,6 +446,9 @@ class Router:
                 tried.add(ep.name)
                 last_error = f"{ep.name}: HTTP {upstream.status_code}"
                 continue
+            t0 = self.clock()  # accepted: only now do the index and session affinity learn from the pick
+            self.scheduler.learn(decision)
+            self.metrics.learn_seconds.observe(self.clock() - t0)
             up = _Upstream(ep, upstream, tid)
             if body.get("stream", False):
                 return _RelayResponse(up, self, sse=True)

@@ -113,8 +113,8 @@ class Scheduler:
         return SchedulingContext(req, endpoints, matched, len(keyed), stride * req.block_size)
 
     def schedule(self, req: RouteRequest, endpoints: Sequence[EndpointState]) -> Decision:
-        """Pick an endpoint for ``req`` and let stateful parts learn from it; raises
-        :class:`NoEndpointError`."""
+        """Pick an endpoint for ``req``; raises :class:`NoEndpointError`. Nothing learns from the pick until
+        :meth:`learn` is called with it, once the request is on its way there (llm-d's PreRequest step)."""
         candidates = tuple(sorted(endpoints, key=lambda e: e.name))
         for f in self.filters:
             kept = f.filter(SchedulingContext(req, candidates, {}, 0, req.block_size))
@@ -139,10 +139,23 @@ class Scheduler:
         else:
             chosen = candidates[self._rr % len(candidates)]
             self._rr += 1
-        for scorer, _ in self.scorers:
-            scorer.picked(ctx, chosen)
-        if self.approximate is not None and req.block_hashes:
-            self.approximate.record(chosen.name, req.block_hashes)
         return Decision(
-            chosen, totals, scores, tuple(e.name for e in candidates), ctx.cached_tokens(chosen.name)
+            chosen,
+            totals,
+            scores,
+            tuple(e.name for e in candidates),
+            ctx.cached_tokens(chosen.name),
+            context=ctx,
         )
+
+    def learn(self, decision: Decision) -> None:
+        """The request ``decision`` was made for went to its endpoint: session affinity remembers it, and the
+        approximate index assumes the endpoint now holds the request's blocks (a cost that grows with the
+        prompt, kept out of the decision itself)."""
+        ctx = decision.context
+        if ctx is None:
+            return
+        for scorer, _ in self.scorers:
+            scorer.picked(ctx, decision.endpoint)
+        if self.approximate is not None and ctx.request.block_hashes:
+            self.approximate.record(decision.endpoint.name, ctx.request.block_hashes)

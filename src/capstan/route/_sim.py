@@ -68,6 +68,8 @@ class SimResult:
     index_bytes: int
     predicted_cached_tokens: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+    learn_s: list[float] = field(default_factory=list)
+    """Time :meth:`Scheduler.learn` took after each decision (the approximate index's recording)."""
 
     @property
     def hit_ratio(self) -> float:
@@ -127,6 +129,7 @@ def simulate(
     ttft: list[float] = []
     e2e: list[float] = []
     decision_s: list[float] = []
+    learn_s: list[float] = []
     output_tokens = 0
     rejected = 0
     predicted = 0
@@ -236,7 +239,10 @@ def simulate(
         )
         t0 = clock()
         decision = sched.schedule(rreq, states)
-        decision_s.append(clock() - t0)
+        t1 = clock()
+        sched.learn(decision)
+        decision_s.append(t1 - t0)
+        learn_s.append(clock() - t1)
         chosen = decision.endpoint.name
         predicted += decision.predicted_cached_tokens
         try:
@@ -295,6 +301,7 @@ def simulate(
         makespan_s=max(0.0, last_finish - start),
         replicas=stats,
         decision_s=decision_s,
+        learn_s=learn_s,
         index_entries=index.size if index is not None else 0,
         index_bytes=index.approx_bytes if index is not None else 0,
         predicted_cached_tokens=predicted,

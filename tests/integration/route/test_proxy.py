@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -87,6 +88,8 @@ def test_chat_and_completions_are_relayed(gateway: tuple[Router, str]) -> None:
     assert [m["id"] for m in models["data"]] == ["m"]
     metrics = httpx.get(f"{url}/metrics", timeout=10).text
     assert "capstan_route_decision_seconds_count" in metrics
+    learnt = re.search(r"^capstan_route_learn_seconds_count (\S+)$", metrics, re.M)
+    assert learnt and float(learnt.group(1)) >= 2  # the two requests above, once each endpoint accepted them
     assert "capstan_route_prefix_index_entries" in metrics
 
 
@@ -135,16 +138,20 @@ def test_backend_dying_mid_stream_gives_an_error_event(gateway: tuple[Router, st
 def test_failure_before_first_byte_is_retried_elsewhere(
     gateway: tuple[Router, str], upstreams: list[tuple[Upstream, ServerThread]]
 ) -> None:
-    _router, url = gateway
+    router, url = gateway
     for target in ("a", "b", "c"):
+        body = chat(f"retry {target} " + " ".join(f"w{i}" for i in range(200)))
         r = httpx.post(
-            f"{url}/v1/chat/completions",
-            json=chat(f"retry {target}"),
-            headers={"x-test-mode": f"fail={target}"},
-            timeout=10,
+            f"{url}/v1/chat/completions", json=body, headers={"x-test-mode": f"fail={target}"}, timeout=10
         )
         assert r.status_code == 200
-        assert r.json()["served_by"] != target
+        served = r.json()["served_by"]
+        assert served != target
+        # only the endpoint that accepted the request is assumed to hold its prompt
+        hashes = router.route_request(body, {}).block_hashes
+        assert hashes and router.scheduler.approximate is not None
+        held = router.scheduler.approximate.match(hashes, ["a", "b", "c"])
+        assert held[served] == len(hashes) and held[target] == 0
 
 
 def test_client_disconnect_cancels_upstream(

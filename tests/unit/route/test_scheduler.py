@@ -74,11 +74,29 @@ def test_defaults_are_llmd_weights() -> None:
 def test_approximate_index_sends_a_shared_prefix_back_to_the_same_endpoint() -> None:
     s = sched(prefix={"kind": "approximate", "stride": 1})
     eps = states(4)
-    first = s.schedule(req([1, 2, 3, 4]), eps).endpoint.name
+    d = s.schedule(req([1, 2, 3, 4]), eps)
+    first = d.endpoint.name
+    s.learn(d)
     for i in range(5):
         d = s.schedule(req([1, 2, 3, 4, 100 + i]), eps)
+        s.learn(d)
         assert d.endpoint.name == first
         assert d.predicted_cached_tokens == 4 * 16
+
+
+def test_nothing_is_learnt_from_a_pick_until_it_is_sent() -> None:
+    """A pick whose request never reaches its endpoint (the send failed) teaches the index nothing."""
+    s = sched(prefix={"kind": "approximate", "stride": 1})
+    eps = states(4)
+    unsent = s.schedule(req([1, 2, 3, 4]), eps)
+    assert s.approximate is not None and s.approximate.size == 0
+    again = s.schedule(req([1, 2, 3, 4]), eps)
+    assert again.predicted_cached_tokens == 0
+    s.learn(unsent)
+    assert s.approximate.size == 4
+    learnt = s.schedule(req([1, 2, 3, 4]), eps)
+    assert learnt.endpoint.name == unsent.endpoint.name
+    assert learnt.predicted_cached_tokens == 4 * 16
 
 
 def test_load_outweighs_a_small_prefix_match() -> None:
