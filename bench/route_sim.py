@@ -164,8 +164,16 @@ def main() -> None:
     ap.add_argument("--agentic-sessions", type=int, default=300)
     ap.add_argument("--agentic-rate", type=float, default=4.0, help="new sessions per second")
     ap.add_argument("--agentic-shape", choices=sorted(AGENTIC_SHAPES), default="chat")
+    ap.add_argument(
+        "--agentic-answer-tokens",
+        type=int,
+        default=None,
+        help="mean output tokens per turn instead of the shape's (e.g. short tool calls)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
     args = ap.parse_args()
+    if args.agentic_answer_tokens is not None and args.agentic_answer_tokens < 1:
+        ap.error("--agentic-answer-tokens must be at least 1")
     if args.smoke:
         args.replicas, args.mooncake_limit, args.sweep_points = 4, 150, 2
         args.agentic_sessions = 12 if args.agentic_shape == "chat" else 2
@@ -205,7 +213,12 @@ def main() -> None:
 
     # ---- 2. Agentic sessions -------------------------------------------------------------------------------
     acfg = AgenticConfig(
-        sessions=args.agentic_sessions, session_rate=args.agentic_rate, **AGENTIC_SHAPES[args.agentic_shape]
+        sessions=args.agentic_sessions,
+        session_rate=args.agentic_rate,
+        **{
+            **AGENTIC_SHAPES[args.agentic_shape],
+            **({"answer_tokens": args.agentic_answer_tokens} if args.agentic_answer_tokens else {}),
+        },
     )
     areqs = from_replay_requests(agentic_requests(acfg))
     engine = EngineConfig(
@@ -218,7 +231,8 @@ def main() -> None:
         res, wall = run_policy(areqs, name, engine, args.replicas)
         rows.append(row(res, pooled, wall))
     print_table(
-        f"Agentic sessions, {args.agentic_shape} ({len(areqs)} requests, {args.agentic_sessions} sessions), "
+        f"Agentic sessions, {args.agentic_shape}, {acfg.answer_tokens} output tokens per turn "
+        f"({len(areqs)} requests, {args.agentic_sessions} sessions), "
         f"{args.replicas} replicas × "
         f"{preset.num_gpu_blocks * 16:,} KV tokens",
         rows,
