@@ -118,9 +118,8 @@ class _Holders:
         # intervals (lo, hi, mask at lo, mask at hi) of probed positions, leftmost popped first, so a run's end
         # is placed at the leftmost boundary found for it; position len(hashes) holds nothing
         stack = [(0, len(hashes), first, 0)]
-        while (
-            stack
-        ):  # bounded: every split halves an interval whose end masks differ; ≤ 2 × bits × log2(n) + 1
+        # bounded: every split halves an interval whose end masks differ, about 2 × bits × log2(n) splits
+        while stack:
             lo, hi, m_lo, m_hi = stack.pop()
             m_lo &= ~ended
             m_hi &= ~ended

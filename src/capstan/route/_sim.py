@@ -239,10 +239,7 @@ def simulate(
         )
         t0 = clock()
         decision = sched.schedule(rreq, states)
-        t1 = clock()
-        sched.learn(decision)
-        decision_s.append(t1 - t0)
-        learn_s.append(clock() - t1)
+        decision_s.append(clock() - t0)
         chosen = decision.endpoint.name
         predicted += decision.predicted_cached_tokens
         try:
@@ -254,6 +251,9 @@ def simulate(
             on_finish.append((req.request_id, now))
             release()
             continue
+        t0 = clock()  # accepted: learn from the pick, as the proxy does
+        sched.learn(decision)
+        learn_s.append(clock() - t0)
         per_replica_requests[chosen] += 1
         tid = tracker.start(chosen, req.prompt_tokens - decision.predicted_cached_tokens)
         tickets[req.request_id] = (chosen, tid)
