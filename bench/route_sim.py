@@ -101,6 +101,7 @@ def row(res: SimResult, pooled: float, wall: float) -> dict[str, Any]:
         "ttft_p99": percentile(res.ttft, 99),
         "throughput_tok_s": res.throughput_tok_s,
         "gpu_s_per_req": res.gpu_seconds_per_request,
+        "prefill_tokens_per_req": sum(r.prefill_tokens for r in res.replicas) / max(1, len(res.ttft)),
         "decision_p50_us": percentile(res.decision_s, 50) * 1e6,
         "decision_p99_us": percentile(res.decision_s, 99) * 1e6,
         "learn_p99_us": percentile(res.learn_s, 99) * 1e6,
@@ -242,10 +243,15 @@ def main() -> None:
     rr = next(r for r in rows if r["policy"] == "round-robin")
     for r in rows:
         r["gpu_s_vs_round_robin"] = r["gpu_s_per_req"] / rr["gpu_s_per_req"]
+        r["prefill_vs_round_robin"] = r["prefill_tokens_per_req"] / max(1e-9, rr["prefill_tokens_per_req"])
         r["reuse_vs_bound"] = r["hit"] / abound if abound else float("nan")
     console.print(
         "  GPU-s/request vs round-robin: "
         + ", ".join(f"{r['policy']} {r['gpu_s_vs_round_robin']:.2f}" for r in rows)
+    )
+    console.print(
+        "  prefill tokens computed per request vs round-robin: "
+        + ", ".join(f"{r['policy']} {r['prefill_vs_round_robin']:.2f}" for r in rows)
     )
     results["agentic"] = {"requests": len(areqs), "pooled": pooled, "bound": abound, "rows": rows}
 
