@@ -27,7 +27,7 @@ import bisect
 import functools
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, PodShape
@@ -132,6 +132,8 @@ class PlannerConfig:
     """Only pods that have run this long are moved (they are likely to run on)."""
     min_idle_s: float = 300.0
     """An empty node is drained only after it has been empty this long (damps launch/drain flapping)."""
+    headroom_split_gpus: int = 4
+    """Forecast pods asking for more whole GPUs than this are held as that many one-GPU phantoms (0: never)."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,7 @@ class PlanCache:
         self.types: dict[tuple[object, ...], NodeType | str] = {}
         self._horizon: float | None = None
         self._sliding = SlidingForecast()
+        self._phantoms: tuple[Forecast, PlannerConfig, list[Pod]] | None = None
 
     def forecast(self, snap: Snapshot, cfg: PlannerConfig) -> Forecast:
         """:func:`forecast` for ``snap``, reused while the recent arrivals are the same and otherwise updated
@@ -239,6 +242,14 @@ class PlanCache:
             self._forecast = (key, self._sliding.forecast(snap, cfg, self._horizon))
         return self._forecast[1]
 
+    def phantoms(self, fc: Forecast, cfg: PlannerConfig) -> list[Pod]:
+        """The forecast's pods as headroom phantoms (:func:`_headroom_pods`), in queue order, at most
+        ``max_phantoms``; kept while the forecast holds the same pods."""
+        if self._phantoms is None or self._phantoms[0].pods != fc.pods or self._phantoms[1] != cfg:
+            pods = sorted(_headroom_pods(fc.pods, cfg), key=_queue_key)[: cfg.max_phantoms]
+            self._phantoms = (fc, cfg, pods)
+        return self._phantoms[2]
+
     def reset(self, node_types: tuple[NodeType, ...]) -> PlanCache:
         self.node_types = node_types
         self.ok.clear()
@@ -248,6 +259,7 @@ class PlanCache:
         self.types.clear()
         self._horizon = None
         self._sliding = SlidingForecast()
+        self._phantoms = None
         return self
 
 
@@ -663,6 +675,30 @@ class SlidingForecast:
             self._demand.append(milli)
 
 
+def _headroom_pods(pods: tuple[Pod, ...], cfg: PlannerConfig) -> list[Pod]:
+    """The phantoms headroom is held for: the forecast's pods, with each pod of more than
+    ``headroom_split_gpus`` whole GPUs held as that many one-GPU pods (its CPU and memory split alike).
+
+    NOTE: pending time is counted per pod and pods of 5-8 GPUs are few, so keeping a whole 8-GPU machine
+    free for one costs much and protects little; as single GPUs the same capacity sits in the free devices
+    of busy nodes and on smaller nodes, where the many small arrivals use it. A big pod that then finds no
+    room waits for a node like any pod beyond the forecast. On openb this cut cost by a tenth at the same p99
+    (docs/benchmarks.md); 1, 2 and 4 were tried as the threshold, 4 did best.
+    """
+    split = cfg.headroom_split_gpus
+    if split <= 0:
+        return list(pods)
+    out: list[Pod] = []
+    for p in pods:
+        if p.num_gpu <= split or p.is_fractional:
+            out.append(p)
+            continue
+        n = p.num_gpu
+        one = replace(p, num_gpu=1, cpu_milli=max(1, p.cpu_milli // n), memory_mib=max(1, p.memory_mib // n))
+        out.extend(replace(one, name=f"{p.name}#{i}") for i in range(n))
+    return out
+
+
 def gpu_horizon(types: tuple[NodeType, ...]) -> float:
     """How far ahead headroom must look: the longest mean time from request to allocatable GPUs."""
     return max((t.boot_delay.mean() + t.gpu_ready_delay.mean() for t in types if t.gpu), default=0.0)
@@ -866,12 +902,24 @@ def plan(
         fc = w.fc
         if fc.changes_at is not None:
             recheck.append(fc.changes_at)
-        phantoms = sorted(fc.pods, key=_queue_key)[: cfg.max_phantoms]
+        phantoms = w.cache.phantoms(fc, cfg)
+        last: tuple[PodShape, _Bin] | None = None
         for j, ph in enumerate(phantoms):
+            if last is not None and last[0] == ph.shape and fits(last[1].cap, ph):
+                # the same shape as the phantom before, which took the first ready bin that fitted: bins
+                # before that one did not fit it and have not changed, so it is still the first fit
+                w.place(last[1], ph, choose_devices(last[1].cap, ph))
+                last[1].phantom += 1
+                continue
             allow = headroom_new < cfg.max_headroom_nodes
             before = len(w.new_bins)
-            _place_unit(w, [ph], phantoms, j + 1, allow_new=allow, phantom=True)
+            placed = _place_unit(w, [ph], phantoms, j + 1, allow_new=allow, phantom=True)
             headroom_new += len(w.new_bins) - before
+            last = (
+                (ph.shape, placed[0][1])
+                if not isinstance(placed, str) and placed[0][1].kind == "ready"
+                else None
+            )
 
     if scope == "place":
         return Plan(

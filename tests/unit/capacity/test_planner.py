@@ -176,6 +176,18 @@ def test_headroom_launch_is_sized_from_the_forecast_not_a_constant() -> None:
     assert not plan(old, PlannerConfig(consolidate=False)).launches
 
 
+def test_headroom_for_a_big_pod_is_held_as_single_gpus() -> None:
+    """A 6-GPU pod in the forecast is held as six one-GPU phantoms: the three free GPUs of a busy node and one
+    4-GPU node, not a whole 8-GPU machine kept idle for one rare pod."""
+    big = pod("big", gpus=6, cpu=24000, mem=49152, arrival=4800.0)
+    busy = node("busy", T4x4, devs=(0, 1000, 1000, 1000), bound=(pod("r", arrival=0.0),))
+    snap = Snapshot(now=5000.0, node_types=(T4x4, V100x8), nodes=(busy,), pending=(), recent=(big,))
+    split = plan(snap, PlannerConfig(consolidate=False))
+    assert [(launch.type, launch.purpose) for launch in split.launches] == [("t4-4", "headroom")]
+    whole = plan(snap, PlannerConfig(consolidate=False, headroom_split_gpus=0))
+    assert [(launch.type, launch.purpose) for launch in whole.launches] == [("v100-8", "headroom")]
+
+
 def test_taints_and_selectors_steer_type_choice() -> None:
     tainted = NodeType("t4-4-tainted", 32000, 131072, 4, "T4", 1.0, taints=(Taint("dedicated", "ml"),))
     p = plan(Snapshot(now=0.0, node_types=(tainted, T4x4), nodes=(), pending=(pod("x"),)), NO_HEADROOM)
