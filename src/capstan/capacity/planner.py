@@ -218,6 +218,7 @@ class PlanCache:
 
     def __init__(self, node_types: tuple[NodeType, ...] = (), limit: int = 2_000_000) -> None:
         self.node_types = node_types
+        self.by_name: dict[str, NodeType] = {t.name: t for t in node_types}
         self.limit = limit
         self.ok: dict[PodShape, frozenset[str]] = {}
         self.why: dict[tuple[str, PodShape], str | None] = {}
@@ -252,6 +253,7 @@ class PlanCache:
 
     def reset(self, node_types: tuple[NodeType, ...]) -> PlanCache:
         self.node_types = node_types
+        self.by_name = {t.name: t for t in node_types}
         self.ok.clear()
         self.why.clear()
         self._forecast = None
@@ -269,11 +271,11 @@ class _Work:
     def __init__(self, snap: Snapshot, cfg: PlannerConfig, cache: PlanCache | None) -> None:
         self.snap = snap
         self.cfg = cfg
-        self.types = {t.name: t for t in snap.node_types}
         if cache is None or cache.node_types is not snap.node_types or len(cache.why) > cache.limit:
             cache = PlanCache(snap.node_types) if cache is None else cache.reset(snap.node_types)
         self.cache = cache
-        self.count: dict[str, int] = {t.name: 0 for t in snap.node_types}
+        self.types = cache.by_name
+        self.count: dict[str, int] = dict.fromkeys(self.types, 0)
         self.bins: list[_Bin] = []
         self.new_bins: list[_Bin] = []
         self.views: dict[str, NodeView] = {}
@@ -282,10 +284,11 @@ class _Work:
         self.type_memo: dict[tuple[object, ...], NodeType | str] = {}
         for i, n in enumerate(snap.nodes):
             nt = self.types.get(n.type)
-            if nt is None or n.state in (NodeState.DRAINING, NodeState.GONE):
+            state = n.state  # enum members are singletons: identity is exact
+            if nt is None or state is NodeState.DRAINING or state is NodeState.GONE:
                 continue
             self.count[nt.name] += 1
-            ready = n.state == NodeState.GPU_ALLOCATABLE or (n.state == NodeState.READY and nt.gpu == 0)
+            ready = state is NodeState.GPU_ALLOCATABLE or (state is NodeState.READY and nt.gpu == 0)
             kind: Literal["ready", "inflight"] = "ready" if ready else "inflight"
             self.bins.append(_Bin(n.id, nt, Capacity(n.cpu, n.mem, list(n.devs)), kind, i, n.pods))
             self.views[n.id] = n
@@ -852,7 +855,7 @@ def plan(
     """
     cfg = config or PlannerConfig()
     w = _Work(snapshot, cfg, cache)
-    live = {n.id: n for n in snapshot.nodes if n.state not in (NodeState.DRAINING, NodeState.GONE)}
+    live = w.views  # nodes neither draining nor gone (and of a known type)
     promised = {pod: node for pod, node in snapshot.promised if node in live}
 
     unplaceable: list[tuple[str, str]] = []

@@ -68,11 +68,13 @@ class SimNode:
 
     @property
     def allocatable(self) -> bool:
-        return self.state == NodeState.GPU_ALLOCATABLE or (self.state == NodeState.READY and self.nt.gpu == 0)
+        s = self.state  # members are singletons: identity is exact, and cheaper than StrEnum's ==
+        return s is NodeState.GPU_ALLOCATABLE or (s is NodeState.READY and self.nt.gpu == 0)
 
     @property
     def live(self) -> bool:
-        return self.state not in (NodeState.DRAINING, NodeState.GONE)
+        s = self.state
+        return s is not NodeState.DRAINING and s is not NodeState.GONE
 
 
 @dataclass(slots=True)
