@@ -855,7 +855,9 @@ def plan(
     """
     cfg = config or PlannerConfig()
     w = _Work(snapshot, cfg, cache)
-    live = w.views  # nodes neither draining nor gone (and of a known type)
+    live = {
+        n.id for n in snapshot.nodes if n.state is not NodeState.DRAINING and n.state is not NodeState.GONE
+    }
     promised = {pod: node for pod, node in snapshot.promised if node in live}
 
     unplaceable: list[tuple[str, str]] = []
