@@ -404,33 +404,38 @@ class _Work:
             shapes += _group_by_shape(
                 [q for q in self.mix if q.name != pod.name][: self.cfg.lookahead - len(ahead)]
             )
-        groups = [(q, k, self.ok_types(q)) for q, k in shapes]
-        reasons: list[str] = []
+        groups = [(q, k, self.ok_types(q), pod_value(q)) for q, k in shapes]
+        refused: list[tuple[str, str]] = []  # (type, why): joined only when no type is left
         best: tuple[tuple[float, float, str], NodeType] | None = None
+        own = pod_value(pod)
         for nt in self.snap.node_types:
             why = self.incompatible(nt, pod)
             if why is not None:
-                reasons.append(f"{nt.name}: {why}")
+                refused.append((nt.name, why))
                 continue
             if nt.max_count is not None and self.count[nt.name] >= nt.max_count:
-                reasons.append(f"{nt.name}: max_count {nt.max_count} reached")
+                refused.append((nt.name, f"max_count {nt.max_count} reached"))
                 continue
             cap = Capacity.of(nt)
             take(cap, pod, choose_devices(cap, pod))
-            value = pod_value(pod)
-            for q, k, q_ok in groups:
+            value = own
+            for q, k, q_ok, q_value in groups:
                 if nt.name not in q_ok:
                     continue
                 for _ in range(k):
                     if not fits(cap, q):
                         break  # equal shapes: once one does not fit, none does
                     take(cap, q, choose_devices(cap, q))
-                    value += pod_value(q)
+                    value += q_value
             eff = value / max(nt.price_per_hour, 1e-9)
             rank = (-eff, nt.price_per_hour, nt.name)
             if best is None or rank < best[0]:
                 best = (rank, nt)
-        result: NodeType | str = best[1] if best is not None else "; ".join(reasons) or "no node types"
+        result: NodeType | str
+        if best is not None:
+            result = best[1]
+        else:
+            result = "; ".join(f"{name}: {why}" for name, why in refused) or "no node types"
         if len(memo) > self.cache.limit:
             memo.clear()
         memo[key] = result
