@@ -420,13 +420,9 @@ class _Work:
             take(cap, pod, choose_devices(cap, pod))
             value = own
             for q, k, q_ok, q_value in groups:
-                if nt.name not in q_ok:
-                    continue
-                for _ in range(k):
-                    if not fits(cap, q):
-                        break  # equal shapes: once one does not fit, none does
-                    take(cap, q, choose_devices(cap, q))
-                    value += q_value
+                if nt.name in q_ok:
+                    for _ in range(_fill(cap, q, k)):  # added one by one: the same rounding as pod by pod
+                        value += q_value
             eff = value / max(nt.price_per_hour, 1e-9)
             rank = (-eff, nt.price_per_hour, nt.name)
             if best is None or rank < best[0]:
@@ -488,6 +484,40 @@ class _Work:
         self.new_bins.remove(b)
         self.count[b.nt.name] -= 1
         self.next_id -= 1
+
+
+def _fill(cap: Capacity, pod: Pod, k: int) -> int:
+    """Place up to ``k`` copies of ``pod`` on ``cap`` one after another, as long as one fits; returns how many.
+
+    Copies of a pod without a GPU share go in one step: each takes the same CPU, memory and whole free
+    devices (the first free ones, as :func:`choose_devices` picks them), so the count is the smallest quotient.
+    """
+    if pod.is_fractional:
+        n = 0
+        while n < k and fits(cap, pod):  # bounded by k
+            take(cap, pod, choose_devices(cap, pod))
+            n += 1
+        return n
+    n = k
+    if pod.cpu_milli > 0:
+        n = min(n, cap.cpu // pod.cpu_milli)
+    if pod.memory_mib > 0:
+        n = min(n, cap.mem // pod.memory_mib)
+    whole = pod.num_gpu if pod.wants_gpu else 0
+    if whole:
+        n = min(n, cap.devs.count(GPU_MILLI) // whole)
+    if n <= 0:
+        return 0
+    cap.cpu -= n * pod.cpu_milli
+    cap.mem -= n * pod.memory_mib
+    left = n * whole
+    for i, d in enumerate(cap.devs):  # bounded by the node's devices
+        if not left:
+            break
+        if d == GPU_MILLI:
+            cap.devs[i] = 0
+            left -= 1
+    return n
 
 
 def _group_by_shape(pods: list[Pod]) -> list[tuple[Pod, int]]:

@@ -345,6 +345,34 @@ def test_sliding_forecast_answers_exactly_what_forecast_does(
         assert sliding.forecast(snap, cfg, 360.0) == forecast(snap, cfg, 360.0)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    gpus=st.integers(0, 4),
+    milli=st.sampled_from([0, 300, 1000]),
+    cpu=st.integers(0, 9000),
+    mem=st.integers(0, 40000),
+    k=st.integers(0, 12),
+    devs=st.lists(st.sampled_from([0, 200, 700, 1000]), max_size=8),
+    node_cpu=st.integers(0, 40000),
+    node_mem=st.integers(0, 140000),
+)
+def test_filling_a_trial_node_in_one_step_equals_placing_copies_one_by_one(
+    gpus: int, milli: int, cpu: int, mem: int, k: int, devs: list[int], node_cpu: int, node_mem: int
+) -> None:
+    """choose_type's trial fill places equal pods at once; it must leave the node as a pod-by-pod loop does."""
+    from capstan.capacity.placement import Capacity, choose_devices, fits, take
+    from capstan.capacity.planner import _fill
+
+    p = Pod("q", 0.0, cpu, mem, num_gpu=gpus, gpu_milli=milli if gpus else 0)
+    fast, slow = Capacity(node_cpu, node_mem, list(devs)), Capacity(node_cpu, node_mem, list(devs))
+    placed = 0
+    while placed < k and fits(slow, p):
+        take(slow, p, choose_devices(slow, p))
+        placed += 1
+    assert _fill(fast, p, k) == placed
+    assert fast == slow
+
+
 def test_place_scope_decides_only_pending_pods() -> None:
     empty = node("idle", T4x4)
     waiting = pod("w", arrival=0.0)
