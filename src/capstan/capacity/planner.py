@@ -732,7 +732,13 @@ def _headroom_pods(pods: tuple[Pod, ...], cfg: PlannerConfig) -> list[Pod]:
             out.append(p)
             continue
         n = p.num_gpu
-        one = replace(p, num_gpu=1, cpu_milli=max(1, p.cpu_milli // n), memory_mib=max(1, p.memory_mib // n))
+        one = replace(  # one whole device each (a pod of several GPUs takes whole devices whatever its gpu_milli)
+            p,
+            num_gpu=1,
+            gpu_milli=GPU_MILLI,
+            cpu_milli=max(1, p.cpu_milli // n),
+            memory_mib=max(1, p.memory_mib // n),
+        )
         out.extend(replace(one, name=f"{p.name}#{i}") for i in range(n))
     return out
 

@@ -188,6 +188,21 @@ def test_headroom_for_a_big_pod_is_held_as_single_gpus() -> None:
     assert [(launch.type, launch.purpose) for launch in whole.launches] == [("v100-8", "headroom")]
 
 
+def test_split_phantoms_are_whole_devices_with_a_share_of_cpu_and_memory() -> None:
+    from capstan.capacity.planner import _headroom_pods
+
+    big = pod("big", gpus=6, milli=500, cpu=24000, mem=49152, models=frozenset({"V100"}))
+    parts = _headroom_pods((big, pod("small", gpus=2)), PlannerConfig())
+    assert [p.name for p in parts] == [f"big#{i}" for i in range(6)] + ["small"]
+    assert all(
+        (p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_models)
+        == (1, 1000, 4000, 8192, frozenset({"V100"}))
+        for p in parts[:6]
+    )
+    assert not any(p.is_fractional for p in parts)
+    assert _headroom_pods((big,), PlannerConfig(headroom_split_gpus=0)) == [big]
+
+
 def test_taints_and_selectors_steer_type_choice() -> None:
     tainted = NodeType("t4-4-tainted", 32000, 131072, 4, "T4", 1.0, taints=(Taint("dedicated", "ml"),))
     p = plan(Snapshot(now=0.0, node_types=(tainted, T4x4), nodes=(), pending=(pod("x"),)), NO_HEADROOM)
