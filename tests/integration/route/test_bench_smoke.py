@@ -12,14 +12,19 @@ from tests.fixtures.benches import run_smoke
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("shape", ["chat", "coding"])
-def test_route_sim_bench_smoke(tmp_path: Path, shape: str) -> None:
-    proc = run_smoke("route_sim.py", tmp_path, "--agentic-shape", shape)
+@pytest.mark.parametrize(("shape", "extra"), [("chat", ()), ("coding", ("--agentic-answer-tokens", "50"))])
+def test_route_sim_bench_smoke(tmp_path: Path, shape: str, extra: tuple[str, ...]) -> None:
+    proc = run_smoke("route_sim.py", tmp_path, "--agentic-shape", shape, *extra)
     assert "pooled-cache reference" in proc.stdout
     assert (tmp_path / "route_sim_hit_vs_capacity.png").stat().st_size > 0
     data = json.loads((tmp_path / "route_sim.json").read_text())
-    policies = {r["policy"] for r in data["agentic"]["rows"]}
-    assert {"capstan-precise", "capstan-approx", "round-robin", "least-loaded", "random"} <= policies
+    rows = data["agentic"]["rows"]
+    assert {"capstan-precise", "capstan-approx", "round-robin", "least-loaded", "random"} <= {
+        r["policy"] for r in rows
+    }
+    assert all(r["prefill_vs_round_robin"] >= 0 and r["learn_p99_us"] >= 0 for r in rows)
+    if extra:
+        assert "50 output tokens per turn" in proc.stdout.replace("\n", " ")
 
 
 def test_route_http_bench_smoke(tmp_path: Path) -> None:
