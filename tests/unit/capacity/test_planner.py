@@ -388,6 +388,22 @@ def test_filling_a_trial_node_in_one_step_equals_placing_copies_one_by_one(
     assert fast == slow
 
 
+def test_sliding_forecast_stays_exact_after_it_compacts_its_expired_windows() -> None:
+    """Thousands of arrivals through a short look-back: the state drops expired windows in bulk and still
+    answers what the from-scratch forecast does."""
+    cfg = PlannerConfig(forecast_windows=2, forecast_quantile=1.0)
+    sliding = SlidingForecast()
+    recent: tuple[Pod, ...] = ()
+    for i in range(9000):
+        arrival = 10.0 * i
+        recent = (*recent[-100:], pod(f"p{i}", milli=250 * (1 + i % 4), arrival=arrival))
+        snap = Snapshot(now=arrival + 1.0, node_types=(T4x4,), nodes=(), pending=(), recent=recent)
+        got = sliding.forecast(snap, cfg, 360.0)
+        if i % 500 == 0 or i > 8990:
+            assert got == forecast(snap, cfg, 360.0)
+    assert len(sliding._pods) < 4096 * 2 + 200  # compacted: 9,000 arrivals went through it
+
+
 def test_place_scope_decides_only_pending_pods() -> None:
     empty = node("idle", T4x4)
     waiting = pod("w", arrival=0.0)
