@@ -114,6 +114,9 @@ class PlannerConfig:
     """How many past windows (each one GPU boot delay long) the forecast looks at."""
     forecast_quantile: float = 0.99
     """Headroom covers the arrivals of the window at this quantile of GPU demand among them."""
+    service_half_life_s: float = 3600.0
+    """Replicas of inference services get a window of their own, each window's demand halved for every this
+    many seconds of its age, so an old ramp stops being held once newer ones weigh more (0: like batch pods)."""
     headroom: bool = True
     max_headroom_nodes: int = 8
     max_phantoms: int = 32
@@ -582,40 +585,92 @@ class Forecast:
 
 
 def forecast(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
-    """The arrivals of one past window of length ``horizon`` (one boot plus GPU-ready delay) that headroom must
+    """The arrivals of past windows of length ``horizon`` (one boot plus GPU-ready delay) that headroom must
     absorb: among the windows starting at each arrival of the look-back (``forecast_windows`` horizons), the
     one at rank ``(1 - forecast_quantile) × forecast_windows`` by GPU demand, busiest first (0: the busiest).
 
     Windows slide with the arrivals (a burst is never split by a grid line), so the forecast changes only when
     a pod arrives or the oldest arrival leaves the look-back; ``changes_at`` says when that is. One window
     serves every GPU model: pods limited to a few models may find the headroom on others (see docs/capacity.md).
+    Replicas of inference services are ranked apart (:func:`_service_window`) and their window is added.
     """
-    lookback = horizon * cfg.forecast_windows
-    since = snap.now - lookback
-    pods = [p for p in snap.recent if p.arrival > since and p.wants_gpu and not p.gang]
+    return _with_services(_batch_window(snap, cfg, horizon), snap, cfg, horizon)
+
+
+def _forecast_pods(snap: Snapshot, cfg: PlannerConfig, horizon: float, services: bool) -> list[Pod]:
+    """The look-back's GPU arrivals (gangs left out) of batch pods, or of service replicas, by arrival."""
+    since = snap.now - horizon * cfg.forecast_windows
+    apart = cfg.service_half_life_s > 0
+    pods = [
+        p
+        for p in snap.recent
+        if p.arrival > since and p.wants_gpu and not p.gang and (bool(p.service) and apart) == services
+    ]
     arrivals = [p.arrival for p in pods]
     if arrivals != sorted(arrivals):
         pods.sort(key=lambda p: (p.arrival, p.name))
-    if horizon <= 0 or not pods:
-        return Forecast((), None)
-    windows: list[tuple[int, int, int]] = []  # (-GPU demand, start, end) of the window starting at pods[i]
+    return pods
+
+
+def _windows(pods: list[Pod], horizon: float) -> list[tuple[int, int, int]]:
+    """(GPU demand, start, end) of the window of length ``horizon`` starting at each of ``pods``."""
+    windows: list[tuple[int, int, int]] = []
     demand = 0
     end = 0
     for i, p in enumerate(pods):
         while end < len(pods) and pods[end].arrival < p.arrival + horizon:
             demand += pods[end].gpu_total_milli
             end += 1
-        windows.append((-demand, i, end))
+        windows.append((demand, i, end))
         demand -= p.gpu_total_milli
-    rank = min(len(windows) - 1, math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9))
-    _, start, stop = heapq.nsmallest(rank + 1, windows)[rank]
-    return Forecast(tuple(pods[start:stop]), pods[0].arrival + lookback)
+    return windows
+
+
+def _rank(cfg: PlannerConfig, count: int) -> int:
+    return min(count - 1, math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9))
+
+
+def _batch_window(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+    pods = _forecast_pods(snap, cfg, horizon, services=False)
+    if horizon <= 0 or not pods:
+        return Forecast((), None)
+    windows = [(-d, i, e) for d, i, e in _windows(pods, horizon)]
+    _, start, stop = heapq.nsmallest(_rank(cfg, len(windows)) + 1, windows)[-1]
+    return Forecast(tuple(pods[start:stop]), pods[0].arrival + horizon * cfg.forecast_windows)
+
+
+def _service_window(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+    """The window of service replicas, ranked by demand × 2^-(age / ``service_half_life_s``).
+
+    NOTE: replica counts follow a demand curve whose recent past predicts the next boot delay better than a
+    ramp hours ago; on the Alibaba GenAI curve holding the busiest window of ten hours kept ~10 GPUs idle all
+    night. Decay multiplies every window by the same factor as time passes, so the order only changes when a
+    replica arrives or leaves the look-back (compared in log2 to stay finite).
+    """
+    pods = _forecast_pods(snap, cfg, horizon, services=True)
+    if horizon <= 0 or not pods or cfg.service_half_life_s <= 0:
+        return Forecast((), None)
+    half = cfg.service_half_life_s
+    scored = [(-(math.log2(d) + pods[i].arrival / half), i, e) for d, i, e in _windows(pods, horizon)]
+    _, start, stop = heapq.nsmallest(_rank(cfg, len(scored)) + 1, scored)[-1]
+    return Forecast(tuple(pods[start:stop]), pods[0].arrival + horizon * cfg.forecast_windows)
+
+
+def _with_services(batch: Forecast, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+    if cfg.service_half_life_s <= 0:
+        return batch
+    svc = _service_window(snap, cfg, horizon)
+    if not svc.pods:
+        return batch
+    ats = [a for a in (batch.changes_at, svc.changes_at) if a is not None]
+    return Forecast(batch.pods + svc.pods, min(ats, default=None))
 
 
 class SlidingForecast:
     """:func:`forecast`, kept up to date as arrivals come and go instead of recomputed from all of them.
 
-    It holds the look-back's GPU arrivals (in the order of ``snap.recent``) and the GPU demand of the window
+    It holds the look-back's GPU arrivals of batch pods (service replicas are few and ranked apart, from
+    scratch, by :func:`_service_window`) (in the order of ``snap.recent``) and the GPU demand of the window
     starting at each. An arrival adds its demand to the windows that started less than one horizon before it
     (a suffix) and opens its own; a pod leaving the look-back, or ``snap.recent``, closes the oldest window.
     An update then walks only the arrivals of one horizon, and picking the window is one pass in C over the
@@ -646,16 +701,19 @@ class SlidingForecast:
         dropped = self._dropped(old, recent) if same else None
         if dropped is None:
             self._reset((horizon, cfg))
-            self._append(recent, horizon)
+            self._append(recent, horizon, cfg)
         else:
             gone = {id(p) for p in old[:dropped]}
             while self._lo < len(self._pods) and id(self._pods[self._lo]) in gone:
                 self._lo += 1
-            self._append(recent[len(old) - dropped :], horizon)
+            self._append(recent[len(old) - dropped :], horizon, cfg)
         self._recent = recent
         self._now = snap.now
         if not self._ordered or horizon <= 0:
             return forecast(snap, cfg, horizon)
+        return _with_services(self._batch(snap, cfg, horizon), snap, cfg, horizon)
+
+    def _batch(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
         lookback = horizon * cfg.forecast_windows
         since = snap.now - lookback
         while self._lo < len(self._pods) and not self._arrival[self._lo] > since:
@@ -667,7 +725,7 @@ class SlidingForecast:
         n = len(self._pods) - self._lo
         if n == 0:
             return Forecast((), None)
-        rank = min(n - 1, math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9))
+        rank = _rank(cfg, n)
         demand = self._demand
         if rank == 0:
             start = max(range(self._lo, len(demand)), key=demand.__getitem__)  # the first of equal maxima
@@ -696,9 +754,10 @@ class SlidingForecast:
             return None
         return k
 
-    def _append(self, pods: tuple[Pod, ...], horizon: float) -> None:
+    def _append(self, pods: tuple[Pod, ...], horizon: float, cfg: PlannerConfig) -> None:
+        apart = cfg.service_half_life_s > 0  # service replicas are ranked apart (_service_window)
         for p in pods:
-            if not p.wants_gpu or p.gang:
+            if not p.wants_gpu or p.gang or (apart and p.service):
                 continue
             t = p.arrival
             if self._arrival and t < self._arrival[-1]:

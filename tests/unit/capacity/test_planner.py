@@ -310,7 +310,7 @@ _STEP = st.tuples(
             st.sampled_from([0.0, 0.0, 5.0, 100.0, 359.9, 360.0, 2000.0]),
             st.integers(0, 2),
             st.sampled_from([250, 500, 1000]),
-            st.booleans(),
+            st.sampled_from(["batch", "batch", "gang", "service"]),
         ),
         max_size=6,
     ),
@@ -321,37 +321,46 @@ _STEP = st.tuples(
 
 @settings(max_examples=300, deadline=None)
 @example(  # a pod exactly one horizon after another is not in that one's window
-    steps=[([(0.0, 1, 1000, False), (360.0, 1, 1000, False), (0.0, 1, 250, False)], 0, 0.0)],
+    steps=[([(0.0, 1, 1000, "batch"), (360.0, 1, 1000, "batch"), (0.0, 1, 250, "batch")], 0, 0.0)],
     quantile=1.0,
     windows=10,
     shuffle=False,
+    half_life=3600.0,
 )
 @given(
     steps=st.lists(_STEP, min_size=1, max_size=12),
     quantile=st.sampled_from([1.0, 0.99, 0.8, 0.5]),
     windows=st.sampled_from([1, 3, 10]),
     shuffle=st.booleans(),
+    half_life=st.sampled_from([0.0, 600.0, 3600.0]),
 )
 def test_sliding_forecast_answers_exactly_what_forecast_does(
-    steps: list[tuple[list[tuple[float, int, int, bool]], int, float]],
+    steps: list[tuple[list[tuple[float, int, int, str]], int, float]],
     quantile: float,
     windows: int,
     shuffle: bool,
+    half_life: float,
 ) -> None:
     """The incremental forecast the planner's cache keeps equals the from-scratch one on every snapshot:
     arrivals with ties, gangs and CPU pods, pods leaving the look-back or dropped by the caller, and (with
     ``shuffle``) a caller whose arrivals are out of order."""
-    cfg = PlannerConfig(forecast_windows=windows, forecast_quantile=quantile)
+    cfg = PlannerConfig(forecast_windows=windows, forecast_quantile=quantile, service_half_life_s=half_life)
     sliding = SlidingForecast()
     recent: tuple[Pod, ...] = ()
     t = 0.0
     made = 0
     for new, drop, ahead in steps:
         added = []
-        for gap, gpus, milli, gang in new:
+        for gap, gpus, milli, kind in new:
             t += gap
             made += 1
-            kw: dict[str, object] = {"gang": "g", "gang_size": 2} if gang else {}
+            kw: dict[str, object] = (
+                {"gang": "g", "gang_size": 2}
+                if kind == "gang"
+                else {"service": "s"}
+                if kind == "service"
+                else {}
+            )
             added.append(pod(f"p{made}", gpus=gpus, milli=milli if gpus == 1 else 1000, arrival=t, **kw))
         if shuffle and len(added) > 1:
             added.reverse()
@@ -402,6 +411,24 @@ def test_sliding_forecast_stays_exact_after_it_compacts_its_expired_windows() ->
         if i % 500 == 0 or i > 8990:
             assert got == forecast(snap, cfg, 360.0)
     assert len(sliding._pods) < 4096 * 2 + 200  # compacted: 9,000 arrivals went through it
+
+
+def test_an_old_ramp_of_a_service_gives_way_to_a_recent_one_batch_bursts_do_not() -> None:
+    """Service replicas: a ramp of 8 five hours ago against one of 3 an hour ago; with a one-hour half-life
+    the recent ramp is held, as batch pods the bigger one is (it still is, for batch pods, with the half-life)."""
+
+    def burst(kind: str, start: float, n: int) -> tuple[Pod, ...]:
+        extra: dict[str, object] = {"service": "chat"} if kind == "service" else {}
+        return tuple(pod(f"{kind}{start}-{i}", arrival=start + i, **extra) for i in range(n))
+
+    now = 6 * 3600.0
+    for kind in ("service", "batch"):
+        recent = (*burst(kind, 3600.0, 8), *burst(kind, 5 * 3600.0, 3))
+        snap = Snapshot(now=now, node_types=(T4x4,), nodes=(), pending=(), recent=recent)
+        decayed = forecast(snap, PlannerConfig(forecast_windows=96), 390.0)
+        plain = forecast(snap, PlannerConfig(forecast_windows=96, service_half_life_s=0), 390.0)
+        assert len(plain.pods) == 8
+        assert len(decayed.pods) == (3 if kind == "service" else 8)
 
 
 def test_place_scope_decides_only_pending_pods() -> None:
