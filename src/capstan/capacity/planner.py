@@ -594,7 +594,8 @@ def forecast(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
     serves every GPU model: pods limited to a few models may find the headroom on others (see docs/capacity.md).
     Replicas of inference services are ranked apart (:func:`_service_window`) and their window is added.
     """
-    return _with_services(_batch_window(snap, cfg, horizon), snap, cfg, horizon)
+    services = _forecast_pods(snap, cfg, horizon, services=True)
+    return _with_services(_batch_window(snap, cfg, horizon), services, cfg, horizon)
 
 
 def _forecast_pods(snap: Snapshot, cfg: PlannerConfig, horizon: float, services: bool) -> list[Pod]:
@@ -639,15 +640,15 @@ def _batch_window(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecas
     return Forecast(tuple(pods[start:stop]), pods[0].arrival + horizon * cfg.forecast_windows)
 
 
-def _service_window(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
-    """The window of service replicas, ranked by demand × 2^-(age / ``service_half_life_s``).
+def _service_window(pods: list[Pod], cfg: PlannerConfig, horizon: float) -> Forecast:
+    """The window of service replicas ``pods`` (the look-back's, by arrival), ranked by demand ×
+    2^-(age / ``service_half_life_s``).
 
     NOTE: replica counts follow a demand curve whose recent past predicts the next boot delay better than a
     ramp hours ago; on the Alibaba GenAI curve holding the busiest window of ten hours kept ~10 GPUs idle all
     night. Decay multiplies every window by the same factor as time passes, so the order only changes when a
     replica arrives or leaves the look-back (compared in log2 to stay finite).
     """
-    pods = _forecast_pods(snap, cfg, horizon, services=True)
     if horizon <= 0 or not pods or cfg.service_half_life_s <= 0:
         return Forecast((), None)
     half = cfg.service_half_life_s
@@ -656,10 +657,10 @@ def _service_window(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forec
     return Forecast(tuple(pods[start:stop]), pods[0].arrival + horizon * cfg.forecast_windows)
 
 
-def _with_services(batch: Forecast, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+def _with_services(batch: Forecast, services: list[Pod], cfg: PlannerConfig, horizon: float) -> Forecast:
     if cfg.service_half_life_s <= 0:
         return batch
-    svc = _service_window(snap, cfg, horizon)
+    svc = _service_window(services, cfg, horizon)
     if not svc.pods:
         return batch
     ats = [a for a in (batch.changes_at, svc.changes_at) if a is not None]
@@ -693,6 +694,10 @@ class SlidingForecast:
         self._demand: list[int] = []  # GPU thousandths of the window starting at each pod
         self._lo = 0
         self._ordered = True
+        self._svc: list[
+            Pod
+        ] = []  # the look-back's service replicas (ranked apart); the live ones are [_svc_lo:]
+        self._svc_lo = 0
 
     def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
         recent = snap.recent
@@ -706,12 +711,20 @@ class SlidingForecast:
             gone = {id(p) for p in old[:dropped]}
             while self._lo < len(self._pods) and id(self._pods[self._lo]) in gone:
                 self._lo += 1
+            while self._svc_lo < len(self._svc) and id(self._svc[self._svc_lo]) in gone:
+                self._svc_lo += 1
             self._append(recent[len(old) - dropped :], horizon, cfg)
         self._recent = recent
         self._now = snap.now
         if not self._ordered or horizon <= 0:
             return forecast(snap, cfg, horizon)
-        return _with_services(self._batch(snap, cfg, horizon), snap, cfg, horizon)
+        since = snap.now - horizon * cfg.forecast_windows
+        while self._svc_lo < len(self._svc) and not self._svc[self._svc_lo].arrival > since:
+            self._svc_lo += 1
+        if self._svc_lo > 4096 and self._svc_lo * 2 > len(self._svc):
+            del self._svc[: self._svc_lo]
+            self._svc_lo = 0
+        return _with_services(self._batch(snap, cfg, horizon), self._svc[self._svc_lo :], cfg, horizon)
 
     def _batch(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
         lookback = horizon * cfg.forecast_windows
@@ -757,9 +770,14 @@ class SlidingForecast:
     def _append(self, pods: tuple[Pod, ...], horizon: float, cfg: PlannerConfig) -> None:
         apart = cfg.service_half_life_s > 0  # service replicas are ranked apart (_service_window)
         for p in pods:
-            if not p.wants_gpu or p.gang or (apart and p.service):
+            if not p.wants_gpu or p.gang:
                 continue
             t = p.arrival
+            if apart and p.service:
+                if self._svc and t < self._svc[-1].arrival:
+                    self._ordered = False
+                self._svc.append(p)
+                continue
             if self._arrival and t < self._arrival[-1]:
                 self._ordered = False
             milli = p.gpu_total_milli
