@@ -670,9 +670,9 @@ def _with_services(batch: Forecast, services: list[Pod], cfg: PlannerConfig, hor
 class SlidingForecast:
     """:func:`forecast`, kept up to date as arrivals come and go instead of recomputed from all of them.
 
-    It holds the look-back's GPU arrivals of batch pods (service replicas are few and ranked apart, from
-    scratch, by :func:`_service_window`) (in the order of ``snap.recent``) and the GPU demand of the window
-    starting at each. An arrival adds its demand to the windows that started less than one horizon before it
+    It holds the look-back's GPU arrivals, batch pods and service replicas apart, in the order of
+    ``snap.recent`` (the few service replicas are ranked from scratch by :func:`_service_window`), and the GPU
+    demand of the window starting at each batch arrival. An arrival adds its demand to the windows that started less than one horizon before it
     (a suffix) and opens its own; a pod leaving the look-back, or ``snap.recent``, closes the oldest window.
     An update then walks only the arrivals of one horizon, and picking the window is one pass in C over the
     look-back's demands instead of a Python loop building a tuple per window. The result is always
@@ -694,9 +694,8 @@ class SlidingForecast:
         self._demand: list[int] = []  # GPU thousandths of the window starting at each pod
         self._lo = 0
         self._ordered = True
-        self._svc: list[
-            Pod
-        ] = []  # the look-back's service replicas (ranked apart); the live ones are [_svc_lo:]
+        # the look-back's service replicas (ranked apart); the live ones are [_svc_lo:]
+        self._svc: list[Pod] = []
         self._svc_lo = 0
 
     def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
