@@ -297,8 +297,10 @@ class _Work:
             self.views[n.id] = n
         # the smallest request this decision may place: bins with less free are left out of the scans
         self.fc = self.cache.forecast(snap, cfg) if cfg.headroom else Forecast((), None)
-        cpus = [p.cpu_milli for p in (*snap.pending, *self.fc.pods)]
-        mems = [p.memory_mib for p in (*snap.pending, *self.fc.pods)]
+        # the phantoms headroom places (big forecast pods split into smaller ones), not the forecast's own pods
+        self.phantoms = self.cache.phantoms(self.fc, cfg) if cfg.headroom else []
+        cpus = [p.cpu_milli for p in (*snap.pending, *self.phantoms)]
+        mems = [p.memory_mib for p in (*snap.pending, *self.phantoms)]
         for n in snap.nodes:
             if n.bound:
                 cpu, mem = n.smallest_bound
@@ -1024,7 +1026,7 @@ def plan(
         fc = w.fc
         if fc.changes_at is not None:
             recheck.append(fc.changes_at)
-        phantoms = w.cache.phantoms(fc, cfg)
+        phantoms = w.phantoms
         last: tuple[PodShape, _Bin] | None = None
         for j, ph in enumerate(phantoms):
             if last is not None and last[0] == ph.shape and fits(last[1].cap, ph):

@@ -188,6 +188,17 @@ def test_headroom_for_a_big_pod_is_held_as_single_gpus() -> None:
     assert [(launch.type, launch.purpose) for launch in whole.launches] == [("v100-8", "headroom")]
 
 
+def test_split_phantoms_see_busy_nodes_whose_free_cpu_only_a_split_one_fits() -> None:
+    """The scans skip bins with less free CPU than the smallest request of the decision; that request must be
+    a split phantom's (4 cores here), not the big forecast pod's (24), or the busy node's 8 free cores and 3
+    free GPUs are never offered and a second node is launched."""
+    big = pod("big", gpus=6, cpu=24000, mem=49152, arrival=4800.0)
+    busy = node("busy", T4x4, devs=(0, 1000, 1000, 1000), bound=(pod("r", cpu=24000, arrival=0.0),))
+    snap = Snapshot(now=5000.0, node_types=(T4x4, V100x8), nodes=(busy,), pending=(), recent=(big,))
+    p = plan(snap, PlannerConfig(consolidate=False))
+    assert [(launch.type, launch.purpose) for launch in p.launches] == [("t4-4", "headroom")]
+
+
 def test_split_phantoms_are_whole_devices_with_a_share_of_cpu_and_memory() -> None:
     from capstan.capacity.planner import _headroom_pods
 
