@@ -28,6 +28,7 @@ from capstan.capacity.report import Summary, run_policies, summarize, write_plot
 from capstan.capacity.sim import IDLE_CAUSES, STAGES, Policy, Sim, SimResult
 from capstan.capacity.traces import (
     AgenticSpec,
+    HpaBehavior,
     ReplicaShape,
     grow,
     grow_node_types,
@@ -47,6 +48,7 @@ __all__ = [
     "ClusterAutoscalerPolicy",
     "Delay",
     "Drain",
+    "HpaBehavior",
     "KarpenterPolicy",
     "Launch",
     "NodeState",

@@ -133,10 +133,35 @@ class ReplicaShape:
     min_replicas: int = 1
 
 
+@dataclass(frozen=True)
+class HpaBehavior:
+    """How a HorizontalPodAutoscaler turns the demand curve into a replica count; the defaults are Kubernetes'
+    (``autoscaling/v2`` with no ``behavior`` set, a 15 s sync period).
+
+    Scale-down uses the highest recommendation of the last ``scale_down_stabilization_s``; scale-up adds at most
+    the larger of ``scale_up_pods`` and ``scale_up_percent`` % of the replicas there were ``scale_up_period_s``
+    ago, with no stabilization. ``HpaBehavior(scale_down_stabilization_s=0, scale_up_pods=10**9)`` follows the
+    curve step by step.
+    """
+
+    sync_period_s: float = 15.0
+    scale_down_stabilization_s: float = 300.0
+    scale_up_pods: int = 4
+    scale_up_percent: int = 100
+    scale_up_period_s: float = 60.0
+
+
 def demand_to_replicas(
-    service: str, curve: list[tuple[float, float]], window: float, shape: ReplicaShape
+    service: str,
+    curve: list[tuple[float, float]],
+    window: float,
+    shape: ReplicaShape,
+    hpa: HpaBehavior | None = None,
 ) -> list[Pod]:
-    """Turn ``(window start, demand)`` into replica pods: replica i lives while ``ceil(demand/per) > i``."""
+    """Turn ``(window start, demand)`` into replica pods as an HPA would: every sync period it recommends
+    ``ceil(demand / per_replica)`` (at least ``min_replicas``) and moves the count toward it within ``hpa``'s
+    limits; replicas above the count leave newest first."""
+    hpa = hpa or HpaBehavior()
     live: list[float] = []  # start time of replica i
     pods: list[Pod] = []
     end_time = (curve[-1][0] + window) if curve else 0.0
@@ -158,12 +183,40 @@ def demand_to_replicas(
             )
         )
 
-    for t, demand in curve:
-        want = max(shape.min_replicas, math.ceil(demand / shape.per_replica - 1e-9))
-        while len(live) > want:
+    def want(demand: float) -> int:
+        return max(shape.min_replicas, math.ceil(demand / shape.per_replica - 1e-9))
+
+    step = max(hpa.sync_period_s, 1e-3)
+    recs: list[tuple[float, int]] = []  # (time, recommendation) within the stabilization window
+    ups: list[tuple[float, int]] = []  # (time, replicas added) within the scale-up period
+    k = 0
+    for i in range(math.ceil(end_time / step) + 1 if curve else 0):  # bounded: one pass over the curve
+        t = i * step
+        if t >= end_time:
+            break
+        while k + 1 < len(curve) and curve[k + 1][0] <= t:
+            k += 1
+        rec = want(curve[k][1])
+        recs.append((t, rec))
+        while len(recs) > 1 and recs[0][0] <= t - hpa.scale_down_stabilization_s:
+            recs.pop(0)
+        while ups and ups[0][0] <= t - hpa.scale_up_period_s:
+            ups.pop(0)
+        now = len(live)
+        if rec < now:
+            target = max(r for _, r in recs)  # the highest recommendation of the window (>= rec)
+        elif rec > now and live:
+            start = now - sum(n for _, n in ups)  # the count when the scale-up period began
+            limit = max(start + hpa.scale_up_pods, start + start * hpa.scale_up_percent // 100)
+            target = min(rec, max(limit, now))
+        else:
+            target = rec
+        while len(live) > target:
             idx = len(live) - 1
             emit(idx, live.pop(), t)
-        while len(live) < want:
+        if target > len(live):
+            ups.append((t, target - len(live)))
+        while len(live) < target:
             live.append(t)
     for idx in range(len(live) - 1, -1, -1):
         emit(idx, live[idx], end_time)
@@ -171,8 +224,10 @@ def demand_to_replicas(
     return pods
 
 
-def read_genai_qps(path: Path, window: float = 300.0, shape: ReplicaShape | None = None) -> Workload:
-    """Sum the qps samples per window across containers and turn the curve into replica pods."""
+def read_genai_qps(
+    path: Path, window: float = 300.0, shape: ReplicaShape | None = None, hpa: HpaBehavior | None = None
+) -> Workload:
+    """Sum the qps samples per window across containers and turn the curve into replica pods (:func:`demand_to_replicas`)."""
     if window <= 0:
         raise UserError("window must be > 0 seconds")
     sums: dict[int, float] = defaultdict(float)
@@ -198,7 +253,7 @@ def read_genai_qps(path: Path, window: float = 300.0, shape: ReplicaShape | None
         raise UserError(f"{path}: no samples")
     first = min(sums)
     curve = [((k - first) * window, sums.get(k, 0.0)) for k in range(first, max(sums) + 1)]
-    pods = demand_to_replicas("genai", curve, window, shape or ReplicaShape())
+    pods = demand_to_replicas("genai", curve, window, shape or ReplicaShape(), hpa)
     return Workload(name=path.name, pods=tuple(pods))
 
 

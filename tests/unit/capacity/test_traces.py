@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from capstan.capacity import Delay, grow, load_trace, read_genai_qps, read_openb_nodes, read_openb_pods
-from capstan.capacity.traces import ReplicaShape, demand_to_replicas, synthetic_agentic
+from capstan.capacity.model import Pod
+from capstan.capacity.traces import HpaBehavior, ReplicaShape, demand_to_replicas, synthetic_agentic
 from capstan.errors import UserError
 
 pytestmark = pytest.mark.unit
@@ -94,11 +95,28 @@ def test_genai_bad_value_names_line(tmp_path: Path) -> None:
         read_genai_qps(f)
 
 
-def test_demand_to_replicas_follows_the_curve() -> None:
+def _alive(pods: list[Pod], times: tuple[float, ...]) -> list[int]:
+    return [sum(1 for p in pods if p.arrival <= t < p.arrival + p.duration) for t in times]
+
+
+def test_demand_to_replicas_follows_the_curve_without_hpa_limits() -> None:
     shape = ReplicaShape(per_replica=1.0, min_replicas=0)
-    pods = demand_to_replicas("svc", [(0.0, 2.0), (60.0, 3.0), (120.0, 1.0)], 60.0, shape)
-    alive_at = [sum(1 for p in pods if p.arrival <= t < p.arrival + p.duration) for t in (30.0, 90.0, 150.0)]
-    assert alive_at == [2, 3, 1]
+    step = HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=10**6)
+    pods = demand_to_replicas("svc", [(0.0, 2.0), (60.0, 3.0), (120.0, 1.0)], 60.0, shape, step)
+    assert _alive(pods, (30.0, 90.0, 150.0)) == [2, 3, 1]
+
+
+def test_replicas_follow_the_hpa_defaults() -> None:
+    """Scale-down waits for the highest recommendation of the last 300 s to fall (a dip shorter than that
+    removes nothing); scale-up adds at most max(4 pods, 100 %) per 60 s."""
+    shape = ReplicaShape(per_replica=1.0, min_replicas=1)
+    dip = [(0.0, 6.0), (300.0, 3.0), (400.0, 6.0), (700.0, 2.0), (1500.0, 2.0)]
+    pods = demand_to_replicas("svc", dip, 100.0, shape)
+    assert _alive(pods, (350.0, 650.0, 980.0, 1000.0)) == [6, 6, 6, 2]  # the last 6 was at 690 s
+    assert len(pods) == 6  # the 100-second dip at 300 s removed and re-created nothing
+    ramp = demand_to_replicas("svc", [(0.0, 1.0), (60.0, 20.0), (600.0, 20.0)], 60.0, shape)
+    # from 1 replica: +4 at 60 s (1 -> 5), then 5 -> 10 at 120 s, 10 -> 20 at 180 s
+    assert _alive(ramp, (59.0, 61.0, 119.0, 121.0, 181.0)) == [1, 5, 5, 10, 20]
 
 
 def test_synthetic_generator_is_seeded() -> None:
