@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -111,7 +112,20 @@ class Snapshot:
 @dataclass(frozen=True)
 class PlannerConfig:
     forecast_windows: int = 96
-    """How many past windows (each one GPU boot delay long) the forecast looks at."""
+    """How many past windows (each one GPU boot delay long) the forecast looks at for service replicas, and for
+    batch pods when ``forecast_days`` is 0."""
+    forecast_days: int = 7
+    """Batch pods are forecast by time of day: from the windows that started within ``forecast_day_band_s`` of
+    this time of day on each of the last this many days, and those of the last ``forecast_recent_s``
+    (0: from every window of the last ``forecast_windows``)."""
+    forecast_day_s: float = 86400.0
+    """The period of the arrival pattern the daily windows follow."""
+    forecast_day_band_s: float = 3600.0
+    """How far either side of this time of day the daily windows may start."""
+    forecast_day_step_s: float = 900.0
+    """The daily bands move in steps of this, so time alone changes the forecast at most this often."""
+    forecast_recent_s: float = 7200.0
+    """With ``forecast_days``: the windows of this much of the immediate past are offered too."""
     forecast_quantile: float = 0.99
     """Headroom covers the arrivals of the window at this quantile of GPU demand among them."""
     service_half_life_s: float = 3600.0
@@ -232,18 +246,23 @@ class PlanCache:
         self._sliding = SlidingForecast()
         self._phantoms: tuple[Forecast, PlannerConfig, list[Pod]] | None = None
 
+    @property
+    def horizon(self) -> float:
+        """:func:`gpu_horizon` of the node types."""
+        if self._horizon is None:
+            self._horizon = gpu_horizon(self.node_types)
+        return self._horizon
+
     def forecast(self, snap: Snapshot, cfg: PlannerConfig) -> Forecast:
         """:func:`forecast` for ``snap``, reused while the recent arrivals are the same and otherwise updated
         from the last one's windows (:class:`SlidingForecast`)."""
-        if self._horizon is None:
-            self._horizon = gpu_horizon(self.node_types)
         ends = (snap.recent[0].name, snap.recent[-1].name) if snap.recent else ("", "")
         key = (len(snap.recent), ends, cfg)
         stale = (
             self._forecast is not None and (at := self._forecast[1].changes_at) is not None and snap.now >= at
         )
         if self._forecast is None or self._forecast[0] != key or stale:
-            self._forecast = (key, self._sliding.forecast(snap, cfg, self._horizon))
+            self._forecast = (key, self._sliding.forecast(snap, cfg, self.horizon))
         return self._forecast[1]
 
     def phantoms(self, fc: Forecast, cfg: PlannerConfig) -> list[Pod]:
@@ -322,9 +341,13 @@ class _Work:
 
     @property
     def mix(self) -> list[Pod]:
-        """Recent arrivals, newest first (gangs left out): what new nodes will be filled with."""
+        """The newest ``lookahead + 1`` arrivals of the last ``forecast_windows`` horizons, newest first (gangs
+        left out): what new nodes will be filled with (one more than a type choice reads, so it can leave out
+        the pod it chooses for). ``recent`` may reach back days for the forecast; the mix does not."""
         if self._mix is None:
-            self._mix = [p for p in reversed(self.snap.recent) if not p.gang]
+            since = self.snap.now - self.cache.horizon * self.cfg.forecast_windows
+            mix = (p for p in reversed(self.snap.recent) if p.arrival >= since and not p.gang)
+            self._mix = list(itertools.islice(mix, self.cfg.lookahead + 1))
         return self._mix
 
     def ok_types(self, pod: Pod) -> frozenset[str]:
@@ -587,22 +610,146 @@ class Forecast:
 
 
 def forecast(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
-    """The arrivals of past windows of length ``horizon`` (one boot plus GPU-ready delay) that headroom must
-    absorb: among the windows starting at each arrival of the look-back (``forecast_windows`` horizons), the
-    one at rank ``(1 - forecast_quantile) × forecast_windows`` by GPU demand, busiest first (0: the busiest).
+    """The arrivals of a past window of length ``horizon`` (one boot plus GPU-ready delay) that headroom must
+    absorb. Windows start at each arrival, so a burst is never split by a grid line. Batch pods: among the
+    windows of the last ``forecast_recent_s`` and those that started within ``forecast_day_band_s`` of this
+    time of day on each of the last ``forecast_days`` days (:func:`_batch_ranges`), the one at rank
+    ``(1 - forecast_quantile) × forecast_windows`` by GPU demand, busiest first (0: the busiest).
 
-    Windows slide with the arrivals (a burst is never split by a grid line), so the forecast changes only when
-    a pod arrives or the oldest arrival leaves the look-back; ``changes_at`` says when that is. One window
-    serves every GPU model: pods limited to a few models may find the headroom on others (see docs/capacity.md).
-    Replicas of inference services are ranked apart (:func:`_service_window`) and their window is added.
+    The forecast changes when a pod arrives, when an arrival leaves the recent look-back, or when the daily
+    bands, moving in steps of ``forecast_day_step_s``, take in or let go of an arrival; ``changes_at`` says
+    when it may next change (:func:`_batch_changes_at` skips band moves that cannot change the busiest
+    window). One window serves every GPU model: pods limited to a few models may find the
+    headroom on others (see docs/capacity.md). Replicas of inference services are ranked apart
+    (:func:`_service_window`) and their window is added.
     """
-    services = _forecast_pods(snap, cfg, horizon, services=True)
+    services = _forecast_pods(snap, snap.now - horizon * cfg.forecast_windows, services=True, cfg=cfg)
     return _with_services(_batch_window(snap, cfg, horizon), services, cfg, horizon)
 
 
-def _forecast_pods(snap: Snapshot, cfg: PlannerConfig, horizon: float, services: bool) -> list[Pod]:
-    """The look-back's GPU arrivals (gangs left out) of batch pods, or of service replicas, by arrival."""
-    since = snap.now - horizon * cfg.forecast_windows
+def _batch_lookback(cfg: PlannerConfig, horizon: float) -> float:
+    if cfg.forecast_days <= 0:
+        return horizon * cfg.forecast_windows
+    span = (
+        cfg.forecast_days * cfg.forecast_day_s + cfg.forecast_day_band_s + max(cfg.forecast_day_step_s, 0.0)
+    )
+    return max(cfg.forecast_recent_s, span)
+
+
+def forecast_lookback(cfg: PlannerConfig, horizon: float) -> float:
+    """How far back the forecast reads arrivals: a caller keeps at least this much of ``Snapshot.recent``."""
+    return max(horizon * cfg.forecast_windows, _batch_lookback(cfg, horizon))
+
+
+def _batch_ranges(now: float, cfg: PlannerConfig, horizon: float) -> list[tuple[float, float]]:
+    """The arrival times ``(lo, hi]`` whose windows batch headroom is chosen from: the recent look-back, then
+    one band around this time of day (rounded down to ``forecast_day_step_s``) on each past day.
+
+    NOTE: openb's arrivals follow the time of day (its nights see three times the arrivals of its middays), so
+    holding the busiest window of the last ten hours kept the night's headroom all morning; the same hour on
+    past days says what the next boot delay brings, and two recent hours catch a day unlike the others.
+    """
+    if cfg.forecast_days <= 0:
+        return [(now - horizon * cfg.forecast_windows, math.inf)]
+    step = cfg.forecast_day_step_s
+    grid = math.floor(now / step) * step if step > 0 else now
+    band = cfg.forecast_day_band_s
+    out = [(now - cfg.forecast_recent_s, math.inf)]
+    for d in range(1, cfg.forecast_days + 1):
+        mid = grid - d * cfg.forecast_day_s
+        out.append((mid - band, mid + band))
+    return out
+
+
+def _offered(
+    arrivals: list[float], lo: int, now: float, cfg: PlannerConfig, horizon: float
+) -> tuple[list[range], list[tuple[int, int]]]:
+    """The indexes (from ``lo`` on) of ``arrivals`` inside :func:`_batch_ranges`, as sorted, disjoint ranges,
+    and each range's own ``(first, end)`` indexes, in :func:`_batch_ranges` order."""
+    spans = [
+        (bisect.bisect_right(arrivals, a, lo=lo), bisect.bisect_right(arrivals, b, lo=lo))
+        for a, b in _batch_ranges(now, cfg, horizon)
+    ]
+    out: list[range] = []
+    for i, j in sorted(spans):
+        if i >= j:
+            continue
+        if out and i <= out[-1].stop:
+            out[-1] = range(out[-1].start, max(out[-1].stop, j))
+        else:
+            out.append(range(i, j))
+    return out, spans
+
+
+_ENTERING_SCAN = 32
+"""How many arrivals past a daily band's end :func:`_batch_changes_at` looks at for a busier window."""
+
+
+def _batch_changes_at(
+    arrivals: list[float],
+    demand: list[int],
+    lo: int,
+    cfg: PlannerConfig,
+    horizon: float,
+    spans: list[tuple[int, int]],
+    best: int | None,
+) -> float | None:
+    """When the batch window picked (index ``best`` of ``arrivals``, whose windows have GPU ``demand``) may
+    next change with no new arrival (None: not until one comes). Never later than the change; earlier only
+    costs a recheck that finds the same window.
+
+    With daily bands and the busiest window wanted, only two things change it: the picked window leaves every
+    range it is in, or a window at least as busy (busier, or as busy and earlier) enters a band; the bands take
+    in arrivals in order, so the first ``_ENTERING_SCAN`` beyond each band's end are checked, and the
+    time the last of them enters is a safe bound when none is busier. Otherwise any window entering or
+    leaving may change it.
+    """
+    if lo >= len(arrivals):
+        return None
+    if cfg.forecast_days <= 0:
+        return arrivals[lo] + horizon * cfg.forecast_windows  # the oldest arrival leaves the look-back
+    step = cfg.forecast_day_step_s
+    band = cfg.forecast_day_band_s
+
+    def band_at(t: float) -> float:  # the first position of the stepping bands at or after t
+        return math.ceil(t / step) * step if step > 0 else t
+
+    busiest = math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9) == 0
+    at: list[float] = []
+    if busiest and best is not None:
+        leaves = [arrivals[best] + cfg.forecast_recent_s] if spans[0][0] <= best < spans[0][1] else []
+        for d, (i, j) in enumerate(spans[1:], start=1):
+            if i <= best < j:
+                leaves.append(band_at(arrivals[best] + d * cfg.forecast_day_s + band))
+        at.append(max(leaves))
+        top = demand[best]
+        for d, (_, j) in enumerate(spans[1:], start=1):
+            shift = d * cfg.forecast_day_s - band
+            stop = min(j + _ENTERING_SCAN, len(arrivals))
+            k = None
+            if j < stop and max(demand[j:stop]) >= top:  # in C: most bands have nothing as busy ahead
+                k = next(
+                    (k for k in range(j, stop) if demand[k] > top or (demand[k] == top and k < best)), None
+                )
+            if k is not None:
+                at.append(band_at(arrivals[k] + shift))
+            elif stop < len(arrivals):
+                at.append(band_at(arrivals[stop] + shift))
+        return min(at)
+    i = spans[0][0]
+    if i < len(arrivals):
+        at.append(arrivals[i] + cfg.forecast_recent_s)  # the oldest recent arrival leaves
+    for d, (i, j) in enumerate(spans[1:], start=1):
+        shift = d * cfg.forecast_day_s
+        if i < j:
+            at.append(band_at(arrivals[i] + shift + band))  # the band lets go of its oldest arrival
+        if j < len(arrivals):
+            at.append(band_at(arrivals[j] + shift - band))  # the band takes in the next one
+    return min(at, default=None)
+
+
+def _forecast_pods(snap: Snapshot, since: float, *, services: bool, cfg: PlannerConfig) -> list[Pod]:
+    """The GPU arrivals after ``since`` (gangs left out) of batch pods, or of service replicas, by arrival."""
     apart = cfg.service_half_life_s > 0
     pods = [
         p
@@ -634,12 +781,20 @@ def _rank(cfg: PlannerConfig, count: int) -> int:
 
 
 def _batch_window(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
-    pods = _forecast_pods(snap, cfg, horizon, services=False)
+    pods = _forecast_pods(snap, snap.now - _batch_lookback(cfg, horizon), services=False, cfg=cfg)
     if horizon <= 0 or not pods:
         return Forecast((), None)
-    windows = [(-d, i, e) for d, i, e in _windows(pods, horizon)]
-    _, start, stop = heapq.nsmallest(_rank(cfg, len(windows)) + 1, windows)[-1]
-    return Forecast(tuple(pods[start:stop]), pods[0].arrival + horizon * cfg.forecast_windows)
+    windows = _windows(pods, horizon)
+    arrivals = [p.arrival for p in pods]
+    demand = [d for d, _, _ in windows]
+    slices, spans = _offered(arrivals, 0, snap.now, cfg, horizon)
+    offered = [(-windows[i][0], i, windows[i][2]) for r in slices for i in r]
+    if not offered:
+        return Forecast((), _batch_changes_at(arrivals, demand, 0, cfg, horizon, spans, None))
+    _, start, stop = heapq.nsmallest(_rank(cfg, len(offered)) + 1, offered)[-1]
+    return Forecast(
+        tuple(pods[start:stop]), _batch_changes_at(arrivals, demand, 0, cfg, horizon, spans, start)
+    )
 
 
 def _service_window(pods: list[Pod], cfg: PlannerConfig, horizon: float) -> Forecast:
@@ -719,7 +874,7 @@ class SlidingForecast:
         self._now = snap.now
         if not self._ordered or horizon <= 0:
             return forecast(snap, cfg, horizon)
-        since = snap.now - horizon * cfg.forecast_windows
+        since = snap.now - horizon * cfg.forecast_windows  # service replicas' look-back
         while self._svc_lo < len(self._svc) and not self._svc[self._svc_lo].arrival > since:
             self._svc_lo += 1
         if self._svc_lo > 4096 and self._svc_lo * 2 > len(self._svc):
@@ -728,26 +883,33 @@ class SlidingForecast:
         return _with_services(self._batch(snap, cfg, horizon), self._svc[self._svc_lo :], cfg, horizon)
 
     def _batch(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
-        lookback = horizon * cfg.forecast_windows
-        since = snap.now - lookback
+        since = snap.now - _batch_lookback(cfg, horizon)
         while self._lo < len(self._pods) and not self._arrival[self._lo] > since:
             self._lo += 1
         if self._lo > 4096 and self._lo * 2 > len(self._pods):
             for seq in (self._pods, self._arrival, self._demand):
                 del seq[: self._lo]
             self._lo = 0
-        n = len(self._pods) - self._lo
-        if n == 0:
+        if self._lo == len(self._pods):
             return Forecast((), None)
-        rank = _rank(cfg, n)
-        demand = self._demand
+        arrivals, demand = self._arrival, self._demand
+        offered, spans = _offered(arrivals, self._lo, snap.now, cfg, horizon)
+        if not offered:
+            return Forecast((), _batch_changes_at(arrivals, demand, self._lo, cfg, horizon, spans, None))
+        rank = _rank(cfg, sum(len(r) for r in offered))
         if rank == 0:
-            start = max(range(self._lo, len(demand)), key=demand.__getitem__)  # the first of equal maxima
+            start, top = -1, -1
+            # the first of equal maxima, as the from-scratch ranking picks it (two passes in C per range)
+            for r in offered:
+                m = max(demand[r.start : r.stop])
+                if m > top:
+                    start, top = demand.index(m, r.start, r.stop), m
         else:
-            ranked = heapq.nsmallest(rank + 1, range(self._lo, len(demand)), key=lambda i: (-demand[i], i))
+            ranked = heapq.nsmallest(rank + 1, (i for r in offered for i in r), key=lambda i: (-demand[i], i))
             start = ranked[rank]
-        stop = bisect.bisect_left(self._arrival, self._arrival[start] + horizon, lo=start)
-        return Forecast(tuple(self._pods[start:stop]), self._arrival[self._lo] + lookback)
+        stop = bisect.bisect_left(arrivals, arrivals[start] + horizon, lo=start)
+        at = _batch_changes_at(arrivals, demand, self._lo, cfg, horizon, spans, start)
+        return Forecast(tuple(self._pods[start:stop]), at)
 
     @staticmethod
     def _dropped(old: tuple[Pod, ...], new: tuple[Pod, ...]) -> int | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from capstan.capacity.model import IN_FLIGHT, NodeState, NodeType, Pod
 from capstan.capacity.placement import Capacity, choose_devices, fits, give, take
-from capstan.capacity.planner import PlanCache, PlannerConfig, Scope, gpu_horizon, plan
+from capstan.capacity.planner import PlanCache, PlannerConfig, Scope, forecast_lookback, gpu_horizon, plan
 from capstan.capacity.sim import Policy, Sim, SimNode, SimPod
 from capstan.errors import UserError
 
@@ -70,7 +70,7 @@ class CapstanPolicy:
 
     def start(self, sim: Sim) -> None:
         self._horizon = gpu_horizon(sim.node_types)
-        sim.recent_window = max(self._horizon * self.config.forecast_windows, 1.0)
+        sim.recent_window = max(forecast_lookback(self.config, self._horizon), 1.0)
 
     def on_change(self, sim: Sim, now: float) -> None:
         if sim.pending and (self._place_at is None or self._place_at < now):

@@ -142,7 +142,13 @@ def simulate(
     headroom_quantile: float = typer.Option(
         0.99,
         "--headroom-quantile",
-        help="Capstan's headroom: cover the busiest boot-delay window at this quantile of the last 96 (0: none).",
+        help="Capstan's headroom: cover the boot-delay window at this quantile of those the forecast offers (0: none).",
+    ),
+    forecast_days: int = typer.Option(
+        7,
+        "--forecast-days",
+        help="Capstan's batch forecast: windows of the last 2 h and of this time of day ±1 h on this many past "
+        "days (0: every window of the last 96 boot delays).",
     ),
     out: Path = typer.Option(Path("capacity-out"), "--out", help="Directory for PNG plots."),
 ) -> None:
@@ -161,7 +167,13 @@ def simulate(
         raise UserError(
             f"--headroom-quantile {headroom_quantile}: must be between 0 and 1 (0 disables headroom)"
         )
-    planner = PlannerConfig(headroom=headroom_quantile > 0, forecast_quantile=headroom_quantile or 0.99)
+    if forecast_days < 0:
+        raise UserError(f"--forecast-days {forecast_days}: must be >= 0 (0: the plain look-back)")
+    planner = PlannerConfig(
+        headroom=headroom_quantile > 0,
+        forecast_quantile=headroom_quantile or 0.99,
+        forecast_days=forecast_days,
+    )
     workload = load_trace(trace, seed=seed, window=window)
     if max_pods:
         workload = Workload(workload.name, workload.pods[:max_pods])

@@ -82,6 +82,13 @@ def test_headroom_quantile_out_of_range_is_one_line_exit_2(tmp_path: Path) -> No
     assert "--headroom-quantile 1.5: must be between 0 and 1" in r.stderr
 
 
+def test_negative_forecast_days_is_one_line_exit_2(tmp_path: Path) -> None:
+    r = capstan("--trace", "synthetic:agentic:0.1", "--forecast-days", "-1", "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "--forecast-days -1: must be >= 0" in r.stderr
+
+
 def test_bad_node_type_file_is_one_line_exit_2(tmp_path: Path) -> None:
     f = tmp_path / "types.yaml"
     f.write_text("node_types:\n  - name: x\n    cpu_milli: 1000\n    memory_mib: 1024\n    gpus: 2\n")

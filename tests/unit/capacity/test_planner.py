@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from capstan.capacity import Delay, NodeState, NodeType, NodeView, PlannerConfig, Pod, Snapshot, Taint, plan
 from capstan.capacity.model import Toleration
-from capstan.capacity.planner import SlidingForecast, forecast
+from capstan.capacity.planner import Forecast, SlidingForecast, forecast
 
 pytestmark = pytest.mark.unit
 
@@ -304,15 +304,43 @@ def test_new_node_type_follows_the_arrival_mix_not_only_the_queue() -> None:
 
 def test_forecast_window_slides_with_arrivals_and_says_when_it_changes() -> None:
     """Headroom covers the busiest window of one boot delay (360 s here) in the look-back, wherever it starts."""
-    cfg = PlannerConfig(forecast_windows=10, forecast_quantile=1.0)
+    cfg = PlannerConfig(forecast_windows=10, forecast_quantile=1.0, forecast_days=0)
     burst = tuple(pod(f"b{i}", milli=1000, arrival=3500.0 + 20 * i) for i in range(4))  # spans t=3600
     calm = (pod("c", arrival=1000.0),)
     snap = Snapshot(now=4000.0, node_types=(T4x4,), nodes=(), pending=(), recent=(*calm, *burst))
     fc = forecast(snap, cfg, 360.0)
     assert [p.name for p in fc.pods] == ["b0", "b1", "b2", "b3"]
     assert fc.changes_at == 1000.0 + 3600.0  # when the oldest arrival leaves the look-back
-    lower = forecast(snap, PlannerConfig(forecast_windows=10, forecast_quantile=0.8), 360.0)
+    lower = forecast(snap, PlannerConfig(forecast_windows=10, forecast_quantile=0.8, forecast_days=0), 360.0)
     assert len(lower.pods) < 4  # rank 2 of the windows by GPU demand
+
+
+def test_batch_headroom_follows_the_time_of_day() -> None:
+    """Bursts at 02:00 every day: at 01:30 the daily bands hold the burst, at noon they do not (the ten-hour
+    look-back still would: today's burst is in it), and the forecast says when the next band takes in an
+    arrival."""
+    day = 86400.0
+
+    def burst(d: int) -> tuple[Pod, ...]:
+        return tuple(pod(f"d{d}-{i}", arrival=d * day + 2 * 3600.0 + i) for i in range(6))
+
+    past = (*burst(0), *burst(1), *burst(2))
+    lone = pod("lone", arrival=3 * day + 11 * 3600.0)
+    by_day = PlannerConfig()
+    night = Snapshot(now=2 * day + 1.5 * 3600.0, node_types=(T4x4,), nodes=(), pending=(), recent=past[:12])
+    assert len(forecast(night, by_day, 390.0).pods) == 6
+    recent = (*past, *burst(3), lone)
+    noon = Snapshot(now=3 * day + 12 * 3600.0, node_types=(T4x4,), nodes=(), pending=(), recent=recent)
+    fc = forecast(noon, by_day, 390.0)
+    assert [p.name for p in fc.pods] == ["lone"]
+    # the lone pod leaves the two recent hours at 13:00; no band reaches 02:00 before then
+    assert fc.changes_at == lone.arrival + by_day.forecast_recent_s
+    assert len(forecast(noon, PlannerConfig(forecast_days=0), 390.0).pods) == 6
+    # at 00:50 the bands (from 00:45, ±1 h) end at 01:45: the bursts enter them at the 01:00 step
+    early = Snapshot(now=3 * day + 50 * 60.0, node_types=(T4x4,), nodes=(), pending=(), recent=past)
+    fc = forecast(early, by_day, 390.0)
+    assert fc.pods == ()
+    assert fc.changes_at == 3 * day + 3600.0
 
 
 _STEP = st.tuples(
@@ -337,6 +365,8 @@ _STEP = st.tuples(
     windows=10,
     shuffle=False,
     half_life=3600.0,
+    days=0,
+    step=0.0,
 )
 @given(
     steps=st.lists(_STEP, min_size=1, max_size=12),
@@ -344,6 +374,8 @@ _STEP = st.tuples(
     windows=st.sampled_from([1, 3, 10]),
     shuffle=st.booleans(),
     half_life=st.sampled_from([0.0, 600.0, 3600.0]),
+    days=st.sampled_from([0, 0, 1, 3]),
+    step=st.sampled_from([0.0, 50.0, 300.0]),
 )
 def test_sliding_forecast_answers_exactly_what_forecast_does(
     steps: list[tuple[list[tuple[float, int, int, str]], int, float]],
@@ -351,11 +383,22 @@ def test_sliding_forecast_answers_exactly_what_forecast_does(
     windows: int,
     shuffle: bool,
     half_life: float,
+    days: int,
+    step: float,
 ) -> None:
     """The incremental forecast the planner's cache keeps equals the from-scratch one on every snapshot:
-    arrivals with ties, gangs and CPU pods, pods leaving the look-back or dropped by the caller, and (with
-    ``shuffle``) a caller whose arrivals are out of order."""
-    cfg = PlannerConfig(forecast_windows=windows, forecast_quantile=quantile, service_half_life_s=half_life)
+    arrivals with ties, gangs and CPU pods, pods leaving the look-back or dropped by the caller, (with
+    ``shuffle``) a caller whose arrivals are out of order, and (with ``days``) daily bands over a short day."""
+    cfg = PlannerConfig(
+        forecast_windows=windows,
+        forecast_quantile=quantile,
+        service_half_life_s=half_life,
+        forecast_days=days,
+        forecast_day_s=2000.0,
+        forecast_day_band_s=200.0,
+        forecast_day_step_s=step,
+        forecast_recent_s=700.0,
+    )
     sliding = SlidingForecast()
     recent: tuple[Pod, ...] = ()
     t = 0.0
@@ -378,6 +421,51 @@ def test_sliding_forecast_answers_exactly_what_forecast_does(
         recent = recent[drop:] + tuple(added)
         snap = Snapshot(now=t + ahead, node_types=(T4x4,), nodes=(), pending=(), recent=recent)
         assert sliding.forecast(snap, cfg, 360.0) == forecast(snap, cfg, 360.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    arrivals=st.lists(
+        st.tuples(st.floats(0.0, 9000.0), st.sampled_from([250, 500, 1000, 2000])), min_size=1, max_size=40
+    ),
+    now=st.floats(0.0, 12000.0),
+    days=st.sampled_from([1, 3]),
+    step=st.sampled_from([0.0, 50.0, 300.0]),
+    quantile=st.sampled_from([1.0, 0.99, 0.8]),
+)
+def test_the_forecast_never_changes_before_it_says_it_will(
+    arrivals: list[tuple[float, int]], now: float, days: int, step: float, quantile: float
+) -> None:
+    """With daily bands, ``changes_at`` may skip band moves that cannot change the window picked, but it is
+    never later than a change: at every sampled time before it the forecast holds the same pods."""
+    cfg = PlannerConfig(
+        forecast_windows=10,
+        forecast_quantile=quantile,
+        forecast_days=days,
+        forecast_day_s=2000.0,
+        forecast_day_band_s=200.0,
+        forecast_day_step_s=step,
+        forecast_recent_s=700.0,
+    )
+    pods = sorted(
+        (
+            pod(f"p{i}", gpus=max(1, m // 1000), milli=min(m, 1000), arrival=t)
+            for i, (t, m) in enumerate(arrivals)
+        ),
+        key=lambda p: (p.arrival, p.name),
+    )
+    recent = tuple(p for p in pods if p.arrival <= now)
+
+    def at(t: float) -> Forecast:
+        return forecast(Snapshot(now=t, node_types=(T4x4,), nodes=(), pending=(), recent=recent), cfg, 360.0)
+
+    fc = at(now)
+    end = fc.changes_at if fc.changes_at is not None else now + 3 * days * 2000.0
+    assert end > now
+    for k in range(1, 60):
+        t = now + (end - now) * k / 60
+        if t < end:
+            assert at(t).pods == fc.pods, t
 
 
 @settings(max_examples=300, deadline=None)
@@ -411,7 +499,7 @@ def test_filling_a_trial_node_in_one_step_equals_placing_copies_one_by_one(
 def test_sliding_forecast_stays_exact_after_it_compacts_its_expired_windows() -> None:
     """Thousands of arrivals through a short look-back: the state drops expired windows in bulk and still
     answers what the from-scratch forecast does."""
-    cfg = PlannerConfig(forecast_windows=2, forecast_quantile=1.0)
+    cfg = PlannerConfig(forecast_windows=2, forecast_quantile=1.0, forecast_days=0)
     sliding = SlidingForecast()
     recent: tuple[Pod, ...] = ()
     for i in range(9000):
@@ -436,8 +524,10 @@ def test_an_old_ramp_of_a_service_gives_way_to_a_recent_one_batch_bursts_do_not(
     for kind in ("service", "batch"):
         recent = (*burst(kind, 3600.0, 8), *burst(kind, 5 * 3600.0, 3))
         snap = Snapshot(now=now, node_types=(T4x4,), nodes=(), pending=(), recent=recent)
-        decayed = forecast(snap, PlannerConfig(forecast_windows=96), 390.0)
-        plain = forecast(snap, PlannerConfig(forecast_windows=96, service_half_life_s=0), 390.0)
+        decayed = forecast(snap, PlannerConfig(forecast_windows=96, forecast_days=0), 390.0)
+        plain = forecast(
+            snap, PlannerConfig(forecast_windows=96, service_half_life_s=0, forecast_days=0), 390.0
+        )
         assert len(plain.pods) == 8
         assert len(decayed.pods) == (3 if kind == "service" else 8)
 
