@@ -125,26 +125,44 @@ def case(  # type: ignore[type-arg]
     console.print(table)
     r = row(label, summaries)
     console.print(
-        f"  capstan/CA idle GPU-h {r['idle_vs_ca']:.2f}× (goal ≤ 0.4), p99 pending {r['p99_vs_ca']:.2f}× "
-        f"(goal ≤ 0.2), cost/oracle {r['cost_vs_oracle']:.2f}× (goal ≤ 1.05)"
+        f"  capstan/CA idle GPU-h {r['idle_vs_ca']:.3f}× (goal ≤ 0.4), p99 pending {r['p99_vs_ca']:.3f}× "
+        f"(goal ≤ 0.2), cost/oracle {r['cost_vs_oracle']:.3f}× (goal ≤ 1.05)"
     )
     write_plots(list(summaries.values()), out / "capacity" / label.replace(" ", "_").replace("/", "_"), label)
     return r
 
 
+def frontier_variants() -> list[tuple[str, PlannerConfig]]:
+    """Capstan's variants in the frontier: the forecast quantile, then the time-of-day forecast's settings."""
+    return [
+        ("no headroom", PlannerConfig(headroom=False)),
+        *((f"quantile {q:.2f}", PlannerConfig(forecast_quantile=q)) for q in (0.9, 0.95, 0.97)),
+        ("default (0.99, 7 days ±1 h, 2 h)", PlannerConfig()),
+        ("10 h look-back (forecast_days=0)", PlannerConfig(forecast_days=0)),
+        ("3 days", PlannerConfig(forecast_days=3)),
+        ("14 days", PlannerConfig(forecast_days=14)),
+        ("bands ±30 min", PlannerConfig(forecast_day_band_s=1800.0)),
+        ("bands ±90 min", PlannerConfig(forecast_day_band_s=5400.0)),
+        ("bands step 5 min", PlannerConfig(forecast_day_step_s=300.0)),
+        ("recent 4 h", PlannerConfig(forecast_recent_s=14400.0)),
+    ]
+
+
 def headroom_frontier(
     console: Console,
     workload: Workload,
-    types: tuple,
-    base: dict[str, object],  # type: ignore[type-arg]
+    types: tuple,  # type: ignore[type-arg]
+    base: dict[str, object],
+    variants: list[tuple[str, PlannerConfig]],
 ) -> list[dict[str, object]]:
-    """Capstan at several forecast quantiles on one trace: what headroom buys in p99 and costs in idle GPU-h."""
+    """Capstan's variants on one trace: what headroom buys in p99 and costs in idle GPU-h, and how much the
+    figures move with the forecast's settings."""
     pols = base["policies"]
     assert isinstance(pols, dict)
     ca, oracle = pols["cluster-autoscaler"], pols["oracle"]
-    table = Table(title="Headroom frontier (Capstan, openb default): forecast quantile vs the goals")
+    table = Table(title="Headroom frontier (Capstan, openb default): forecast settings vs the goals")
     for col in (
-        "quantile",
+        "variant",
         "idle GPU-h",
         "× CA",
         "p99 s",
@@ -152,18 +170,21 @@ def headroom_frontier(
         "waited > 60 s",
         "cost",
         "× oracle",
+        "launches",
+        "plans place/review/full (skipped)",
         "run s",
     ):
         table.add_column(col, justify="right")
     out = []
-    for q in (0.0, 0.9, 0.95, 0.97, 0.99):
-        cfg = PlannerConfig(headroom=q > 0, forecast_quantile=q or 0.99)
+    for label, cfg in variants:
         policy = CapstanPolicy(cfg)
         t0 = time.perf_counter()
         s = summarize(Sim(workload, types, policy, seed=0, record=False).run())
         seconds = time.perf_counter() - t0
         r = {
-            "quantile": q,
+            "variant": label,
+            "quantile": cfg.forecast_quantile if cfg.headroom else 0.0,
+            "forecast_days": cfg.forecast_days,
             "idle_gpu_h": s.idle_total,
             "idle_vs_ca": ratio(s.idle_total, ca["idle_gpu_h"]),
             "p99_s": s.pending["total"][2],
@@ -171,19 +192,21 @@ def headroom_frontier(
             "slow_starts": s.slow_starts,
             "cost": s.cost,
             "cost_vs_oracle": ratio(s.cost, oracle["cost"]),
+            "launches": s.launches,
             "seconds": seconds,
             "plans": dict(policy.plans),
         }
         out.append(r)
         table.add_row(
-            "no headroom" if q == 0 else f"{q:.2f}",
+            label,
             f"{s.idle_total:,.0f}",
-            f"{r['idle_vs_ca']:.2f}",
+            f"{r['idle_vs_ca']:.3f}",
             f"{r['p99_s']:.0f}",
-            f"{r['p99_vs_ca']:.2f}",
+            f"{r['p99_vs_ca']:.3f}",
             str(s.slow_starts),
             f"{s.cost:,.0f}",
-            f"{r['cost_vs_oracle']:.2f}",
+            f"{r['cost_vs_oracle']:.3f}",
+            str(s.launches),
             "{place}/{review}/{full} ({skipped})".format(**policy.plans),
             f"{seconds:.1f}",
         )
@@ -214,7 +237,7 @@ def main() -> None:
             w = Workload(w.name, w.pods[:n_openb])
         rows.append(case(console, f"openb {variant}", w, openb_types, args.out))
         if variant == "default":
-            frontier = headroom_frontier(console, w, openb_types, rows[-1])
+            frontier = headroom_frontier(console, w, openb_types, rows[-1], frontier_variants())
         if args.smoke:
             break
 

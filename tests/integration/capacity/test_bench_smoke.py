@@ -19,6 +19,8 @@ def test_capacity_policies_bench_smoke(tmp_path: Path) -> None:
     for row in data["rows"]:
         assert set(row["policies"]) == {"capstan", "cluster-autoscaler", "karpenter", "static", "oracle"}
         assert all(p["problems"] == 0 for p in row["policies"].values())
+    variants = [r["variant"] for r in data["headroom_frontier_openb_default"]]
+    assert "10 h look-back (forecast_days=0)" in variants and len(variants) == len(set(variants)) >= 10
 
 
 def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
