@@ -238,6 +238,7 @@ class PlanCache:
         self.by_name: dict[str, NodeType] = {t.name: t for t in node_types}
         self.limit = limit
         self.ok: dict[PodShape, frozenset[str]] = {}
+        self.cheapest: dict[PodShape, float] = {}
         self.why: dict[tuple[str, PodShape], str | None] = {}
         self._forecast: tuple[tuple[object, ...], Forecast] | None = None
         self.no_repack: tuple[object, ...] | None = None
@@ -277,6 +278,7 @@ class PlanCache:
         self.node_types = node_types
         self.by_name = {t.name: t for t in node_types}
         self.ok.clear()
+        self.cheapest.clear()
         self.why.clear()
         self._forecast = None
         self.no_repack = None
@@ -349,6 +351,16 @@ class _Work:
             mix = (p for p in reversed(self.snap.recent) if p.arrival >= since and not p.gang)
             self._mix = list(itertools.islice(mix, self.cfg.lookahead + 1))
         return self._mix
+
+    def cheapest(self, pod: Pod) -> float:
+        """The lowest hourly price of a node type ``pod`` may use (infinite if none)."""
+        got = self.cache.cheapest.get(pod.shape)
+        if got is None:
+            ok = self.ok_types(pod)
+            got = self.cache.cheapest[pod.shape] = min(
+                (t.price_per_hour for t in self.snap.node_types if t.name in ok), default=math.inf
+            )
+        return got
 
     def ok_types(self, pod: Pod) -> frozenset[str]:
         got = self.cache.ok.get(pod.shape)
@@ -1021,26 +1033,38 @@ def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool
     done: list[tuple[Pod, _Bin, Assignment]] = []
     opened: list[_Bin] = []
     woken: list[_Bin] = []
+    before = sum(b.nt.price_per_hour for b in group)
+    # the price of the nodes brought into use only grows: once it leaves no saving, stop packing (the final
+    # test below would refuse it; the margin keeps float rounding from cutting short a repack that pays)
+    hopeless = before - cfg.repack_min_saving * before + 1e-6
+    spent = 0.0
     ok = True
     for i, pod in enumerate(pods):
         found = w.best_bin(pod, ("ready", "inflight", "new"), exclude=exclude)
         if found is None:
+            if spent + w.cheapest(pod) >= hopeless:
+                ok = False
+                break
             choice = w.choose_type(pod, pods, i + 1, mix=False)
             if not isinstance(choice, NodeType):
                 ok = False
                 break
             b = w.open_bin(choice)
             opened.append(b)
+            spent += choice.price_per_hour
             found = (b, choose_devices(b.cap, pod))
         b, a = found
         if b.pods == 0 and b.kind != "new":
             woken.append(b)
+            spent += b.nt.price_per_hour
         w.place(b, pod, a)
         done.append((pod, b, a))
+        if spent >= hopeless:
+            ok = False
+            break
     result: _Repack | None = None
     if ok:
         brought = woken + opened
-        before = sum(b.nt.price_per_hour for b in group)
         after = sum(b.nt.price_per_hour for b in brought)
         free_before = sum(_gpus_free(b) for b in group) + sum(b.nt.gpu for b in brought)
         free_after = sum(_gpus_free(b) for b in brought)
