@@ -701,6 +701,7 @@ def _batch_changes_at(
     arrivals: list[float],
     demand: list[int],
     lo: int,
+    now: float,
     cfg: PlannerConfig,
     horizon: float,
     spans: list[tuple[int, int]],
@@ -714,12 +715,14 @@ def _batch_changes_at(
     range it is in, or a window at least as busy (busier, or as busy and earlier) enters a band; the bands take
     in arrivals in order, so the first ``_ENTERING_SCAN`` beyond each band's end are checked, and the
     time the last of them enters is a safe bound when none is busier. Otherwise any window entering or
-    leaving may change it.
+    leaving may change it. The answer is always after ``now``: float rounding can put an arrival an ulp past a
+    band's end (it enters at the next instant, not at ``now``).
     """
     if lo >= len(arrivals):
         return None
     if cfg.forecast_days <= 0:
-        return arrivals[lo] + horizon * cfg.forecast_windows  # the oldest arrival leaves the look-back
+        # the oldest arrival leaves the look-back
+        return max(arrivals[lo] + horizon * cfg.forecast_windows, math.nextafter(now, math.inf))
     step = cfg.forecast_day_step_s
     band = cfg.forecast_day_band_s
 
@@ -747,7 +750,7 @@ def _batch_changes_at(
                 at.append(band_at(arrivals[k] + shift))
             elif stop < len(arrivals):
                 at.append(band_at(arrivals[stop] + shift))
-        return min(at)
+        return max(min(at), math.nextafter(now, math.inf))
     i = spans[0][0]
     if i < len(arrivals):
         at.append(arrivals[i] + cfg.forecast_recent_s)  # the oldest recent arrival leaves
@@ -757,7 +760,7 @@ def _batch_changes_at(
             at.append(band_at(arrivals[i] + shift + band))  # the band lets go of its oldest arrival
         if j < len(arrivals):
             at.append(band_at(arrivals[j] + shift - band))  # the band takes in the next one
-    return min(at, default=None)
+    return max(min(at), math.nextafter(now, math.inf)) if at else None
 
 
 def _forecast_pods(snap: Snapshot, since: float, *, services: bool, cfg: PlannerConfig) -> list[Pod]:
@@ -802,10 +805,10 @@ def _batch_window(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecas
     slices, spans = _offered(arrivals, 0, snap.now, cfg, horizon)
     offered = [(-windows[i][0], i, windows[i][2]) for r in slices for i in r]
     if not offered:
-        return Forecast((), _batch_changes_at(arrivals, demand, 0, cfg, horizon, spans, None))
+        return Forecast((), _batch_changes_at(arrivals, demand, 0, snap.now, cfg, horizon, spans, None))
     _, start, stop = heapq.nsmallest(_rank(cfg, len(offered)) + 1, offered)[-1]
     return Forecast(
-        tuple(pods[start:stop]), _batch_changes_at(arrivals, demand, 0, cfg, horizon, spans, start)
+        tuple(pods[start:stop]), _batch_changes_at(arrivals, demand, 0, snap.now, cfg, horizon, spans, start)
     )
 
 
@@ -907,7 +910,9 @@ class SlidingForecast:
         arrivals, demand = self._arrival, self._demand
         offered, spans = _offered(arrivals, self._lo, snap.now, cfg, horizon)
         if not offered:
-            return Forecast((), _batch_changes_at(arrivals, demand, self._lo, cfg, horizon, spans, None))
+            return Forecast(
+                (), _batch_changes_at(arrivals, demand, self._lo, snap.now, cfg, horizon, spans, None)
+            )
         rank = _rank(cfg, sum(len(r) for r in offered))
         if rank == 0:
             start, top = -1, -1
@@ -920,7 +925,7 @@ class SlidingForecast:
             ranked = heapq.nsmallest(rank + 1, (i for r in offered for i in r), key=lambda i: (-demand[i], i))
             start = ranked[rank]
         stop = bisect.bisect_left(arrivals, arrivals[start] + horizon, lo=start)
-        at = _batch_changes_at(arrivals, demand, self._lo, cfg, horizon, spans, start)
+        at = _batch_changes_at(arrivals, demand, self._lo, snap.now, cfg, horizon, spans, start)
         return Forecast(tuple(self._pods[start:stop]), at)
 
     @staticmethod
