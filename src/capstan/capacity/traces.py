@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import random
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -135,8 +135,9 @@ class ReplicaShape:
 
 @dataclass(frozen=True)
 class HpaBehavior:
-    """How a HorizontalPodAutoscaler turns the demand curve into a replica count; the defaults are Kubernetes'
-    (``autoscaling/v2`` with no ``behavior`` set, a 15 s sync period).
+    """How a HorizontalPodAutoscaler turns the demand curve into a replica count; the defaults are those
+    Kubernetes fills in for ``autoscaling/v2`` with no ``behavior`` set (pkg/apis/autoscaling/v2/defaults.go),
+    and the controller's 15 s sync period.
 
     Scale-down uses the highest recommendation of the last ``scale_down_stabilization_s``; scale-up adds at most
     the larger of ``scale_up_pods`` and ``scale_up_percent`` % of the replicas there were ``scale_up_period_s``
@@ -148,7 +149,7 @@ class HpaBehavior:
     scale_down_stabilization_s: float = 300.0
     scale_up_pods: int = 4
     scale_up_percent: int = 100
-    scale_up_period_s: float = 60.0
+    scale_up_period_s: float = 15.0
 
 
 def demand_to_replicas(
@@ -187,8 +188,8 @@ def demand_to_replicas(
         return max(shape.min_replicas, math.ceil(demand / shape.per_replica - 1e-9))
 
     step = max(hpa.sync_period_s, 1e-3)
-    recs: list[tuple[float, int]] = []  # (time, recommendation) within the stabilization window
-    ups: list[tuple[float, int]] = []  # (time, replicas added) within the scale-up period
+    recs: deque[tuple[float, int]] = deque()  # (time, recommendation) within the stabilization window
+    ups: deque[tuple[float, int]] = deque()  # (time, replicas added) within the scale-up period
     k = 0
     for i in range(math.ceil(end_time / step) + 1 if curve else 0):  # bounded: one pass over the curve
         t = i * step
@@ -199,9 +200,9 @@ def demand_to_replicas(
         rec = want(curve[k][1])
         recs.append((t, rec))
         while len(recs) > 1 and recs[0][0] <= t - hpa.scale_down_stabilization_s:
-            recs.pop(0)
+            recs.popleft()
         while ups and ups[0][0] <= t - hpa.scale_up_period_s:
-            ups.pop(0)
+            ups.popleft()
         now = len(live)
         if rec < now:
             target = max(r for _, r in recs)  # the highest recommendation of the window (>= rec)

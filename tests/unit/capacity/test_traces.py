@@ -108,15 +108,15 @@ def test_demand_to_replicas_follows_the_curve_without_hpa_limits() -> None:
 
 def test_replicas_follow_the_hpa_defaults() -> None:
     """Scale-down waits for the highest recommendation of the last 300 s to fall (a dip shorter than that
-    removes nothing); scale-up adds at most max(4 pods, 100 %) per 60 s."""
+    removes nothing); scale-up adds at most max(4 pods, 100 %) per 15 s."""
     shape = ReplicaShape(per_replica=1.0, min_replicas=1)
     dip = [(0.0, 6.0), (300.0, 3.0), (400.0, 6.0), (700.0, 2.0), (1500.0, 2.0)]
     pods = demand_to_replicas("svc", dip, 100.0, shape)
     assert _alive(pods, (350.0, 650.0, 980.0, 1000.0)) == [6, 6, 6, 2]  # the last 6 was at 690 s
     assert len(pods) == 6  # the 100-second dip at 300 s removed and re-created nothing
     ramp = demand_to_replicas("svc", [(0.0, 1.0), (60.0, 20.0), (600.0, 20.0)], 60.0, shape)
-    # from 1 replica: +4 at 60 s (1 -> 5), then 5 -> 10 at 120 s, 10 -> 20 at 180 s
-    assert _alive(ramp, (59.0, 61.0, 119.0, 121.0, 181.0)) == [1, 5, 5, 10, 20]
+    # from 1 replica: +4 at 60 s (1 -> 5), then 5 -> 10 at 75 s, 10 -> 20 at 90 s
+    assert _alive(ramp, (59.0, 61.0, 74.0, 76.0, 89.0, 91.0)) == [1, 5, 5, 10, 10, 20]
 
 
 def test_synthetic_generator_is_seeded() -> None:
