@@ -5,7 +5,8 @@ Formats (documented in docs/capacity.md, recognised by their CSV header so any f
 * openb pod list (``openb_pod_list_*.csv``): one batch or service task a row; duration is
   ``deletion_time - scheduled_time`` (``creation_time`` when never scheduled).
 * GenAI request rate (``qps.csv``): samples summed per window across containers give a demand curve, turned into
-  inference replicas (``ceil(demand / per_replica)``); replicas above the current count leave newest first.
+  inference replicas as an HPA with Kubernetes' default behaviour would (:class:`HpaBehavior`: recommendations
+  ``ceil(demand / per_replica)``); replicas above the current count leave newest first.
 * ``synthetic:agentic``: a seeded bursty agentic-inference generator (calm/burst Markov-modulated arrivals,
   fan-out, some two-node gangs).
 

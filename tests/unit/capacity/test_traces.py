@@ -112,7 +112,12 @@ def test_replicas_follow_the_hpa_defaults() -> None:
     shape = ReplicaShape(per_replica=1.0, min_replicas=1)
     dip = [(0.0, 6.0), (300.0, 3.0), (400.0, 6.0), (700.0, 2.0), (1500.0, 2.0)]
     pods = demand_to_replicas("svc", dip, 100.0, shape)
-    assert _alive(pods, (350.0, 650.0, 980.0, 1000.0)) == [6, 6, 6, 2]  # the last 6 was at 690 s
+    assert _alive(pods, (350.0, 650.0, 980.0, 1000.0)) == [
+        6,
+        6,
+        6,
+        2,
+    ]  # the last recommendation of 6 was at 690 s
     assert len(pods) == 6  # the 100-second dip at 300 s removed and re-created nothing
     ramp = demand_to_replicas("svc", [(0.0, 1.0), (60.0, 20.0), (600.0, 20.0)], 60.0, shape)
     # from 1 replica: +4 at 60 s (1 -> 5), then 5 -> 10 at 75 s, 10 -> 20 at 90 s
