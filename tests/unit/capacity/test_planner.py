@@ -343,6 +343,20 @@ def test_batch_headroom_follows_the_time_of_day() -> None:
     assert fc.changes_at == 3 * day + 3600.0
 
 
+def short_days(days: int, step: float, *, windows: int, quantile: float, **kw: float) -> PlannerConfig:
+    """A forecast over 2,000-second "days" (bands ±200 s, 700 s recent), so a few arrivals span several."""
+    return PlannerConfig(
+        forecast_windows=windows,
+        forecast_quantile=quantile,
+        forecast_days=days,
+        forecast_day_s=2000.0,
+        forecast_day_band_s=200.0,
+        forecast_day_step_s=step,
+        forecast_recent_s=700.0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
 _STEP = st.tuples(
     st.lists(  # arrivals since the last snapshot: (gap after the previous arrival, GPUs, thousandths, gang)
         st.tuples(
@@ -389,16 +403,7 @@ def test_sliding_forecast_answers_exactly_what_forecast_does(
     """The incremental forecast the planner's cache keeps equals the from-scratch one on every snapshot:
     arrivals with ties, gangs and CPU pods, pods leaving the look-back or dropped by the caller, (with
     ``shuffle``) a caller whose arrivals are out of order, and (with ``days``) daily bands over a short day."""
-    cfg = PlannerConfig(
-        forecast_windows=windows,
-        forecast_quantile=quantile,
-        service_half_life_s=half_life,
-        forecast_days=days,
-        forecast_day_s=2000.0,
-        forecast_day_band_s=200.0,
-        forecast_day_step_s=step,
-        forecast_recent_s=700.0,
-    )
+    cfg = short_days(days, step, windows=windows, quantile=quantile, service_half_life_s=half_life)
     sliding = SlidingForecast()
     recent: tuple[Pod, ...] = ()
     t = 0.0
@@ -441,15 +446,7 @@ def test_the_forecast_never_changes_before_it_says_it_will(
 ) -> None:
     """With daily bands, ``changes_at`` may skip band moves that cannot change the window picked, but it is
     never later than a change: at every sampled time before it the forecast holds the same pods."""
-    cfg = PlannerConfig(
-        forecast_windows=10,
-        forecast_quantile=quantile,
-        forecast_days=days,
-        forecast_day_s=2000.0,
-        forecast_day_band_s=200.0,
-        forecast_day_step_s=step,
-        forecast_recent_s=700.0,
-    )
+    cfg = short_days(days, step, windows=10, quantile=quantile)
     pods = sorted(
         (
             pod(f"p{i}", gpus=max(1, m // 1000), milli=min(m, 1000), arrival=t)
