@@ -80,10 +80,16 @@ def row(label: str, s: dict[str, Summary]) -> dict[str, object]:
 
 
 def case(  # type: ignore[type-arg]
-    console: Console, label: str, workload: Workload, types: tuple, out: Path, seed: int = 0
+    console: Console,
+    label: str,
+    workload: Workload,
+    types: tuple,
+    out: Path,
+    seed: int = 0,
+    policies: list[str] = POLICIES,
 ) -> dict[str, object]:
     t0 = time.perf_counter()
-    results = run_policies(workload, types, POLICIES, seed=seed)
+    results = run_policies(workload, types, policies, seed=seed)
     summaries = {k: v[1] for k, v in results.items()}
     table = Table(title=f"{label}: {len(workload.pods)} pods ({time.perf_counter() - t0:.0f} s)")
     for col in (
@@ -220,6 +226,12 @@ def main() -> None:
     ap.add_argument("--boot-delay", type=float, default=300.0, help="seconds, request → Ready")
     ap.add_argument("--gpu-ready-delay", type=float, default=90.0, help="seconds, Ready → GPUs allocatable")
     ap.add_argument("--openb-pods", type=int, default=0, help="replay only the first N openb tasks (0: all)")
+    ap.add_argument(
+        "--openb-grow",
+        type=int,
+        default=0,
+        help="also replay openb default grown N times (capstan, cluster-autoscaler, oracle; 0: skip)",
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="where JSON and plots go")
     args = ap.parse_args()
     console = Console(width=200)
@@ -238,6 +250,18 @@ def main() -> None:
         rows.append(case(console, f"openb {variant}", w, openb_types, args.out))
         if variant == "default":
             frontier = headroom_frontier(console, w, openb_types, rows[-1], frontier_variants())
+            grown = 2 if args.smoke else args.openb_grow
+            if grown > 1:
+                rows.append(
+                    case(
+                        console,
+                        f"openb default x{grown}",
+                        grow(w, grown, seed=0),
+                        grow_node_types(openb_types, grown),
+                        args.out,
+                        policies=["capstan", "cluster-autoscaler", "oracle"],
+                    )
+                )
         if args.smoke:
             break
 
