@@ -729,7 +729,7 @@ def _batch_changes_at(
     def band_at(t: float) -> float:  # the first position of the stepping bands at or after t
         return math.ceil(t / step) * step if step > 0 else t
 
-    busiest = math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9) == 0
+    busiest = _wanted_rank(cfg) == 0  # whatever the number of windows offered
     at: list[float] = []
     if busiest and best is not None:
         leaves = [arrivals[best] + cfg.forecast_recent_s] if spans[0][0] <= best < spans[0][1] else []
@@ -791,8 +791,13 @@ def _windows(pods: list[Pod], horizon: float) -> list[tuple[int, int, int]]:
     return windows
 
 
+def _wanted_rank(cfg: PlannerConfig) -> int:
+    """The rank, busiest first, of the window headroom covers: ``(1 - forecast_quantile) × forecast_windows``."""
+    return math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9)
+
+
 def _rank(cfg: PlannerConfig, count: int) -> int:
-    return min(count - 1, math.floor((1.0 - cfg.forecast_quantile) * cfg.forecast_windows + 1e-9))
+    return min(count - 1, _wanted_rank(cfg))
 
 
 def _batch_window(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
