@@ -22,7 +22,9 @@ def test_route_sim_bench_smoke(tmp_path: Path, shape: str, extra: tuple[str, ...
     assert {"capstan-precise", "capstan-approx", "round-robin", "least-loaded", "random"} <= {
         r["policy"] for r in rows
     }
-    assert all(r["prefill_vs_round_robin"] >= 0 and r["learn_p99_us"] >= 0 for r in rows)
+    by = {r["policy"]: r for r in rows}
+    assert by["round-robin"]["prefill_vs_round_robin"] == 1.0  # the column is relative to round-robin
+    assert by["capstan-approx"]["learn_p99_us"] > 0  # the approximate index's recording was timed
     if extra:
         assert "50 output tokens per turn" in proc.stdout.replace("\n", " ")
 
