@@ -657,7 +657,7 @@ def _batch_ranges(now: float, cfg: PlannerConfig, horizon: float) -> list[tuple[
     """The arrival times ``(lo, hi]`` whose windows batch headroom is chosen from: the recent look-back, then
     one band around this time of day (rounded down to ``forecast_day_step_s``) on each past day.
 
-    NOTE: openb's arrivals follow the time of day (its nights see three times the arrivals of its middays), so
+    NOTE: openb's arrivals follow the time of day (its nights see 2.7 times the arrivals of its middays), so
     holding the busiest window of the last ten hours kept the night's headroom all morning; the same hour on
     past days says what the next boot delay brings, and two recent hours catch a day unlike the others.
     """
