@@ -128,17 +128,33 @@ def least_allocated_score(nt: NodeType, cap: Capacity, pod: Pod) -> float:
 
 def stranded_milli(cap: Capacity) -> int:
     """GPU thousandths that are hard to use: on partly used devices, or on a node out of CPU or memory."""
-    if not cap.devs:
+    devs = cap.devs
+    if not devs:
         return 0
+    free = sum(devs)
     if cap.cpu < STRANDED_CPU_MILLI or cap.mem < STRANDED_MEMORY_MIB:
-        return sum(cap.devs)
-    return sum(d for d in cap.devs if 0 < d < GPU_MILLI)
+        return free
+    return free - GPU_MILLI * devs.count(GPU_MILLI)  # a device is free, partly used or fully used
 
 
 def fragmentation_cost(cap: Capacity, pod: Pod, assignment: Assignment) -> int:
-    """How many more GPU thousandths would be stranded after placing ``pod`` (may be negative: it fills a hole)."""
-    before = stranded_milli(cap)
-    take(cap, pod, assignment)
-    after = stranded_milli(cap)
-    give(cap, pod, assignment)
-    return after - before
+    """How many more GPU thousandths would be stranded after placing ``pod`` (may be negative: it fills a hole).
+
+    The same as :func:`stranded_milli` after :func:`take` minus before, without changing ``cap``.
+    """
+    devs = cap.devs
+    if not devs:
+        return 0
+    free = sum(devs)
+    whole = devs.count(GPU_MILLI)
+    if cap.cpu < STRANDED_CPU_MILLI or cap.mem < STRANDED_MEMORY_MIB:
+        before = free
+    else:
+        before = free - GPU_MILLI * whole
+    for i, m in assignment:  # at most one pair per device
+        if m and devs[i] == GPU_MILLI:
+            whole -= 1
+        free -= m
+    if cap.cpu - pod.cpu_milli < STRANDED_CPU_MILLI or cap.mem - pod.memory_mib < STRANDED_MEMORY_MIB:
+        return free - before
+    return free - GPU_MILLI * whole - before

@@ -220,6 +220,21 @@ def pod_value(pod: Pod) -> float:
     )
 
 
+def node_value(nt: NodeType) -> float:
+    """:func:`pod_value` of a whole node of type ``nt``: no set of pods that fits on it is worth more."""
+    return (
+        nt.gpu * DEFAULT_GPU_PRICE
+        + nt.cpu_milli / 1000 * CPU_PRICE_PER_CORE_HOUR
+        + nt.memory_mib / 1024 * MEMORY_PRICE_PER_GIB_HOUR
+    )
+
+
+def _by_value_bound(types: tuple[NodeType, ...]) -> tuple[tuple[float, int, NodeType], ...]:
+    """(highest value per dollar a node of the type can serve, index, type), highest first."""
+    bounds = [(node_value(nt) / max(nt.price_per_hour, 1e-9), i, nt) for i, nt in enumerate(types)]
+    return tuple(sorted(bounds, key=lambda b: (-b[0], b[1])))
+
+
 def _queue_key(pod: Pod) -> tuple[int, int, int, int, float, str]:
     return (-pod.priority, -pod.gang_size, -pod.gpu_total_milli, -pod.cpu_milli, pod.arrival, pod.name)
 
@@ -244,6 +259,7 @@ class PlanCache:
         self.no_repack: tuple[object, ...] | None = None
         self.types: dict[tuple[object, ...], NodeType | str] = {}
         self._horizon: float | None = None
+        self._by_bound: tuple[tuple[float, int, NodeType], ...] | None = None
         self._sliding = SlidingForecast()
         self._phantoms: tuple[Forecast, PlannerConfig, list[Pod]] | None = None
 
@@ -253,6 +269,13 @@ class PlanCache:
         if self._horizon is None:
             self._horizon = gpu_horizon(self.node_types)
         return self._horizon
+
+    @property
+    def by_value_bound(self) -> tuple[tuple[float, int, NodeType], ...]:
+        """The node types, highest value per dollar a node of the type can serve first (:func:`node_value`)."""
+        if self._by_bound is None:
+            self._by_bound = _by_value_bound(self.node_types)
+        return self._by_bound
 
     def forecast(self, snap: Snapshot, cfg: PlannerConfig) -> Forecast:
         """:func:`forecast` for ``snap``, reused while the recent arrivals are the same and otherwise updated
@@ -284,6 +307,7 @@ class PlanCache:
         self.no_repack = None
         self.types.clear()
         self._horizon = None
+        self._by_bound = None
         self._sliding = SlidingForecast()
         self._phantoms = None
         return self
@@ -338,6 +362,9 @@ class _Work:
         )
         self._open_keys: list[tuple[int, int]] = [k for k, _ in entries]
         self.open: list[_Bin] = [b for _, b in entries]
+        # the same order, only bins with a free GPU thousandth: what pods asking for GPUs scan
+        self._gpu_keys: list[tuple[int, int]] = [k for k, b in entries if any(b.cap.devs)]
+        self.open_gpu: list[_Bin] = [b for _, b in entries if any(b.cap.devs)]
         for b in self.open:
             b.scanned = True
 
@@ -392,7 +419,7 @@ class _Work:
         share = pod.gpu_milli if pod.is_fractional else 0
         whole = 0 if share or not pod.wants_gpu else pod.num_gpu
         first: tuple[int, _Bin] | None = None
-        for b in self.open:
+        for b in self.open_gpu if pod.wants_gpu else self.open:
             cap = b.cap
             if cpu > cap.cpu:
                 break  # the rest have even less free CPU
@@ -445,16 +472,20 @@ class _Work:
                 [q for q in self.mix if q.name != pod.name][: self.cfg.lookahead - len(ahead)]
             )
         groups = [(q, k, self.ok_types(q), pod_value(q)) for q, k in shapes]
-        refused: list[tuple[str, str]] = []  # (type, why): joined only when no type is left
+        refused: list[tuple[int, str, str]] = []  # (index, type, why): joined only when no type is left
         best: tuple[tuple[float, float, str], NodeType] | None = None
         own = pod_value(pod)
-        for nt in self.snap.node_types:
+        # types in order of the most value per dollar they could serve: once that bound is below the best
+        # found, no later type can win (the margin keeps float rounding from ending the search early)
+        for bound, i, nt in self.cache.by_value_bound:
+            if best is not None and bound < -best[0][0] * (1 - 1e-9):
+                break
             why = self.incompatible(nt, pod)
             if why is not None:
-                refused.append((nt.name, why))
+                refused.append((i, nt.name, why))
                 continue
             if nt.max_count is not None and self.count[nt.name] >= nt.max_count:
-                refused.append((nt.name, f"max_count {nt.max_count} reached"))
+                refused.append((i, nt.name, f"max_count {nt.max_count} reached"))
                 continue
             cap = Capacity.of(nt)
             take(cap, pod, choose_devices(cap, pod))
@@ -471,7 +502,7 @@ class _Work:
         if best is not None:
             result = best[1]
         else:
-            result = "; ".join(f"{name}: {why}" for name, why in refused) or "no node types"
+            result = "; ".join(f"{name}: {why}" for _, name, why in sorted(refused)) or "no node types"
         if len(memo) > self.cache.limit:
             memo.clear()
         memo[key] = result
@@ -500,13 +531,22 @@ class _Work:
             i = bisect.bisect_left(self._open_keys, key)
             self._open_keys.insert(i, key)
             self.open.insert(i, b)
+            if any(b.cap.devs):
+                i = bisect.bisect_left(self._gpu_keys, key)
+                self._gpu_keys.insert(i, key)
+                self.open_gpu.insert(i, b)
             b.scanned = True
 
     def _leave(self, b: _Bin) -> None:
         if b.scanned:
-            i = bisect.bisect_left(self._open_keys, (-b.cap.cpu, b.order))
+            key = (-b.cap.cpu, b.order)
+            i = bisect.bisect_left(self._open_keys, key)
             del self._open_keys[i]
             del self.open[i]
+            if any(b.cap.devs):
+                i = bisect.bisect_left(self._gpu_keys, key)
+                del self._gpu_keys[i]
+                del self.open_gpu[i]
             b.scanned = False
 
     def open_bin(self, nt: NodeType) -> _Bin:

@@ -546,3 +546,44 @@ def test_plan_is_deterministic() -> None:
     pending = tuple(pod(f"p{i}", milli=(i * 137) % 900 + 100) for i in range(40))
     snap = Snapshot(now=0.0, node_types=(T4x4, V100x8, V100x1, CPU), nodes=(), pending=pending)
     assert plan(snap) == plan(snap)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    types=st.lists(
+        st.tuples(
+            st.integers(1, 8),
+            st.sampled_from(["T4", "V100", "A100"]),
+            st.integers(8, 96),
+            st.floats(0.5, 40.0),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    pods=st.lists(
+        st.tuples(st.integers(0, 8), st.sampled_from([250, 500, 1000]), st.integers(1000, 32000)),
+        min_size=1,
+        max_size=30,
+    ),
+)
+def test_type_choice_stops_at_the_value_bound_with_the_choice_a_full_search_makes(
+    types: list[tuple[int, str, int, float]], pods: list[tuple[int, int, int]]
+) -> None:
+    """choose_type tries node types by the most value per dollar they could serve and stops once that is below
+    the best found; every plan must be the one trying every type gives."""
+    import math
+
+    from capstan.capacity.planner import PlanCache
+
+    node_types = tuple(
+        NodeType(f"t{i}-{model}", cores * 1000, cores * 4096, gpus, model, price, boot_delay=BOOT)
+        for i, (gpus, model, cores, price) in enumerate(types)
+    )
+    pending = tuple(
+        pod(f"p{i}", gpus, milli if gpus == 1 else 1000, cpu=cpu, mem=cpu * 2)
+        for i, (gpus, milli, cpu) in enumerate(pods)
+    )
+    snap = Snapshot(now=0.0, node_types=node_types, nodes=(), pending=pending, recent=pending)
+    full_search = PlanCache(node_types)
+    full_search._by_bound = tuple((math.inf, i, nt) for i, nt in enumerate(node_types))
+    assert plan(snap, NO_HEADROOM, PlanCache(node_types)) == plan(snap, NO_HEADROOM, full_search)
