@@ -133,11 +133,8 @@ class PlannerConfig:
     many seconds of its age, so an old ramp stops being held once newer ones weigh more (0: like batch pods)."""
     headroom: bool = True
     max_headroom_nodes: int = 8
-    """At most this many nodes are launched for headroom per decision."""
     max_phantoms: int = 32
-    """At most this many forecast pods (largest first) are replayed for headroom, or ``phantoms_per_pod`` per
-    pod on the cluster's nodes if that is more: bounds the decision's cost by the snapshot's size."""
-    phantoms_per_pod: float = 0.5
+    """At most this many forecast pods (largest first) are replayed for headroom: bounds the decision's cost."""
     lookahead: int = 24
     drain: bool = True
     consolidate: bool = True
@@ -292,13 +289,13 @@ class PlanCache:
             self._forecast = (key, self._sliding.forecast(snap, cfg, self.horizon))
         return self._forecast[1]
 
-    def phantoms(self, fc: Forecast, cfg: PlannerConfig, limit: int) -> list[Pod]:
-        """The forecast's pods as headroom phantoms (:func:`_headroom_pods`), in queue order, at most ``limit``;
-        kept while the forecast holds the same pods."""
+    def phantoms(self, fc: Forecast, cfg: PlannerConfig) -> list[Pod]:
+        """The forecast's pods as headroom phantoms (:func:`_headroom_pods`), in queue order, at most
+        ``max_phantoms``; kept while the forecast holds the same pods."""
         if self._phantoms is None or self._phantoms[0].pods != fc.pods or self._phantoms[1] != cfg:
-            self._phantoms = (fc, cfg, sorted(_headroom_pods(fc.pods, cfg), key=_queue_key))
-        pods = self._phantoms[2]
-        return pods if len(pods) <= limit else pods[:limit]
+            pods = sorted(_headroom_pods(fc.pods, cfg), key=_queue_key)[: cfg.max_phantoms]
+            self._phantoms = (fc, cfg, pods)
+        return self._phantoms[2]
 
     def reset(self, node_types: tuple[NodeType, ...]) -> PlanCache:
         self.node_types = node_types
@@ -333,7 +330,6 @@ class _Work:
         self.next_id = snap.next_id
         self._mix: list[Pod] | None = None
         self.type_memo: dict[tuple[object, ...], NodeType | str] = {}
-        running = 0
         for i, n in enumerate(snap.nodes):
             nt = self.types.get(n.type)
             state = n.state  # enum members are singletons: identity is exact
@@ -344,13 +340,10 @@ class _Work:
             kind: Literal["ready", "inflight"] = "ready" if ready else "inflight"
             self.bins.append(_Bin(n.id, nt, Capacity(n.cpu, n.mem, list(n.devs)), kind, i, n.pods))
             self.views[n.id] = n
-            running += n.pods
-        # the bound on headroom follows the cluster's size, so a bigger cluster's forecast is not cut short
-        max_phantoms = max(cfg.max_phantoms, math.ceil(cfg.phantoms_per_pod * running))
         # the smallest request this decision may place: bins with less free are left out of the scans
         self.fc = self.cache.forecast(snap, cfg) if cfg.headroom else Forecast((), None)
         # the phantoms headroom places (big forecast pods split into smaller ones), not the forecast's own pods
-        self.phantoms = self.cache.phantoms(self.fc, cfg, max_phantoms) if cfg.headroom else []
+        self.phantoms = self.cache.phantoms(self.fc, cfg) if cfg.headroom else []
         cpus = [p.cpu_milli for p in (*snap.pending, *self.phantoms)]
         mems = [p.memory_mib for p in (*snap.pending, *self.phantoms)]
         for n in snap.nodes:

@@ -176,23 +176,6 @@ def test_headroom_launch_is_sized_from_the_forecast_not_a_constant() -> None:
     assert not plan(old, PlannerConfig(consolidate=False)).launches
 
 
-def test_the_phantom_bound_grows_with_the_pods_the_cluster_runs() -> None:
-    """A burst of 12 one-GPU arrivals with room for 4 phantoms: one 4-GPU node of headroom on an empty
-    cluster; on one running 10 pods (its GPUs all taken) the bound is 10 phantoms per ``phantoms_per_pod``."""
-    burst = tuple(pod(f"b{i}", arrival=4800.0 + i) for i in range(12))
-    full = tuple(
-        node(f"full{k}", T4x4, devs=(0, 0, 0, 0), bound=tuple(pod(f"r{k}-{i}") for i in range(n)))
-        for k, n in enumerate((4, 4, 2))
-    )
-    cfg = PlannerConfig(consolidate=False, max_phantoms=4, phantoms_per_pod=1.0)
-    empty = Snapshot(now=5000.0, node_types=(T4x4,), nodes=(), pending=(), recent=burst)
-    assert [launch.purpose for launch in plan(empty, cfg).launches] == ["headroom"]
-    busy = Snapshot(now=5000.0, node_types=(T4x4,), nodes=full, pending=(), recent=burst)
-    assert [launch.purpose for launch in plan(busy, cfg).launches] == ["headroom"] * 3
-    fixed = PlannerConfig(consolidate=False, max_phantoms=4, phantoms_per_pod=0.0)
-    assert [launch.purpose for launch in plan(busy, fixed).launches] == ["headroom"]
-
-
 def test_headroom_for_a_big_pod_is_held_as_single_gpus() -> None:
     """A 6-GPU pod in the forecast is held as six one-GPU phantoms: the three free GPUs of a busy node and one
     4-GPU node, not a whole 8-GPU machine kept idle for one rare pod."""
