@@ -186,3 +186,40 @@ def test_slow_starts_count_the_pods_that_waited_for_new_capacity() -> None:
     pods = [gpu_pod("a", 0.0, 600.0), gpu_pod("b", 0.0, 600.0), gpu_pod("c", 700.0, 10.0)]
     summary = run_policies(Workload("w", tuple(pods)), (GPU1,), ["capstan"])["capstan"][1]
     assert summary.slow_starts == 2
+
+
+@pytest.mark.parametrize("trace", ["synthetic", "openb"])
+def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Capstan's policy keeps one PlanCache across a replay (forecast windows, phantoms, type choices, repack
+    searches that found nothing); every plan it makes must be the plan a fresh cache makes from the same
+    snapshot."""
+    from pathlib import Path
+
+    import capstan.capacity.policies as policies
+    from capstan.capacity import load_trace, read_openb_nodes
+    from capstan.capacity.planner import Plan, PlanCache, Scope, Snapshot
+
+    if trace == "synthetic":
+        workload = synthetic_agentic(7, AgenticSpec(hours=2.0))
+        types = inference_node_types(Delay("fixed", 300), Delay("fixed", 90))
+    else:
+        openb = (
+            Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
+        )
+        full = load_trace(str(openb / "openb_pod_list_default.csv"))
+        workload = Workload(full.name, full.pods[:400])
+        types = read_openb_nodes(
+            openb / "openb_node_list_all_node.csv", Delay("fixed", 300), Delay("fixed", 90)
+        )
+    cached = policies.plan
+    checked: list[Scope] = []
+
+    def both(snap: Snapshot, cfg: PlannerConfig, cache: PlanCache, *, scope: Scope) -> Plan:
+        got = cached(snap, cfg, cache, scope=scope)
+        assert got == cached(snap, cfg, None, scope=scope), f"{scope} plan at {snap.now}"
+        checked.append(scope)
+        return got
+
+    monkeypatch.setattr(policies, "plan", both)
+    Sim(workload, types, policies.CapstanPolicy(), seed=0, record=False).run()
+    assert {"place", "review", "full"} <= set(checked)
