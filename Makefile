@@ -11,6 +11,7 @@ lint:
 	.venv/bin/ruff check src tests bench
 	.venv/bin/ruff format --check src tests bench
 	.venv/bin/mypy
+	.venv/bin/mypy tests
 	.venv/bin/lint-imports
 
 test: bootstrap lint

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -60,7 +61,7 @@ SYSTEM = "You are a careful assistant. " * 40
 
 async def test_chat_usage_reports_cached_tokens_on_reuse(replicas: list[Replica]) -> None:
     r = replicas[0]
-    body = {
+    body: dict[str, Any] = {
         "model": MODEL,
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hi"}],
     }

@@ -81,8 +81,8 @@ async def test_storm_with_429s_delivers_everything_in_order(slack: Slack, outbox
         registry.get_sample_value(
             "capstan_notify_retried_total", {"destination": "slack", "reason": "rate_limited"}
         )
-        > 0
-    )
+        or 0
+    ) > 0
 
 
 async def test_a_combined_storm_names_every_notice_in_fewer_messages(slack: Slack, outbox: Outbox) -> None:
@@ -99,7 +99,7 @@ async def test_a_combined_storm_names_every_notice_in_fewer_messages(slack: Slac
     assert all(f'pod-{i}"' in text for i in range(60))  # every notice's brief reached Slack
     assert len(messages) < 60 and slack.receiver.snapshot()["count_429"] == 1
     assert registry.get_sample_value("capstan_notify_sent_total", {"destination": "slack"}) == 60
-    assert registry.get_sample_value("capstan_notify_combined_total", {"destination": "slack"}) > 0
+    assert (registry.get_sample_value("capstan_notify_combined_total", {"destination": "slack"}) or 0) > 0
     assert outbox.outbox(state="pending") == [] and outbox.outbox(state="dead") == []
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from slack_sdk import WebClient
@@ -56,7 +58,7 @@ def test_webhook_rejects_what_slack_rejects(
 
 
 def test_webhook_limits_are_inclusive(slack: Slack) -> None:
-    blocks = [{"type": "header", "text": {"type": "plain_text", "text": "h" * 150}}]
+    blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": "h" * 150}}]
     blocks += [_section("a" * 3000)] * 49
     response = WebhookClient(slack.webhook_url, timeout=5).send(text="x", blocks=blocks)
     assert response.status_code == 200

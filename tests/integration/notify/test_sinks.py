@@ -50,7 +50,7 @@ def big_notice(**over: object) -> Notice:
         thread_key="default/Deployment/web",
         footer="cluster dev · capstan",
     )
-    return Notice(**{**base.__dict__, **over})  # type: ignore[arg-type]
+    return Notice(**{**base.__dict__, **over})
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
@@ -31,7 +32,7 @@ def _failed_auth(server: RedisServer) -> None:
 
 def _slow(client: redis.Redis, tag: str) -> None:
     client.client_setname(tag)
-    client.execute_command("DEBUG", "SLEEP", "0.002")
+    client.execute_command("DEBUG", "SLEEP", "0.002")  # type: ignore[no-untyped-call]
 
 
 def test_slowlog_flood_faster_than_the_poll_gives_a_gap_with_the_exact_lost_count(
@@ -106,7 +107,7 @@ def test_acl_log_entries_merging_keep_count_and_last_update_current(
 ) -> None:
     server = redis_factory()
     admin = _client(server)
-    admin.execute_command("ACL", "SETUSER", "app", "on", ">right", "~*", "+@all")
+    admin.execute_command("ACL", "SETUSER", "app", "on", ">right", "~*", "+@all")  # type: ignore[no-untyped-call]
     store = open_store(history_store_url)
     collector = EngineCollector(RedisTargetConfig(name="acl", address=server.address, logs=["acllog"]), store)
     _failed_auth(server)
@@ -149,11 +150,11 @@ def test_config_set_shows_up_as_a_change_and_commandlog_absence_is_no_error(
 
 
 async def test_bad_targets_get_clear_errors_and_never_stop_the_good_one(
-    tmp_path: object, redis_factory: Callable[..., RedisServer]
+    tmp_path: Path, redis_factory: Callable[..., RedisServer]
 ) -> None:
     good = redis_factory()
     locked = redis_factory("--requirepass", "sesame")
-    store = open_store(str(tmp_path) + "/h.db")  # type: ignore[operator]
+    store = open_store(str(tmp_path / "h.db"))
     collectors = [
         EngineCollector(RedisTargetConfig(name="good", address=good.address, poll_interval_s=0.05), store),
         EngineCollector(

@@ -211,7 +211,7 @@ def test_retention_by_age_keeps_every_later_version_rebuildable(store: Store) ->
 def test_no_secret_value_is_stored_anywhere(store: Store) -> None:
     planted = "planted-value-6f1c0a9e-42"
     encoded = base64.b64encode(planted.encode()).decode()
-    secret = {
+    secret: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",

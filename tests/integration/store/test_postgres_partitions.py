@@ -123,7 +123,8 @@ def test_age_retention_drops_whole_days_and_answers_like_row_retention(pg: Store
         pg.write(b)
         lite.write(b)
     now = T0 + 6 * DAY
-    policy = RetentionPolicy(max_age_s=3 * DAY - 3600.0)  # cutoff at 01:00 on day 3
+    max_age_s = 3 * DAY - 3600.0  # cutoff at 01:00 on day 3
+    policy = RetentionPolicy(max_age_s=max_age_s)
     dropped = apply_retention(pg, policy, now=now)
     apply_retention(lite, policy, now=now)
     assert dropped > 0
@@ -134,7 +135,7 @@ def test_age_retention_drops_whole_days_and_answers_like_row_retention(pg: Store
     with pg._read.connect() as conn:
         stale_keys = conn.execute(
             text("SELECT count(*) FROM object_change_keys WHERE observed_at < :c"),
-            {"c": int((now - policy.max_age_s) * 1e6)},
+            {"c": int((now - max_age_s) * 1e6)},
         ).scalar_one()
     assert stale_keys == 0
 
@@ -248,7 +249,7 @@ def test_a_fresh_postgres_store_has_exactly_the_partitioned_schema(pg: Store) ->
         diff = compare_metadata(
             MigrationContext.configure(conn, opts={"include_name": _not_a_partition}), s.postgres_metadata
         )
-        kinds = dict(
+        kinds: dict[str, str] = dict(
             conn.execute(
                 text(
                     "SELECT relname, relkind FROM pg_class WHERE relname IN ('object_changes', 'object_change_keys')"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -413,7 +415,7 @@ def test_sliding_forecast_answers_exactly_what_forecast_does(
         for gap, gpus, milli, kind in new:
             t += gap
             made += 1
-            kw: dict[str, object] = (
+            kw: dict[str, Any] = (
                 {"gang": "g", "gang_size": 2}
                 if kind == "gang"
                 else {"service": "s"}
@@ -517,7 +519,7 @@ def test_an_old_ramp_of_a_service_gives_way_to_a_recent_one_batch_bursts_do_not(
     the recent ramp is held, as batch pods the bigger one is (it still is, for batch pods, with the half-life)."""
 
     def burst(kind: str, start: float, n: int) -> tuple[Pod, ...]:
-        extra: dict[str, object] = {"service": "chat"} if kind == "service" else {}
+        extra: dict[str, Any] = {"service": "chat"} if kind == "service" else {}
         return tuple(pod(f"{kind}{start}-{i}", arrival=start + i, **extra) for i in range(n))
 
     now = 6 * 3600.0

@@ -195,6 +195,7 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
     snapshot."""
     from pathlib import Path
 
+    import capstan.capacity.planner as planner
     import capstan.capacity.policies as policies
     from capstan.capacity import load_trace, read_openb_nodes
     from capstan.capacity.planner import Plan, PlanCache, Scope, Snapshot
@@ -211,7 +212,7 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
         types = read_openb_nodes(
             openb / "openb_node_list_all_node.csv", Delay("fixed", 300), Delay("fixed", 90)
         )
-    cached = policies.plan
+    cached = planner.plan
     checked: list[Scope] = []
 
     def both(snap: Snapshot, cfg: PlannerConfig, cache: PlanCache, *, scope: Scope) -> Plan:

@@ -45,6 +45,7 @@ def test_lone_request_follows_the_formula() -> None:
     (c,) = run_all(e)
     assert c.ttft == pytest.approx(0.01 + 100 * 0.001)
     # 9 decode steps, one decoding sequence each.
+    assert c.e2e is not None and c.ttft is not None
     assert c.e2e - c.ttft == pytest.approx(9 * (0.01 + 0.0005))
     assert c.cached_tokens == 0 and c.output_tokens == 10
     assert e.counters.busy_seconds == pytest.approx(c.e2e)

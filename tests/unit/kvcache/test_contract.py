@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -103,13 +104,18 @@ def test_kv_event_batch_layout_matches_vllm() -> None:
         AllBlocksCleared,
         BlockRemoved,
         BlockStored,
+        KVEvent,
         decode_kv_batch,
         encode_kv_batch,
         encode_seq,
         kv_topic,
     )
 
-    events = [BlockStored([1, 2], None, list(range(32)), 16), BlockRemoved([1]), AllBlocksCleared()]
+    events: list[KVEvent] = [
+        BlockStored([1, 2], None, list(range(32)), 16),
+        BlockRemoved([1]),
+        AllBlocksCleared(),
+    ]
     payload = encode_kv_batch(events, 12.5)
     assert msgpack.unpackb(payload) == [
         12.5,
@@ -131,7 +137,7 @@ def test_kv_event_batch_layout_matches_vllm() -> None:
 
 def test_tools_render_first_and_keep_turns_prefix_stable() -> None:
     tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
-    turn1 = {"messages": [{"role": "user", "content": "list files"}], "tools": tools}
+    turn1: dict[str, Any] = {"messages": [{"role": "user", "content": "list files"}], "tools": tools}
     turn2 = {"messages": [*turn1["messages"], {"role": "assistant", "content": "ok"}], "tools": tools}
     t1, t2 = prompt_text(turn1), prompt_text(turn2)
     assert t1.startswith(' <|tools|> [{"function":{"name":"ls"')

@@ -65,7 +65,7 @@ def _drainer(
         {s.name: s for s in sinks},
         clock=clock,
         rng=random.Random(seed),
-        policy=DeliveryPolicy(**policy),  # type: ignore[arg-type]
+        policy=DeliveryPolicy(**policy),
         metrics=NotifyMetrics(CollectorRegistry()),
         sleep=clock.sleep,
     )
@@ -94,7 +94,7 @@ async def test_paces_each_destination_with_bursts_one_message_per_notice() -> No
     drainer = _drainer(outbox, [sink], clock, rate_per_second=1.0, burst=3, coalesce=False)
     _fill(drainer, "slack", 8)
     first = await drainer.drain_once()
-    assert (first.sent, first.released, first.next_due) == (3, 5, pytest.approx(1001.0))
+    assert (first.sent, first.released) == (3, 5) and first.next_due == pytest.approx(1001.0)
     assert [i.attempts for i in outbox.outbox(state="pending")] == [0] * 5  # a release is not an attempt
     await _drain_until_empty(drainer, outbox, clock)
     offsets = [t - 1000.0 for t, _ in sink.sends]

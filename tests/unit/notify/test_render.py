@@ -29,7 +29,7 @@ from tests.integration.notify.receivers import discord_problem, google_chat_prob
 
 pytestmark = pytest.mark.unit
 
-_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=5000)
+_text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=5000)
 _sections = st.lists(st.builds(Section, _text, _text, st.booleans()), max_size=70)
 _notices = st.builds(
     Notice,
@@ -102,7 +102,7 @@ def test_combine_notices_merges_meta_threads_and_severity() -> None:
 @pytest.mark.parametrize("per_section", [100, 380, 1500])
 def test_a_combined_message_within_slack_capacity_is_rendered_uncut(per_section: int) -> None:
     capacity: MessageCapacity = SlackWebhookSink("s", "https://hooks.slack.com/services/T/B/x").capacity
-    notices = []
+    notices: list[Notice] = []
     used = 0
     for i in range(60):  # as many as the capacity takes
         brief = (Section(f"ns/pod-{i} · app", f"line {i} " + "x" * per_section),)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,11 +62,11 @@ def test_loads_yaml_file(tmp_path: Path) -> None:
         load_restarts_config(path)
 
 
-def _snapshot(name: str, before: int, after: int, **pod_kw: object) -> RestartSnapshot:
-    old = pod(name=name, uid=f"uid-{name}", containers=[status("app", before)], **pod_kw)  # type: ignore[arg-type]
+def _snapshot(name: str, before: int, after: int, **pod_kw: Any) -> RestartSnapshot:
+    old = pod(name=name, uid=f"uid-{name}", containers=[status("app", before)], **pod_kw)
     new = pod(
         name=name, uid=f"uid-{name}", containers=[status("app", after, reason="Error", exit_code=1)], **pod_kw
-    )  # type: ignore[arg-type]
+    )
     [restart] = detect_restarts(old, new)
     return RestartSnapshot(restart=restart, pod=new, observed_at=0.0)
 
@@ -95,7 +96,7 @@ def test_notifier_reports_digests_filters_and_dedupes() -> None:
     assert notifier.tick(30) == 0
     assert notifier.tick(60) == 2
     digest = queued[-1][1]
-    assert digest.meta["kind"] == "digest" and len(digest.meta["restarts"]) == 2  # type: ignore[arg-type]
+    assert digest.meta["kind"] == "digest" and len(digest.meta["restarts"]) == 2
     assert [d for d, _, _ in queued] == ["slack", "audit", "slack", "audit"]
     assert len(keys) == 4
 
@@ -103,7 +104,12 @@ def test_notifier_reports_digests_filters_and_dedupes() -> None:
 def test_decide_before_evidence_then_report_only_what_is_reported() -> None:
     queued: list[Notice] = []
     config = load_model(RestartsConfig, {"sinks": SINKS[:1], "mute_seconds": 60}, "x")
-    notifier = RestartNotifier(config, lambda dest, notice, key: queued.append(notice) is None)
+
+    def enqueue(dest: str, notice: Notice, key: str) -> bool:
+        queued.append(notice)
+        return True
+
+    notifier = RestartNotifier(config, enqueue)
     first, second = _snapshot("web-1", 0, 1), _snapshot("web-1", 1, 2)
     assert notifier.decide(first.pod, first.restart, {}, now=0) == "reported"
     assert queued == []  # deciding enqueues nothing; the caller gathers evidence, then reports

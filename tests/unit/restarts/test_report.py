@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -30,11 +31,11 @@ SETTINGS = ReportSettings(
 )
 
 
-def _snapshot(old: dict, new: dict, **kw: object) -> RestartSnapshot:  # type: ignore[type-arg]
+def _snapshot(old: dict[str, Any], new: dict[str, Any], **kw: Any) -> RestartSnapshot:
     [restart] = detect_restarts(old, new)
     return RestartSnapshot(
         restart=restart, pod=new, observed_at=parse_time("2026-11-29T10:06:00Z") or 0, **kw
-    )  # type: ignore[arg-type]
+    )
 
 
 def _oom_pair(**kw: object) -> tuple[dict, dict]:  # type: ignore[type-arg]

@@ -178,10 +178,11 @@ def test_the_memory_gauge_is_within_a_quarter_of_what_tracemalloc_measures(kind:
     try:
         before = tracemalloc.get_traced_memory()[0]
         if kind == "precise":
-            index: PreciseKVIndex | ApproximatePrefixIndex = PreciseKVIndex()
+            precise = PreciseKVIndex()
             for i in range(8 * 40):  # the hashes are new ints, as decoded events bring them
                 blocks = [rng.getrandbits(63) for _ in range(500)]
-                index.apply(f"e{i % 8}", [BlockStored(blocks, None, [], 16)])
+                precise.apply(f"e{i % 8}", [BlockStored(blocks, None, [], 16)])
+            index: PreciseKVIndex | ApproximatePrefixIndex = precise
         else:
             index = ApproximatePrefixIndex(capacity_per_endpoint=1_000_000, stride=1)
             for i in range(8 * 40):

@@ -11,6 +11,7 @@ from capstan.kvcache import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
+    KVEvent,
     Tokenizer,
     block_hashes,
     encode_kv_batch,
@@ -263,7 +264,11 @@ def test_precise_index_memory_guard_drops_oldest() -> None:
 
 
 def test_kv_batch_roundtrip_and_vllm_shapes() -> None:
-    events = [BlockStored([1, 2], None, list(range(32)), 16), BlockRemoved([1]), AllBlocksCleared()]
+    events: list[KVEvent] = [
+        BlockStored([1, 2], None, list(range(32)), 16),
+        BlockRemoved([1]),
+        AllBlocksCleared(),
+    ]
     ts, decoded = decode_batch(encode_kv_batch(events, 12.5))
     assert ts == 12.5 and decoded == events
     # vLLM may send hashes as bytes, and newer versions append fields

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_each_record_kind_maps_to_one_log_record_with_event_name_and_times() -> None:
-    memory = InMemoryLogRecordExporter()
+    memory = InMemoryLogRecordExporter()  # type: ignore[no-untyped-call]
     exporter = OtlpExporter(memory, batch=False)
     exporter.export(
         Batch(
