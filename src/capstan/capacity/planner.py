@@ -330,27 +330,42 @@ class _Work:
         self.next_id = snap.next_id
         self._mix: list[Pod] | None = None
         self.type_memo: dict[tuple[object, ...], NodeType | str] = {}
+        self.live: set[str] = set()
+        """Nodes neither draining nor gone (of any type)."""
+        cpus: list[int] = []
+        mems: list[int] = []
+        bins, views, types, count = self.bins, self.views, self.types, self.count
         for i, n in enumerate(snap.nodes):
-            nt = self.types.get(n.type)
-            state = n.state  # enum members are singletons: identity is exact
-            if nt is None or state is NodeState.DRAINING or state is NodeState.GONE:
-                continue
-            self.count[nt.name] += 1
-            ready = state is NodeState.GPU_ALLOCATABLE or (state is NodeState.READY and nt.gpu == 0)
-            kind: Literal["ready", "inflight"] = "ready" if ready else "inflight"
-            self.bins.append(_Bin(n.id, nt, Capacity(n.cpu, n.mem, list(n.devs)), kind, i, n.pods))
-            self.views[n.id] = n
-        # the smallest request this decision may place: bins with less free are left out of the scans
-        self.fc = self.cache.forecast(snap, cfg) if cfg.headroom else Forecast((), None)
-        # the phantoms headroom places (big forecast pods split into smaller ones), not the forecast's own pods
-        self.phantoms = self.cache.phantoms(self.fc, cfg) if cfg.headroom else []
-        cpus = [p.cpu_milli for p in (*snap.pending, *self.phantoms)]
-        mems = [p.memory_mib for p in (*snap.pending, *self.phantoms)]
-        for n in snap.nodes:
             if n.bound:
                 cpu, mem = n.smallest_bound
                 cpus.append(cpu)
                 mems.append(mem)
+            state = n.state  # enum members are singletons: identity is exact
+            if state is NodeState.DRAINING or state is NodeState.GONE:
+                continue
+            self.live.add(n.id)
+            nt = types.get(n.type)
+            if nt is None:
+                continue
+            count[nt.name] += 1
+            ready = state is NodeState.GPU_ALLOCATABLE or (state is NodeState.READY and nt.gpu == 0)
+            bins.append(
+                _Bin(
+                    n.id,
+                    nt,
+                    Capacity(n.cpu, n.mem, list(n.devs)),
+                    "ready" if ready else "inflight",
+                    i,
+                    n.pods,
+                )
+            )
+            views[n.id] = n
+        self.fc = self.cache.forecast(snap, cfg) if cfg.headroom else Forecast((), None)
+        # the phantoms headroom places (big forecast pods split into smaller ones), not the forecast's own pods
+        self.phantoms = self.cache.phantoms(self.fc, cfg) if cfg.headroom else []
+        # the smallest request this decision may place: bins with less free are left out of the scans
+        cpus.extend(p.cpu_milli for p in (*snap.pending, *self.phantoms))
+        mems.extend(p.memory_mib for p in (*snap.pending, *self.phantoms))
         self.floor_cpu = min(cpus, default=0)
         self.floor_mem = min(mems, default=0)
         # bins with room for the smallest pod, most free CPU first (ties: snapshot order), so a scan stops at
@@ -1210,10 +1225,7 @@ def plan(
     """
     cfg = config or PlannerConfig()
     w = _Work(snapshot, cfg, cache)
-    live = {
-        n.id for n in snapshot.nodes if n.state is not NodeState.DRAINING and n.state is not NodeState.GONE
-    }
-    promised = {pod: node for pod, node in snapshot.promised if node in live}
+    promised = {pod: node for pod, node in snapshot.promised if node in w.live}
 
     unplaceable: list[tuple[str, str]] = []
     waiting: list[str] = []
