@@ -378,10 +378,13 @@ class _Work:
         self._open_keys: list[tuple[int, int]] = [k for k, _ in entries]
         self.open: list[_Bin] = [b for _, b in entries]
         # the same order, only bins with a free GPU thousandth: what pods asking for GPUs scan
-        self._gpu_keys: list[tuple[int, int]] = [k for k, b in entries if any(b.cap.devs)]
-        self.open_gpu: list[_Bin] = [b for _, b in entries if any(b.cap.devs)]
-        for b in self.open:
+        self._gpu_keys: list[tuple[int, int]] = []
+        self.open_gpu: list[_Bin] = []
+        for k, b in entries:
             b.scanned = True
+            if any(b.cap.devs):
+                self._gpu_keys.append(k)
+                self.open_gpu.append(b)
 
     @property
     def mix(self) -> list[Pod]:
