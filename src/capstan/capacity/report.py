@@ -52,7 +52,13 @@ class Summary:
     unplaced: int
     unplaced_reasons: dict[str, int]
     seconds: float
+    """Wall-clock seconds the replay took."""
     problems: tuple[str, ...]
+    boot_cost: float = 0.0
+    """:meth:`SimResult.boot_cost`: for the oracle, what its launches would add if each paid its boot delay."""
+    cpu_seconds: float = 0.0
+    """CPU seconds the replay's process spent (one core; unlike ``seconds``, not lengthened by other
+    processes competing for the cores)."""
 
     @property
     def idle_total(self) -> float:
@@ -80,7 +86,7 @@ def peak_counts(result: SimResult) -> dict[str, int]:
     return out
 
 
-def summarize(result: SimResult, seconds: float = 0.0) -> Summary:
+def summarize(result: SimResult, seconds: float = 0.0, cpu_seconds: float = 0.0) -> Summary:
     stages = result.pending_stages()
     reasons: dict[str, int] = {}
     for sp in result.unplaced():
@@ -104,6 +110,8 @@ def summarize(result: SimResult, seconds: float = 0.0) -> Summary:
         unplaced_reasons=reasons,
         seconds=seconds,
         problems=tuple(result.check()),
+        boot_cost=result.boot_cost(),
+        cpu_seconds=cpu_seconds,
     )
 
 
@@ -134,9 +142,9 @@ def run_policies(
         counts = peak_counts(out["oracle"][0]) if name == "static" else None
         policy = make_policy(name, counts, planner)
         cb = (lambda f, _n=name: progress(_n, f)) if progress else None
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = Sim(workload, node_types, policy, seed=seed, record=record, progress=cb).run()
-        out[name] = (result, summarize(result, time.perf_counter() - t0))
+        out[name] = (result, summarize(result, time.perf_counter() - t0, time.process_time() - c0))
     if hidden_oracle:
         del out["oracle"]
     return {name: out[name] for name in policies if name in out}

@@ -130,6 +130,18 @@ class SimResult:
             for n in self.nodes
         )
 
+    def boot_cost(self) -> float:
+        """What this run's launches would add to :meth:`cost` if each paid its type's mean boot delay (and GPU-ready
+        delay): for the oracle, whose nodes are ready the moment it asks, the price of the same launches made
+        one boot delay early by a policy that knew the future."""
+        return sum(
+            (n.nt.boot_delay.mean() + (n.nt.gpu_ready_delay.mean() if n.nt.gpu else 0.0))
+            / 3600
+            * n.nt.price_per_hour
+            for n in self.nodes
+            if n.purpose != "static"
+        )
+
     def pending_stages(self) -> dict[str, list[float]]:
         """Seconds each bound pod spent in each pending stage, plus ``total``."""
         nodes = {n.id: n for n in self.nodes}

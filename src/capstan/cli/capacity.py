@@ -72,7 +72,16 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
     table.add_column("waited > 60 s", justify="right")
     for stage in STAGES:
         table.add_column(f"p99 {stage} (s)", justify="right")
-    for col in ("cost $", "launches", "drains", "moves", "moved wait p50/p99 (s)", "unplaced", "run s"):
+    for col in (
+        "cost $",
+        "launches",
+        "drains",
+        "moves",
+        "moved wait p50/p99 (s)",
+        "unplaced",
+        "run s",
+        "CPU s",
+    ):
         table.add_column(col, justify="right")
     for s in summaries:
         p = s.pending["total"]
@@ -92,6 +101,7 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
             f"{s.move_wait[0]:.0f}/{s.move_wait[1]:.0f}",
             str(s.unplaced),
             f"{s.seconds:.1f}",
+            f"{s.cpu_seconds:.1f}",
         )
     return table
 
@@ -204,6 +214,10 @@ def simulate(
                 f"{s.pending['total'][2]:.0f}",
                 f"{s.cost:,.0f}",
             )
+            if (
+                name == "oracle"
+            ):  # the same launches, each made one boot delay early: the cost of clairvoyance
+                sweep_table.add_row(f"{d / 60:.0f}", "oracle + boot", "", "", f"{s.cost + s.boot_cost:,.0f}")
         console.print(sweep_table)
         paths.append(write_sweep_plot(rows, out, workload.name))
     for p in paths:

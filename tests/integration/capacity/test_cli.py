@@ -59,6 +59,8 @@ def test_sweep_writes_the_boot_delay_plot(tmp_path: Path) -> None:
         "capstan",
         "--policy",
         "cluster-autoscaler",
+        "--policy",
+        "oracle",
         "--sweep",
         "--out",
         str(tmp_path),
@@ -66,6 +68,18 @@ def test_sweep_writes_the_boot_delay_plot(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "Boot-delay sweep" in r.stdout
     assert (tmp_path / "boot_delay_sweep.png").stat().st_size > 1000
+    # each boot delay: the oracle's cost, then the same launches paying that boot delay (dearer, and more so
+    # as the delay grows)
+    sweep = r.stdout.split("Boot-delay sweep", 1)[1]
+    costs: dict[str, list[float]] = {"oracle": [], "oracle + boot": []}
+    for line in sweep.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) > 5 and cells[2] in costs:
+            costs[cells[2]].append(float(cells[5].replace(",", "")))
+    assert len(costs["oracle"]) == len(costs["oracle + boot"]) == 5
+    extra = [b - o for o, b in zip(costs["oracle"], costs["oracle + boot"], strict=True)]
+    assert all(x > 0 for x in extra)
+    assert extra == sorted(extra) and extra[-1] > extra[0]
 
 
 def test_unknown_policy_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -188,6 +188,23 @@ def test_slow_starts_count_the_pods_that_waited_for_new_capacity() -> None:
     assert summary.slow_starts == 2
 
 
+def test_boot_cost_prices_each_launch_at_its_boot_and_gpu_ready_delay() -> None:
+    """The oracle's two one-GPU nodes (price 1.0/h, boot 60 s, GPU-ready 30 s) would each pay 90 s more;
+    a CPU node pays its boot delay only, and static nodes nothing."""
+    gpu = NodeType(
+        "g", 8000, 32768, 1, "L4", 1.0, boot_delay=Delay("fixed", 60), gpu_ready_delay=Delay("fixed", 30)
+    )
+    cpu = NodeType(
+        "c", 8000, 32768, 0, "", 0.5, boot_delay=Delay("fixed", 120), gpu_ready_delay=Delay("fixed", 30)
+    )
+    pods = (gpu_pod("a", 0.0, 600.0), gpu_pod("b", 0.0, 600.0), Pod("c", 0.0, 6000, 8192, duration=600.0))
+    results = run_policies(Workload("w", pods), (gpu, cpu), ["oracle", "static"])
+    oracle = results["oracle"][0]
+    assert oracle.launches == 3
+    assert oracle.boot_cost() == pytest.approx(2 * 90 / 3600 * 1.0 + 120 / 3600 * 0.5)
+    assert results["static"][0].boot_cost() == 0.0
+
+
 @pytest.mark.parametrize("trace", ["synthetic", "openb"])
 def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Capstan's policy keeps one PlanCache across a replay (forecast windows, phantoms, type choices, repack
