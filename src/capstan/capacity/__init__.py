@@ -24,7 +24,14 @@ from capstan.capacity.policies import (
     StaticPolicy,
     make_policy,
 )
-from capstan.capacity.report import Summary, run_policies, summarize, write_plots, write_sweep_plot
+from capstan.capacity.report import (
+    Summary,
+    empty_start_floor,
+    run_policies,
+    summarize,
+    write_plots,
+    write_sweep_plot,
+)
 from capstan.capacity.sim import IDLE_CAUSES, STAGES, Policy, Sim, SimResult
 from capstan.capacity.traces import (
     AgenticSpec,
@@ -70,6 +77,7 @@ __all__ = [
     "Taint",
     "Toleration",
     "Workload",
+    "empty_start_floor",
     "grow",
     "grow_node_types",
     "inference_node_types",

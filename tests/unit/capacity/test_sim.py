@@ -14,6 +14,7 @@ from capstan.capacity import (
     Pod,
     Sim,
     Workload,
+    empty_start_floor,
     run_policies,
     synthetic_agentic,
 )
@@ -203,6 +204,30 @@ def test_boot_cost_prices_each_launch_at_its_boot_and_gpu_ready_delay() -> None:
     assert oracle.launches == 3
     assert oracle.boot_cost() == pytest.approx(2 * 90 / 3600 * 1.0 + 120 / 3600 * 0.5)
     assert results["static"][0].boot_cost() == 0.0
+
+
+def test_empty_start_floor_is_each_pods_wait_for_the_first_node_it_could_use() -> None:
+    """Nothing can run before the first arrival (t=0) plus the quickest boot a pod's node types allow: GPU pods
+    wait for boot and GPU-ready (90 s), a CPU pod for the quicker boot of the types it fits (the GPU type's 60 s),
+    a pod arriving later may wait nothing, and a pod no type fits is left out."""
+    gpu = NodeType(
+        "g", 8000, 32768, 1, "L4", 1.0, boot_delay=Delay("fixed", 60), gpu_ready_delay=Delay("fixed", 30)
+    )
+    cpu = NodeType(
+        "c", 8000, 32768, 0, "", 0.5, boot_delay=Delay("fixed", 120), gpu_ready_delay=Delay("fixed", 30)
+    )
+    pods = (
+        gpu_pod("a", 0.0, 10.0),
+        gpu_pod("b", 50.0, 10.0),
+        Pod("c", 10.0, 6000, 8192, duration=10.0),
+        gpu_pod("d", 1000.0, 10.0),
+        Pod("huge", 5.0, 64000, 8192, duration=10.0),
+    )
+    w = Workload("w", pods)
+    assert empty_start_floor(w, (gpu, cpu)) == 90.0
+    assert empty_start_floor(w, (gpu, cpu), q=50) == 40.0
+    assert empty_start_floor(w, (gpu, cpu), q=60) == 50.0
+    assert empty_start_floor(Workload("none", ()), (gpu,)) == 0.0
 
 
 @pytest.mark.parametrize("trace", ["synthetic", "openb"])
