@@ -132,6 +132,10 @@ class PlannerConfig:
     """Replicas of inference services get a window of their own, each window's demand halved for every this
     many seconds of its age, so an old ramp stops being held once newer ones weigh more (0: like batch pods)."""
     headroom: bool = True
+    headroom_wait_s: float = 0.0
+    """How long a pod may be asked to wait for capacity already on its way (0: headroom for no wait). Headroom
+    covers the arrivals of one boot plus GPU-ready delay less this (:func:`headroom_window`), and a pending pod
+    that must wait for an in-flight node takes the one that comes up first."""
     max_headroom_nodes: int = 8
     max_phantoms: int = 32
     """At most this many forecast pods (largest first) are replayed for headroom: bounds the decision's cost."""
@@ -286,7 +290,7 @@ class PlanCache:
             self._forecast is not None and (at := self._forecast[1].changes_at) is not None and snap.now >= at
         )
         if self._forecast is None or self._forecast[0] != key or stale:
-            self._forecast = (key, self._sliding.forecast(snap, cfg, self.horizon))
+            self._forecast = (key, self._sliding.forecast(snap, cfg, headroom_window(cfg, self.horizon)))
         return self._forecast[1]
 
     def phantoms(self, fc: Forecast, cfg: PlannerConfig) -> list[Pod]:
@@ -437,6 +441,7 @@ class _Work:
         share = pod.gpu_milli if pod.is_fractional else 0
         whole = 0 if share or not pod.wants_gpu else pod.num_gpu
         first: tuple[int, _Bin] | None = None
+        soonest = self.cfg.headroom_wait_s > 0  # a pod waiting for a node takes the one that is up first
         for b in self.open_gpu if pod.wants_gpu else self.open:
             cap = b.cap
             if cpu > cap.cpu:
@@ -458,7 +463,15 @@ class _Work:
                 continue
             a = choose_devices(cap, pod)
             used = 1.0 - cap.cpu / b.nt.cpu_milli
-            key = (kinds.index(b.kind), fragmentation_cost(cap, pod, a), 0 if b.pods else 1, -used, b.order)
+            up = self.views[b.id].available_at if soonest and b.kind == "inflight" else 0.0
+            key = (
+                kinds.index(b.kind),
+                up,
+                fragmentation_cost(cap, pod, a),
+                0 if b.pods else 1,
+                -used,
+                b.order,
+            )
             if best is None or key < best[0]:
                 best = (key, b, a)
         if first is not None:
@@ -1061,6 +1074,22 @@ def _headroom_pods(pods: tuple[Pod, ...], cfg: PlannerConfig) -> list[Pod]:
         )
         out.extend(replace(one, name=f"{p.name}#{i}") for i in range(n))
     return out
+
+
+def headroom_window(cfg: PlannerConfig, horizon: float) -> float:
+    """How long a window of arrivals headroom covers: ``horizon`` (the time from request to allocatable GPUs) less
+    ``headroom_wait_s``, at least a second.
+
+    NOTE: headroom is replaced as soon as it is used, so a pod that finds it all taken waits for the node
+    launched when the earliest of the pods before it took its share. If the headroom covers every window of
+    ``horizon - wait``, that node was launched at least that long before the pod came, so it is up within
+    ``wait`` of it, provided the pod takes the in-flight node that comes up first (:meth:`_Work.best_bin`). On
+    openb default at a 5-minute boot delay, a 78 s wait without that preference let p99 reach 99 s; with it,
+    16 s.
+    """
+    if horizon <= 0:
+        return horizon
+    return max(horizon - max(cfg.headroom_wait_s, 0.0), min(horizon, 1.0))
 
 
 def gpu_horizon(types: tuple[NodeType, ...]) -> float:

@@ -154,6 +154,12 @@ def simulate(
         "--headroom-quantile",
         help="Capstan's headroom: cover the boot-delay window at this quantile of those the forecast offers (0: none).",
     ),
+    headroom_wait: str = typer.Option(
+        "0",
+        "--headroom-wait",
+        help="Capstan's headroom: how long a pod may wait for capacity already on its way (e.g. 60s); "
+        "headroom then covers one boot delay less this.",
+    ),
     forecast_days: int = typer.Option(
         7,
         "--forecast-days",
@@ -183,6 +189,7 @@ def simulate(
         headroom=headroom_quantile > 0,
         forecast_quantile=headroom_quantile or 0.99,
         forecast_days=forecast_days,
+        headroom_wait_s=parse_duration(headroom_wait, "--headroom-wait"),
     )
     workload = load_trace(trace, seed=seed, window=window)
     if max_pods:

@@ -96,6 +96,25 @@ def test_headroom_quantile_out_of_range_is_one_line_exit_2(tmp_path: Path) -> No
     assert "--headroom-quantile 1.5: must be between 0 and 1" in r.stderr
 
 
+def test_headroom_wait_takes_a_duration_and_a_bad_one_is_one_line_exit_2(tmp_path: Path) -> None:
+    ok = capstan(
+        "--trace",
+        "synthetic:agentic:0.2",
+        "--policy",
+        "capstan",
+        "--headroom-wait",
+        "60s",
+        "--out",
+        str(tmp_path),
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "capstan" in ok.stdout and "conservation check failed" not in ok.stdout
+    r = capstan("--trace", "synthetic:agentic:0.1", "--headroom-wait", "soon", "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "--headroom-wait 'soon': expected seconds" in r.stderr
+
+
 def test_negative_forecast_days_is_one_line_exit_2(tmp_path: Path) -> None:
     r = capstan("--trace", "synthetic:agentic:0.1", "--forecast-days", "-1", "--out", str(tmp_path))
     assert r.returncode == 2
