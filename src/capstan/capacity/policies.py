@@ -21,9 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from capstan.capacity.forecast import forecast_lookback, gpu_horizon
 from capstan.capacity.model import IN_FLIGHT, NodeState, NodeType, Pod
 from capstan.capacity.placement import Capacity, choose_devices, fits, give, take
-from capstan.capacity.planner import PlanCache, PlannerConfig, Scope, forecast_lookback, gpu_horizon, plan
+from capstan.capacity.planner import PlanCache, PlannerConfig, Scope, plan
 from capstan.capacity.sim import Policy, Sim, SimNode, SimPod
 from capstan.errors import UserError
 

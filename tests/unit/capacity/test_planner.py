@@ -10,8 +10,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from capstan.capacity import Delay, NodeState, NodeType, NodeView, PlannerConfig, Pod, Snapshot, Taint, plan
+from capstan.capacity.forecast import Forecast, SlidingForecast, forecast, headroom_window
 from capstan.capacity.model import Toleration
-from capstan.capacity.planner import Forecast, SlidingForecast, forecast, headroom_window
 
 pytestmark = pytest.mark.unit
 
