@@ -26,7 +26,6 @@ from capstan.capacity import (
     NodeType,
     PlannerConfig,
     Sim,
-    SimResult,
     Summary,
     Workload,
     empty_start_floor,
@@ -83,12 +82,11 @@ def row(label: str, s: dict[str, Summary]) -> dict[str, object]:
     }
 
 
-def boot_paid_ratio(results: dict[str, tuple[SimResult, Summary]]) -> float:
+def boot_paid_ratio(oracle: Summary) -> float:
     """The oracle's cost plus the boot delay of each of its launches, over the oracle's cost: what a policy that
     knew the future and launched the oracle's nodes one boot delay early would pay, as a share of the goal's
     reference."""
-    o = results["oracle"][0]
-    return (o.cost() + o.boot_cost()) / o.cost() if o.cost() else 1.0
+    return (oracle.cost + oracle.boot_cost) / oracle.cost if oracle.cost else 1.0
 
 
 def case(
@@ -144,7 +142,7 @@ def case(
         )
     console.print(table)
     r = row(label, summaries)
-    r["oracle_boot_paid_vs_oracle"] = boot_paid_ratio(results)
+    r["oracle_boot_paid_vs_oracle"] = boot_paid_ratio(summaries["oracle"])
     floor = empty_start_floor(workload, types)
     r["p99_empty_start_floor_s"] = floor
     r["p99_empty_start_floor_vs_ca"] = ratio(floor, summaries["cluster-autoscaler"].pending["total"][2])

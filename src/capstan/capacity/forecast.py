@@ -31,7 +31,7 @@ def headroom_window(cfg: PlannerConfig, horizon: float) -> float:
     NOTE: headroom is replaced as soon as it is used, so a pod that finds it all taken waits for the node
     launched when the earliest of the pods before it took its share. If the headroom covers every window of
     ``horizon - wait``, that node was launched at least that long before the pod came, so it is up within
-    ``wait`` of it, provided the pod takes the in-flight node that comes up first (:meth:`_Work.best_bin`). On
+    ``wait`` of it, provided the pod takes the in-flight node that comes up first (the planner's ``_Work.best_bin``). On
     openb default at a 5-minute boot delay, a 78 s wait without that preference let p99 reach 99 s; with it,
     16 s.
     """

@@ -58,8 +58,8 @@ class Summary:
     boot_cost: float = 0.0
     """:meth:`SimResult.boot_cost`: for the oracle, what its launches would add if each paid its boot delay."""
     cpu_seconds: float = 0.0
-    """CPU seconds the replay's process spent (one core; unlike ``seconds``, not lengthened by other
-    processes competing for the cores)."""
+    """CPU seconds the replay's process spent (one core): other processes competing for the cores lengthen it
+    far less than ``seconds``."""
 
     @property
     def idle_total(self) -> float:
@@ -71,8 +71,9 @@ class Summary:
 
 
 def empty_start_floor(workload: Workload, node_types: Sequence[NodeType], q: float = 99.0) -> float:
-    """The ``q``-th percentile pending time no policy can beat that starts with no nodes and asks for none before
-    the first pod arrives (every autoscaler; not the static cluster or the oracle, whose nodes need no boot).
+    """A floor under the ``q``-th percentile pending time of any policy that starts with no nodes and asks for
+    none before the first pod arrives: every autoscaler, but not the static cluster or the oracle, whose nodes
+    need no boot.
 
     A pod can run no earlier than the first arrival plus the shortest mean boot delay (and GPU-ready delay, if
     it asks for GPUs) among the node types it fits; each pod's floor is that minus its own arrival, if positive.

@@ -221,9 +221,8 @@ def simulate(
                 f"{s.pending['total'][2]:.0f}",
                 f"{s.cost:,.0f}",
             )
-            if (
-                name == "oracle"
-            ):  # the same launches, each made one boot delay early: the cost of clairvoyance
+            if name == "oracle":
+                # the oracle's own launches, each made one boot delay early by a policy that knew the future
                 sweep_table.add_row(f"{d / 60:.0f}", "oracle + boot", "", "", f"{s.cost + s.boot_cost:,.0f}")
         console.print(sweep_table)
         paths.append(write_sweep_plot(rows, out, workload.name))
