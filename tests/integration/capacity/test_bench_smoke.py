@@ -21,9 +21,14 @@ def test_capacity_policies_bench_smoke(tmp_path: Path) -> None:
         three = {"capstan", "cluster-autoscaler", "oracle"}
         assert set(row["policies"]) == (three if grown else three | {"karpenter", "static"})
         assert all(p["problems"] == 0 for p in row["policies"].values())
+        assert all(p["cpu_seconds"] > 0 for p in row["policies"].values())
+        # the bounds printed beside the goals: boots only add to the oracle's cost; the floor is a wait
+        assert row["oracle_boot_paid_vs_oracle"] > 1.0
+        assert row["p99_empty_start_floor_s"] >= 0.0
     assert any(row["case"] == "openb default x2" for row in data["rows"])
     variants = [r["variant"] for r in data["headroom_frontier_openb_default"]]
     assert "10 h look-back (forecast_days=0)" in variants and len(variants) == len(set(variants)) >= 10
+    assert "headroom wait 60 s" in variants
 
 
 def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
