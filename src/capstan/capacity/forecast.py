@@ -91,7 +91,7 @@ def _batch_ranges(now: float, cfg: PlannerConfig, horizon: float) -> list[tuple[
 
     NOTE: openb's arrivals follow the time of day (its nights see 2.7 times the arrivals of its middays), so
     holding the busiest window of the last ten hours kept the night's headroom all morning; the same hour on
-    past days says what the next boot delay brings, and the recent hour catches a day unlike the others.
+    past days says what the next boot delay brings, and two recent hours catch a day unlike the others.
     """
     if cfg.forecast_days <= 0:
         return [(now - horizon * cfg.forecast_windows, math.inf)]

@@ -129,12 +129,8 @@ class PlannerConfig:
     """How far either side of this time of day the daily windows may start."""
     forecast_day_step_s: float = 900.0
     """The daily bands move in steps of this, so time alone changes the forecast at most this often."""
-    forecast_recent_s: float = 3600.0
-    """With ``forecast_days``: the windows of this much of the immediate past are offered too. An hour rather
-    than two: a burst stops being held an hour sooner once the day's pattern does not call for it (the bursty
-    synthetic trace idled 140, 163, 185 and 203 GPU-h with 0.5, 1, 1.5 and 2 h), and the openb lists idle and
-    cost no more (docs/benchmarks.md). Their p99 sits near the 1 % edge whatever the look-back: 45 and 90 minutes
-    let 93 and 82 of 8,152 pods wait longer than a minute, 1 and 2 h 78 and 74."""
+    forecast_recent_s: float = 7200.0
+    """With ``forecast_days``: the windows of this much of the immediate past are offered too."""
     forecast_quantile: float = 0.99
     """Headroom covers the arrivals of the window at this quantile of GPU demand among them."""
     service_half_life_s: float = 3600.0

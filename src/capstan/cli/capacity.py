@@ -163,7 +163,7 @@ def simulate(
     forecast_days: int = typer.Option(
         7,
         "--forecast-days",
-        help="Capstan's batch forecast: windows of the last hour and of this time of day ±1 h on this many past "
+        help="Capstan's batch forecast: windows of the last 2 h and of this time of day ±1 h on this many past "
         "days (0: every window of the last 96 boot delays).",
     ),
     out: Path = typer.Option(Path("capacity-out"), "--out", help="Directory for PNG plots."),

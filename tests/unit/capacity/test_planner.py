@@ -359,7 +359,7 @@ def test_batch_headroom_follows_the_time_of_day() -> None:
 
     past = (*burst(0), *burst(1), *burst(2))
     lone = pod("lone", arrival=3 * day + 11 * 3600.0)
-    by_day = PlannerConfig(forecast_recent_s=7200.0)
+    by_day = PlannerConfig()
     night = Snapshot(now=2 * day + 1.5 * 3600.0, node_types=(T4x4,), nodes=(), pending=(), recent=past[:12])
     assert len(forecast(night, by_day, 390.0).pods) == 6
     recent = (*past, *burst(3), lone)
