@@ -169,6 +169,7 @@ def frontier_variants() -> list[tuple[str, PlannerConfig]]:
         ("bands ±30 min", PlannerConfig(forecast_day_band_s=1800.0)),
         ("bands ±90 min", PlannerConfig(forecast_day_band_s=5400.0)),
         ("bands step 5 min", PlannerConfig(forecast_day_step_s=300.0)),
+        ("recent 1 h", PlannerConfig(forecast_recent_s=3600.0)),
         ("recent 4 h", PlannerConfig(forecast_recent_s=14400.0)),
         *((f"headroom wait {w:.0f} s", PlannerConfig(headroom_wait_s=w)) for w in (30.0, 60.0, 90.0)),
     ]
