@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from capstan.capacity.model import NodeType, Workload
+from capstan.capacity.model import NodeType, PodShape, Workload
 from capstan.capacity.placement import why_incompatible
 from capstan.capacity.planner import PlannerConfig
 from capstan.capacity.policies import POLICY_NAMES, make_policy
@@ -82,15 +82,19 @@ def empty_start_floor(workload: Workload, node_types: Sequence[NodeType], q: flo
     if not workload.pods:
         return 0.0
     first = min(p.arrival for p in workload.pods)
+    quickest: dict[PodShape, float | None] = {}  # pods of one shape fit the same types
     floors: list[float] = []
     for pod in workload.pods:
-        delays = [
-            nt.boot_delay.mean() + (nt.gpu_ready_delay.mean() if pod.wants_gpu else 0.0)
-            for nt in node_types
-            if why_incompatible(nt, pod) is None
-        ]
-        if delays:
-            floors.append(max(0.0, first + min(delays) - pod.arrival))
+        if pod.shape not in quickest:
+            delays = [
+                nt.boot_delay.mean() + (nt.gpu_ready_delay.mean() if pod.wants_gpu else 0.0)
+                for nt in node_types
+                if why_incompatible(nt, pod) is None
+            ]
+            quickest[pod.shape] = min(delays, default=None)
+        up = quickest[pod.shape]
+        if up is not None:
+            floors.append(max(0.0, first + up - pod.arrival))
     return percentile(floors, q)
 
 
