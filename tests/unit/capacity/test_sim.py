@@ -230,7 +230,7 @@ def test_empty_start_floor_is_each_pods_wait_for_the_first_node_it_could_use() -
     assert empty_start_floor(Workload("none", ()), (gpu,)) == 0.0
 
 
-@pytest.mark.parametrize("trace", ["synthetic", "openb"])
+@pytest.mark.parametrize("trace", ["synthetic", "openb", "openb-wait"])
 def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Capstan's policy keeps one PlanCache across a replay (forecast windows, phantoms, type choices, repack
     searches that found nothing); every plan it makes must be the plan a fresh cache makes from the same
@@ -264,5 +264,7 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
         return got
 
     monkeypatch.setattr(policies, "plan", both)
-    Sim(workload, types, policies.CapstanPolicy(), seed=0, record=False).run()
+    # with a headroom wait the forecast's windows are shorter than the horizon the cache keeps
+    config = PlannerConfig(headroom_wait_s=60.0) if trace == "openb-wait" else PlannerConfig()
+    Sim(workload, types, policies.CapstanPolicy(config), seed=0, record=False).run()
     assert {"place", "review", "full"} <= set(checked)
