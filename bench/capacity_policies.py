@@ -150,7 +150,8 @@ def case(
         f"  capstan/CA idle GPU-h {r['idle_vs_ca']:.3f}× (goal ≤ 0.4), p99 pending {r['p99_vs_ca']:.3f}× "
         f"(goal ≤ 0.2), cost/oracle {r['cost_vs_oracle']:.3f}× (goal ≤ 1.05)\n"
         f"  bounds: the oracle's launches each paying the boot delay cost "
-        f"{r['oracle_boot_paid_vs_oracle']:.3f}× the oracle; p99 of an autoscaler starting empty ≥ {floor:.0f} s "
+        f"{summaries['oracle'].cost + summaries['oracle'].boot_cost:,.0f} "
+        f"({r['oracle_boot_paid_vs_oracle']:.3f}× the oracle); p99 of an autoscaler starting empty ≥ {floor:.0f} s "
         f"({r['p99_empty_start_floor_vs_ca']:.3f}× CA)"
     )
     write_plots(list(summaries.values()), out / "capacity" / label.replace(" ", "_").replace("/", "_"), label)
