@@ -163,7 +163,7 @@ def frontier_variants() -> list[tuple[str, PlannerConfig]]:
     return [
         ("no headroom", PlannerConfig(headroom=False)),
         *((f"quantile {q:.2f}", PlannerConfig(forecast_quantile=q)) for q in (0.9, 0.95, 0.97)),
-        ("default (0.99, 7 days ±1 h, 2 h)", PlannerConfig()),
+        ("default (0.99, 7 days ±1 h, 2 h, wait 20 %)", PlannerConfig()),
         ("10 h look-back (forecast_days=0)", PlannerConfig(forecast_days=0)),
         ("3 days", PlannerConfig(forecast_days=3)),
         ("14 days", PlannerConfig(forecast_days=14)),
@@ -172,7 +172,12 @@ def frontier_variants() -> list[tuple[str, PlannerConfig]]:
         ("bands step 5 min", PlannerConfig(forecast_day_step_s=300.0)),
         ("recent 1 h", PlannerConfig(forecast_recent_s=3600.0)),
         ("recent 4 h", PlannerConfig(forecast_recent_s=14400.0)),
-        *((f"headroom wait {w:.0f} s", PlannerConfig(headroom_wait_s=w)) for w in (30.0, 60.0, 90.0)),
+        ("no headroom wait", PlannerConfig(headroom_wait_share=0.0)),
+        *(
+            (f"headroom wait {w:.0f} s", PlannerConfig(headroom_wait_s=w, headroom_wait_share=0.0))
+            for w in (30.0, 60.0, 90.0)
+        ),
+        ("headroom wait 30 %", PlannerConfig(headroom_wait_share=0.3)),
     ]
 
 

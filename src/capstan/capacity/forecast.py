@@ -24,9 +24,15 @@ if TYPE_CHECKING:  # the planner's input types; the planner imports this module
     from capstan.capacity.planner import PlannerConfig, Snapshot
 
 
+def headroom_wait(cfg: PlannerConfig, horizon: float) -> float:
+    """How long a pod may wait for capacity on its way: the larger of ``headroom_wait_s`` and
+    ``headroom_wait_share`` of ``horizon`` (the time from request to allocatable GPUs)."""
+    return max(cfg.headroom_wait_s, cfg.headroom_wait_share * horizon, 0.0)
+
+
 def headroom_window(cfg: PlannerConfig, horizon: float) -> float:
     """How long a window of arrivals headroom covers: ``horizon`` (the time from request to allocatable GPUs) less
-    ``headroom_wait_s``, at least a second.
+    :func:`headroom_wait`, at least a second.
 
     NOTE: headroom is replaced as soon as it is used, so a pod that finds it all taken waits for the node
     launched when the earliest of the pods before it took its share. If the headroom covers every window of
@@ -37,7 +43,7 @@ def headroom_window(cfg: PlannerConfig, horizon: float) -> float:
     """
     if horizon <= 0:
         return horizon
-    return max(horizon - max(cfg.headroom_wait_s, 0.0), min(horizon, 1.0))
+    return max(horizon - headroom_wait(cfg, horizon), min(horizon, 1.0))
 
 
 def gpu_horizon(types: tuple[NodeType, ...]) -> float:

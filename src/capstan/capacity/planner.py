@@ -34,6 +34,7 @@ from capstan.capacity.forecast import (
     Forecast,
     SlidingForecast,
     gpu_horizon,
+    headroom_wait,
     headroom_window,
 )
 from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, PodShape
@@ -138,9 +139,18 @@ class PlannerConfig:
     many seconds of its age, so an old ramp stops being held once newer ones weigh more (0: like batch pods)."""
     headroom: bool = True
     headroom_wait_s: float = 0.0
-    """How long a pod may be asked to wait for capacity already on its way (0: headroom for no wait). Headroom
-    covers the arrivals of one boot plus GPU-ready delay less this (:func:`headroom_window`), and a pending pod
-    that must wait for an in-flight node takes the one that comes up first."""
+    """How long a pod may be asked to wait for capacity already on its way. Headroom covers the arrivals of one
+    boot plus GPU-ready delay less the wait (:func:`headroom_window`), and a pending pod that must wait for an
+    in-flight node takes the one that comes up first. The wait is the larger of this and
+    ``headroom_wait_share``; both 0: headroom for no wait."""
+    headroom_wait_share: float = 0.2
+    """The wait as a share of one boot plus GPU-ready delay (:func:`headroom_wait`), so it scales with the boot.
+
+    NOTE: a fixed wait is a larger share of a short boot: 60 s at a 3-minute boot let p99 reach 53 s against the
+    p99 goal's 56 s, while at 6 to 15 minutes a fifth of the boot left p99 at 1 s. With a fifth on openb default
+    (docs/benchmarks.md) idle time falls at every boot delay from 3 to 15 minutes, and cost at all but 15
+    (+0.3 %); at 5 minutes 0.378× CA's idle time and 1.041× the oracle's cost instead of 0.390× and 1.049×,
+    with p99 16 s instead of 1 s (41 s instead of 16 s at 3 minutes, against the goal's 56 s)."""
     max_headroom_nodes: int = 8
     max_phantoms: int = 32
     """At most this many forecast pods (largest first) are replayed for headroom: bounds the decision's cost."""
@@ -450,7 +460,7 @@ class _Work:
         # what bounds its wait). Without one, fragmentation decides among in-flight nodes as among allocatable
         # ones: taking the soonest there too cost 0.3 % less on openb default but let 79 pods wait longer than a
         # minute instead of 74, nearer the p99 goal's 81 (docs/benchmarks.md).
-        soonest = self.cfg.headroom_wait_s > 0
+        soonest = headroom_wait(self.cfg, self.cache.horizon) > 0
         for b in self.open_gpu if pod.wants_gpu else self.open:
             cap = b.cap
             if cpu > cap.cpu:

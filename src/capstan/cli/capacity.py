@@ -46,6 +46,21 @@ def parse_duration(text: str, option: str) -> float:
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
 
 
+def parse_wait(text: str, option: str) -> tuple[float, float]:
+    """A headroom wait as :class:`PlannerConfig`'s ``(headroom_wait_s, headroom_wait_share)``: ``20%`` is a share
+    of the boot plus GPU-ready delay, anything else a duration (:func:`parse_duration`); a one-line error naming
+    the option otherwise."""
+    if text.strip().endswith("%"):
+        try:
+            share = float(text.strip()[:-1]) / 100
+        except ValueError:
+            share = -1.0
+        if not 0.0 <= share < 1.0:
+            raise UserError(f"{option} {text!r}: a share must be at least 0% and below 100% (e.g. 20%)")
+        return 0.0, share
+    return parse_duration(text, option), 0.0
+
+
 def resolve_node_types(trace: str, nodes: Path | None, boot: Delay, gpu_ready: Delay) -> tuple[NodeType, ...]:
     """Node types from ``--nodes`` (YAML node-type file or openb node CSV), the openb list next to the trace,
     or the built-in inference menu."""
@@ -155,10 +170,11 @@ def simulate(
         help="Capstan's headroom: cover the boot-delay window at this quantile of those the forecast offers (0: none).",
     ),
     headroom_wait: str = typer.Option(
-        "0",
+        "20%",
         "--headroom-wait",
-        help="Capstan's headroom: how long a pod may wait for capacity already on its way (e.g. 60s); "
-        "headroom then covers one boot delay less this.",
+        help="Capstan's headroom: how long a pod may wait for capacity already on its way, as a duration "
+        "(e.g. 60s) or a share of the boot plus GPU-ready delay (e.g. 20%; 0: no wait); headroom then covers "
+        "one boot delay less this.",
     ),
     forecast_days: int = typer.Option(
         7,
@@ -185,11 +201,13 @@ def simulate(
         )
     if forecast_days < 0:
         raise UserError(f"--forecast-days {forecast_days}: must be >= 0 (0: the plain look-back)")
+    wait_s, wait_share = parse_wait(headroom_wait, "--headroom-wait")
     planner = PlannerConfig(
         headroom=headroom_quantile > 0,
         forecast_quantile=headroom_quantile or 0.99,
         forecast_days=forecast_days,
-        headroom_wait_s=parse_duration(headroom_wait, "--headroom-wait"),
+        headroom_wait_s=wait_s,
+        headroom_wait_share=wait_share,
     )
     workload = load_trace(trace, seed=seed, window=window)
     if max_pods:

@@ -96,7 +96,7 @@ def test_headroom_quantile_out_of_range_is_one_line_exit_2(tmp_path: Path) -> No
     assert "--headroom-quantile 1.5: must be between 0 and 1" in r.stderr
 
 
-def test_headroom_wait_takes_a_duration_and_a_bad_one_is_one_line_exit_2(tmp_path: Path) -> None:
+def test_headroom_wait_takes_a_duration_and_a_bad_one_or_bad_share_is_one_line_exit_2(tmp_path: Path) -> None:
     ok = capstan(
         "--trace",
         "synthetic:agentic:0.2",
@@ -113,6 +113,10 @@ def test_headroom_wait_takes_a_duration_and_a_bad_one_is_one_line_exit_2(tmp_pat
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0
     assert "--headroom-wait 'soon': expected seconds" in r.stderr
+    r = capstan("--trace", "synthetic:agentic:0.1", "--headroom-wait", "120%", "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "--headroom-wait '120%': a share must be at least 0% and below 100%" in r.stderr
 
 
 def test_negative_forecast_days_is_one_line_exit_2(tmp_path: Path) -> None:

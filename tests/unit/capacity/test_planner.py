@@ -182,31 +182,39 @@ def test_headroom_launch_is_sized_from_the_forecast_not_a_constant() -> None:
 def test_a_pod_that_must_wait_takes_the_in_flight_node_up_first_when_waits_are_allowed() -> None:
     """Two booting 4-GPU nodes with room: ``late`` (up at 900 s) has one free GPU, so placing there strands
     nothing; ``soon`` (up at 400 s) has four. With no wait allowed fragmentation decides (``late``); with a
-    headroom wait the pod takes ``soon``, which bounds its wait."""
+    headroom wait, fixed or the default share of the boot, the pod takes ``soon``, which bounds its wait."""
     late = replace(
         node("late", T4x4, state=NodeState.BOOTING, devs=(0, 0, 0, 1000), cpu=20000, mem=65536),
         available_at=900.0,
     )
     soon = replace(node("soon", T4x4, state=NodeState.BOOTING), available_at=400.0)
     snap = Snapshot(now=100.0, node_types=(T4x4,), nodes=(late, soon), pending=(pod("p"),))
-    assert [(n.pod, n.node) for n in plan(snap, NO_HEADROOM).nominations] == [("p", "late")]
-    waits = replace(NO_HEADROOM, headroom_wait_s=60.0)
+    no_wait = replace(NO_HEADROOM, headroom_wait_share=0.0)
+    assert [(n.pod, n.node) for n in plan(snap, no_wait).nominations] == [("p", "late")]
+    waits = replace(no_wait, headroom_wait_s=60.0)
     assert [(n.pod, n.node) for n in plan(snap, waits).nominations] == [("p", "soon")]
+    assert [(n.pod, n.node) for n in plan(snap, NO_HEADROOM).nominations] == [("p", "soon")]
 
 
 def test_a_headroom_wait_shortens_the_window_headroom_covers() -> None:
     """Arrivals 100 s apart; horizon 360 s (boot 300 + GPU-ready 60). With no wait the busiest window holds four
-    one-GPU pods (four one-GPU nodes of headroom); with a 120 s wait the windows are 240 s long and hold three."""
+    one-GPU pods (four one-GPU nodes of headroom); with a 120 s wait the windows are 240 s long and hold three;
+    with the default wait, a fifth of the horizon (72 s), 288 s long, and also three."""
     burst = tuple(pod(f"b{i}", arrival=4000.0 + 100.0 * i) for i in range(4))
     snap = Snapshot(now=4400.0, node_types=(V100x1,), nodes=(), pending=(), recent=burst)
-    cfg = PlannerConfig(consolidate=False)
+    cfg = PlannerConfig(consolidate=False, headroom_wait_share=0.0)
     assert headroom_window(cfg, 360.0) == 360.0
     assert headroom_window(replace(cfg, headroom_wait_s=120.0), 360.0) == 240.0
     assert headroom_window(replace(cfg, headroom_wait_s=1000.0), 360.0) == 1.0
+    default = PlannerConfig(consolidate=False)
+    assert headroom_window(default, 360.0) == 288.0
+    assert headroom_window(replace(default, headroom_wait_s=120.0), 360.0) == 240.0  # the larger wait
+    assert headroom_window(replace(default, headroom_wait_share=0.5), 360.0) == 180.0
     assert [launch.purpose for launch in plan(snap, cfg).launches] == ["headroom"] * 4
     assert [launch.purpose for launch in plan(snap, replace(cfg, headroom_wait_s=120.0)).launches] == [
         "headroom"
     ] * 3
+    assert [launch.purpose for launch in plan(snap, default).launches] == ["headroom"] * 3
 
 
 def test_headroom_for_a_big_pod_is_held_as_single_gpus() -> None:

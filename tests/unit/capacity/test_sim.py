@@ -264,7 +264,9 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
         return got
 
     monkeypatch.setattr(policies, "plan", both)
-    # with a headroom wait the forecast's windows are shorter than the horizon the cache keeps
-    config = PlannerConfig(headroom_wait_s=60.0) if trace == "openb-wait" else PlannerConfig()
+    # the default wait (a share of the horizon) and a fixed one: either way the forecast's windows are shorter
+    # than the horizon the cache keeps
+    fixed = PlannerConfig(headroom_wait_s=60.0, headroom_wait_share=0.0)
+    config = fixed if trace == "openb-wait" else PlannerConfig()
     Sim(workload, types, policies.CapstanPolicy(config), seed=0, record=False).run()
     assert {"place", "review", "full"} <= set(checked)
