@@ -34,6 +34,7 @@ from capstan.capacity.report import (
 )
 from capstan.capacity.sim import IDLE_CAUSES, STAGES, Policy, Sim, SimResult
 from capstan.capacity.traces import (
+    OPENB_QOS,
     AgenticSpec,
     HpaBehavior,
     ReplicaShape,
@@ -47,6 +48,7 @@ from capstan.capacity.traces import (
 
 __all__ = [
     "IDLE_CAUSES",
+    "OPENB_QOS",
     "POLICY_NAMES",
     "STAGES",
     "AgenticSpec",

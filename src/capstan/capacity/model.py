@@ -142,6 +142,11 @@ class Pod:
     duration: float = 0.0
     service: str = ""
     """Set for replicas of an inference service; their arrival and duration come from the demand curve."""
+    safe_to_evict: bool = True
+    """False for a pod whose eviction loses its work (a batch task without checkpoints): no policy moves it, and
+    a node it runs on is not emptied while it runs (Kubernetes: the annotation
+    ``cluster-autoscaler.kubernetes.io/safe-to-evict: "false"``, or Karpenter's ``karpenter.sh/do-not-disrupt``).
+    If it is evicted anyway, the simulator runs it again from the start."""
 
     @cached_property
     def gpu_total_milli(self) -> int:

@@ -813,7 +813,8 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
     """Replace wasteful nodes: empty those whose long-running pods fit elsewhere or on fewer, cheaper nodes.
 
     Candidates are allocatable nodes all of whose pods have run at least ``repack_min_age_s`` (a pod that has
-    run long is likely to run on), most unallocated GPUs first. Groups of the first 1..``repack_group``
+    run long is likely to run on) and are safe to evict (:attr:`Pod.safe_to_evict`), most unallocated GPUs
+    first. Groups of the first 1..``repack_group``
     candidates are tried and the largest saving wins. If all its destinations are allocatable, the group is
     drained now and its pods nominated to them. If it needs new nodes they are launched (a later decision, when
     they are up, finds the same repack with allocatable destinations and drains); if it needs nodes already in
@@ -829,7 +830,7 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
         and not b.real
         and not b.phantom
         and b.pods == len(w.views[b.id].bound)
-        and all(now - p.arrival >= cfg.repack_min_age_s for p in w.views[b.id].bound)
+        and all(now - p.arrival >= cfg.repack_min_age_s and p.safe_to_evict for p in w.views[b.id].bound)
         and (_gpus_free(b) > 0 if b.nt.gpu else _utilization(b) < cfg.consolidation_threshold)
     ]
     cands.sort(key=lambda b: (-_gpus_free(b), -b.nt.price_per_hour, b.order))

@@ -14,6 +14,10 @@
   consolidation; replacement consolidation is not modelled), at most 10 % of nodes at a time.
 * ``static``: a fixed cluster (counts per node type, normally the oracle's peak) ready from the start.
 * ``oracle``: Capstan's packing with every node ready the moment it is requested and no headroom: the lower bound.
+
+No policy moves a pod that is not safe to evict (:attr:`capstan.capacity.model.Pod.safe_to_evict`): its node is
+neither scaled down, consolidated nor repacked while it runs, as cluster-autoscaler and Karpenter honour their
+annotations.
 """
 
 from __future__ import annotations
@@ -283,7 +287,13 @@ class ClusterAutoscalerPolicy:
     def _scale_down(self, sim: Sim, now: float) -> None:
         ready = [n for n in sim.active.values() if n.allocatable and not n.promised]
         cands = sorted(
-            (n for n in ready if self._utilization(n) < self._threshold(n)),
+            (
+                n
+                for n in ready
+                if self._utilization(n) < self._threshold(n)
+                # a pod annotated safe-to-evict: "false" blocks its node's scale-down
+                and all(sim.pods[name].pod.safe_to_evict for name in n.pods)
+            ),
             key=lambda n: (self._utilization(n), n.requested_at, n.id),
         )
         removing: set[str] = set()
@@ -439,6 +449,8 @@ class KarpenterPolicy:
         if empty:
             return
         for n in sorted(ready, key=lambda n: (len(n.pods), -n.nt.price_per_hour, n.id)):
+            if not all(sim.pods[name].pod.safe_to_evict for name in n.pods):
+                continue  # a karpenter.sh/do-not-disrupt pod blocks its node's consolidation
             targets = [m for m in ready if m.id != n.id]
             undo = []
             ok = True

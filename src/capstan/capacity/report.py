@@ -60,6 +60,10 @@ class Summary:
     cpu_seconds: float = 0.0
     """CPU seconds the replay's process spent (one core): other processes competing for the cores lengthen it
     far less than ``seconds``."""
+    restarts: int = 0
+    """Moves of pods that were not safe to evict (:attr:`Pod.safe_to_evict`): each ran again from the start."""
+    lost_gpu_hours: float = 0.0
+    """GPU-hours of running those restarts threw away."""
 
     @property
     def idle_total(self) -> float:
@@ -141,6 +145,8 @@ def summarize(result: SimResult, seconds: float = 0.0, cpu_seconds: float = 0.0)
         problems=tuple(result.check()),
         boot_cost=result.boot_cost(),
         cpu_seconds=cpu_seconds,
+        restarts=result.restarts(),
+        lost_gpu_hours=result.lost_gpu_hours(),
     )
 
 

@@ -89,6 +89,14 @@ class SimPod:
     evicted_at: float | None = None
     move_waits: list[float] = field(default_factory=list)
     """Seconds from each eviction to the next bind (not part of the pod's pending time)."""
+    end_at: float | None = None
+    """When the current run ends; None while a pod that is not safe to evict waits to run again."""
+    run_since: float | None = None
+    """When the current run started (its last bind)."""
+    restarts: int = 0
+    """Evictions that lost the pod's work (it was not safe to evict), each followed by a run from the start."""
+    lost_s: float = 0.0
+    """Seconds of running that those evictions threw away."""
 
 
 class Policy(Protocol):
@@ -176,9 +184,17 @@ class SimResult:
         out = [w for sp in self.pods for w in sp.move_waits]
         for sp in self.pods:
             if sp.evicted_at is not None:  # ended (or the run ended) before it ran again
-                end = (sp.bound_at or sp.pod.arrival) + sp.pod.duration if sp.state == "done" else self.end
+                end = sp.end_at if sp.state == "done" and sp.end_at is not None else self.end
                 out.append(max(0.0, min(end, self.end) - sp.evicted_at))
         return out
+
+    def restarts(self) -> int:
+        """Evictions of pods that were not safe to evict: each threw the pod's run so far away."""
+        return sum(sp.restarts for sp in self.pods)
+
+    def lost_gpu_hours(self) -> float:
+        """GPU-hours of running those evictions threw away (each pod's GPU share × the run it lost)."""
+        return sum(sp.lost_s * sp.pod.gpu_total_milli / GPU_MILLI for sp in self.pods) / 3600
 
     def unplaced(self) -> list[SimPod]:
         return [p for p in self.pods if p.state not in ("done", "bound")]
@@ -369,6 +385,10 @@ class Sim:
             self._unbind(sp, n)
             sp.moves += 1
             sp.evicted_at = self.now
+            if not sp.pod.safe_to_evict:  # its work is lost: it runs again from the start when bound
+                sp.restarts += 1
+                sp.lost_s += self.now - (sp.run_since if sp.run_since is not None else self.now)
+                sp.end_at = None
             self.moves += 1
             self._log("pod.evicted", name, nid)
             sp.state = "pending"
@@ -416,9 +436,12 @@ class Sim:
             sp.evicted_at = None
         sp.state, sp.node = "bound", n.id
         self.pending.pop(sp.pod.name, None)
+        sp.run_since = self.now
         if first:
             sp.bound_at = self.now
-            self._push(self.now + sp.pod.duration, "end", sp.pod.name)
+        if sp.end_at is None:  # the first run, or a run again from the start
+            sp.end_at = self.now + sp.pod.duration
+            self._push(sp.end_at, "end", sp.pod.name)
         self._log("pod.bound", sp.pod.name, n.id)
         self._touch(n)
 
@@ -540,7 +563,10 @@ class Sim:
         if unit is not None:
             self._try_unit(unit, self.allocatable_nodes())
 
-    def _end(self, sp: SimPod) -> None:
+    def _end(self, sp: SimPod) -> bool:
+        """The pod's run ends; False (nothing happens) for the end of a run an eviction threw away."""
+        if sp.end_at is None or self.now != sp.end_at:
+            return False
         if sp.state != "bound":
             # evicted and not yet back: it keeps its original end time (its remaining run is lost)
             if sp.state == "promised":
@@ -550,13 +576,14 @@ class Sim:
             self.pending.pop(sp.pod.name, None)
             sp.state, sp.node = "done", sp.node
             self._log("pod.done", sp.pod.name, "while evicted")
-            return
+            return True
         n = self.nodes[sp.node or ""]
         self._unbind(sp, n)
         sp.state = "done"
         self._log("pod.done", sp.pod.name, n.id)
         if n.allocatable:
             self._retry_pending([n])
+        return True
 
     # ----- snapshot for planners -----
     def snapshot(self) -> Snapshot:
@@ -617,8 +644,8 @@ class Sim:
                 if self.pods[ref].state == "unplaceable":
                     active -= 1
             elif kind == "end":
-                self._end(self.pods[ref])
-                active -= 1
+                if self._end(self.pods[ref]):
+                    active -= 1
             elif kind == "ready":
                 n = self.nodes[ref]
                 if n.state == NodeState.BOOTING:

@@ -40,6 +40,8 @@ OPENB_POD_COLUMNS = (
 )
 GENAI_QPS_COLUMNS = ("timestamp_anon", "value", "container_ip", "request_type")
 QOS_PRIORITY = {"LS": 1000, "Guaranteed": 1000, "Burstable": 500, "BE": 0}
+OPENB_QOS = tuple(QOS_PRIORITY)
+"""The QoS classes of openb's ``qos`` column."""
 GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
 
 
@@ -72,8 +74,10 @@ def _int(path: Path, line: int, col: str, text: str, *, blank: int | None = None
         raise UserError(f"{path}:{line}: column {col}: expected an integer, got {text!r}") from None
 
 
-def read_openb_pods(path: Path) -> Workload:
-    """Read an openb pod list (default or gpuspec variants) into a workload sorted by arrival."""
+def read_openb_pods(path: Path, not_safe_to_evict: frozenset[str] = frozenset()) -> Workload:
+    """Read an openb pod list (default or gpuspec variants) into a workload sorted by arrival; pods whose QoS
+    class (``qos``: LS, BE, Burstable, Guaranteed) is in ``not_safe_to_evict`` get
+    :attr:`Pod.safe_to_evict` False (BE: the batch tasks, whose work an eviction would lose)."""
     pods: list[Pod] = []
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
@@ -115,6 +119,7 @@ def read_openb_pods(path: Path) -> Workload:
                     tolerations=(GPU_TOLERATION,) if num_gpu else (),
                     priority=QOS_PRIORITY.get(row[6].strip(), 0),
                     duration=float(max(1, deleted - max(scheduled, created))),
+                    safe_to_evict=row[6].strip() not in not_safe_to_evict,
                 )
             )
     pods.sort(key=lambda p: (p.arrival, p.name))
@@ -374,8 +379,11 @@ def grow_node_types(types: tuple[NodeType, ...], factor: int) -> tuple[NodeType,
     )
 
 
-def load_trace(spec: str, seed: int = 0, window: float = 300.0) -> Workload:
-    """A trace by path (format from the header) or ``synthetic:agentic[:hours]``."""
+def load_trace(
+    spec: str, seed: int = 0, window: float = 300.0, not_safe_to_evict: frozenset[str] = frozenset()
+) -> Workload:
+    """A trace by path (format from the header) or ``synthetic:agentic[:hours]``; ``not_safe_to_evict``: the
+    openb QoS classes whose pods must not be evicted (:func:`read_openb_pods`)."""
     if spec.startswith("synthetic:"):
         parts = spec.split(":")
         if parts[1] != "agentic" or len(parts) > 3:
@@ -391,4 +399,4 @@ def load_trace(spec: str, seed: int = 0, window: float = 300.0) -> Workload:
         return synthetic_agentic(seed, AgenticSpec(hours=hours))
     path = Path(spec)
     fmt = sniff_format(path)
-    return read_openb_pods(path) if fmt == "openb-pods" else read_genai_qps(path, window)
+    return read_openb_pods(path, not_safe_to_evict) if fmt == "openb-pods" else read_genai_qps(path, window)

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from capstan.capacity import (
     IDLE_CAUSES,
+    OPENB_QOS,
     POLICY_NAMES,
     STAGES,
     Delay,
@@ -112,7 +113,7 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
             f"{s.cost:,.0f}",
             str(s.launches),
             str(s.drains),
-            str(s.moves),
+            f"{s.moves} ({s.restarts} restarted)" if s.restarts else str(s.moves),
             f"{s.move_wait[0]:.0f}/{s.move_wait[1]:.0f}",
             str(s.unplaced),
             f"{s.seconds:.1f}",
@@ -182,6 +183,12 @@ def simulate(
         help="Capstan's batch forecast: windows of the last 2 h and of this time of day ±1 h on this many past "
         "days (0: every window of the last 96 boot delays).",
     ),
+    not_safe_to_evict: list[str] = typer.Option(
+        [],
+        "--not-safe-to-evict",
+        help="openb pods of this QoS class (repeat; e.g. BE, the batch tasks) are not safe to evict: no policy "
+        "moves them, and one evicted anyway runs again from the start.",
+    ),
     out: Path = typer.Option(Path("capacity-out"), "--out", help="Directory for PNG plots."),
 ) -> None:
     """Replay a trace against capacity policies: idle GPU-hours by cause, pending time by stage, cost, churn."""
@@ -209,7 +216,12 @@ def simulate(
         headroom_wait_s=wait_s,
         headroom_wait_share=wait_share,
     )
-    workload = load_trace(trace, seed=seed, window=window)
+    for qos in not_safe_to_evict:
+        if qos not in OPENB_QOS:
+            raise UserError(
+                f"--not-safe-to-evict {qos}: unknown QoS class; choose from {', '.join(OPENB_QOS)}"
+            )
+    workload = load_trace(trace, seed=seed, window=window, not_safe_to_evict=frozenset(not_safe_to_evict))
     if max_pods:
         workload = Workload(workload.name, workload.pods[:max_pods])
     types = resolve_node_types(trace, nodes, boot, ready)

@@ -119,6 +119,29 @@ def test_headroom_wait_takes_a_duration_and_a_bad_one_or_bad_share_is_one_line_e
     assert "--headroom-wait '120%': a share must be at least 0% and below 100%" in r.stderr
 
 
+def test_batch_tasks_not_safe_to_evict_and_an_unknown_qos_class_is_one_line_exit_2(tmp_path: Path) -> None:
+    ok = capstan(
+        "--trace",
+        str(OPENB / "openb_pod_list_default.csv"),
+        "--max-pods",
+        "300",
+        "--policy",
+        "cluster-autoscaler",
+        "--not-safe-to-evict",
+        "BE",
+        "--out",
+        str(tmp_path),
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "cluster-autoscaler" in ok.stdout and "restarted" not in ok.stdout
+    r = capstan("--trace", "synthetic:agentic:0.1", "--not-safe-to-evict", "batch", "--out", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert (
+        "--not-safe-to-evict batch: unknown QoS class; choose from LS, Guaranteed, Burstable, BE" in r.stderr
+    )
+
+
 def test_negative_forecast_days_is_one_line_exit_2(tmp_path: Path) -> None:
     r = capstan("--trace", "synthetic:agentic:0.1", "--forecast-days", "-1", "--out", str(tmp_path))
     assert r.returncode == 2

@@ -292,6 +292,25 @@ def test_repack_empties_a_lightly_used_node_whose_long_running_pods_fit_elsewher
     assert not plan(young, PlannerConfig(headroom=False)).drains
 
 
+def test_repack_leaves_a_node_alone_while_a_pod_not_safe_to_evict_runs_there() -> None:
+    """The repack above, but ``b1`` is a batch task whose eviction would lose its work: ``b`` is not emptied.
+    ``a``'s pods (3.5 GPUs) fit in ``b``'s free 3.7, so ``a`` is emptied onto ``b`` instead; with one more pod
+    on ``a`` nothing can move."""
+    a_pod, b_pod = pod("a1", milli=500), pod("b1", milli=300, safe_to_evict=False)
+    nodes = (
+        node("a", T4x4, devs=(500, 0, 0, 0), bound=(a_pod, pod("a2"), pod("a3"), pod("a4"))),
+        node("b", T4x4, devs=(700, 1000, 1000, 1000), bound=(b_pod,)),
+    )
+    snap = Snapshot(now=3600.0, node_types=(T4x4,), nodes=nodes, pending=())
+    p = plan(snap, PlannerConfig(headroom=False))
+    assert [d.node for d in p.drains] == ["a"]
+    assert sorted(m.pod for m in p.moves) == ["a1", "a2", "a3", "a4"]
+    full_b = (nodes[0], node("b", T4x4, devs=(700, 0, 1000, 1000), bound=(b_pod, pod("b2"))))
+    stuck = Snapshot(now=3600.0, node_types=(T4x4,), nodes=full_b, pending=())
+    p = plan(stuck, PlannerConfig(headroom=False))
+    assert not p.drains and not p.moves
+
+
 P100x2 = NodeType("p100-2", 16000, 122880, 2, "P100", 3.9, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
 T4x2BIG = NodeType("t4-2-104c", 104000, 524288, 2, "T4", 6.1, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from capstan.capacity import (
@@ -180,6 +182,60 @@ def test_every_eviction_has_a_wait_until_its_pod_runs_again() -> None:
     assert len(waits) == result.moves
     assert all(x >= 0 for x in waits)
     assert 0 <= summary.move_wait[0] <= summary.move_wait[1] <= max(waits)
+
+
+class _DrainAt:
+    """Two one-GPU nodes at the start; at ``at`` both are drained and two new ones launched."""
+
+    name = "drain-at"
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def start(self, sim: Sim) -> None:
+        sim.launch("g1")
+        sim.launch("g1")
+        sim.wake(self.at, "drain")
+
+    def on_change(self, sim: Sim, now: float) -> None:
+        pass
+
+    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
+        for n in sim.allocatable_nodes():
+            sim.drain(n.id)
+        sim.launch("g1")
+        sim.launch("g1")
+
+
+def test_an_evicted_pod_not_safe_to_evict_runs_again_from_the_start() -> None:
+    """Both pods run from 60 s (boot) and are evicted at 500 s; new nodes are up at 560 s. The safe pod keeps
+    its end (1060 s: its run continues elsewhere); the batch task loses its 440 s and ends at 560 + 1000."""
+    pods = (
+        Pod("batch", 0.0, 4000, 8192, 1, 1000, duration=1000.0, safe_to_evict=False),
+        gpu_pod("svc", 0.0, 1000.0),
+    )
+    result = Sim(Workload("w", pods), (GPU1,), _DrainAt(500.0)).run()
+    assert dict((ref, t) for t, ref in events(result.events, "pod.done")) == {"svc": 1060.0, "batch": 1560.0}
+    by_name = {sp.pod.name: sp for sp in result.pods}
+    assert (by_name["batch"].restarts, by_name["batch"].lost_s) == (1, 440.0)
+    assert (by_name["svc"].restarts, by_name["svc"].lost_s) == (0, 0.0)
+    assert result.restarts() == 1
+    assert result.lost_gpu_hours() == pytest.approx(440.0 / 3600)
+    assert result.moves == 2 and result.check() == []
+
+
+@pytest.mark.parametrize("policy", ["cluster-autoscaler", "karpenter", "capstan", "oracle"])
+def test_no_policy_moves_a_pod_that_is_not_safe_to_evict(policy: str) -> None:
+    """The synthetic trace makes every policy move pods (scale-down, consolidation, repacks); with every pod
+    marked not safe to evict, none is moved and nothing restarts."""
+    w = synthetic_agentic(5, AgenticSpec(hours=1.0))
+    types = inference_node_types(Delay("fixed", 300), Delay("fixed", 90))
+    moved = run_policies(w, types, [policy], seed=5)[policy][0]
+    pinned = Workload(w.name, tuple(replace(p, safe_to_evict=False) for p in w.pods))
+    result, summary = run_policies(pinned, types, [policy], seed=5)[policy]
+    assert moved.moves > 0
+    assert result.moves == 0 and result.restarts() == 0 and summary.restarts == 0
+    assert result.check() == []
 
 
 def test_slow_starts_count_the_pods_that_waited_for_new_capacity() -> None:

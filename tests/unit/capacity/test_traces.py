@@ -27,6 +27,14 @@ def test_openb_default_pod_list_has_8152_tasks_with_shares() -> None:
     assert [p.arrival for p in w.pods] == sorted(p.arrival for p in w.pods)
 
 
+def test_openb_batch_tasks_can_be_marked_not_safe_to_evict() -> None:
+    """The default list's qos column: 3,398 BE (batch) tasks, 4,647 LS, 100 Burstable, 7 Guaranteed."""
+    assert all(p.safe_to_evict for p in read_openb_pods(OPENB / "openb_pod_list_default.csv").pods)
+    w = read_openb_pods(OPENB / "openb_pod_list_default.csv", frozenset({"BE"}))
+    assert sum(1 for p in w.pods if not p.safe_to_evict) == 3398
+    assert all(p.priority == 0 for p in w.pods if not p.safe_to_evict)  # BE is the lowest priority class
+
+
 def test_openb_gpuspec_variant_carries_gpu_model_constraints() -> None:
     w = read_openb_pods(OPENB / "openb_pod_list_gpuspec20.csv")
     constrained = [p for p in w.pods if p.gpu_models]
