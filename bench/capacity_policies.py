@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
@@ -156,7 +157,9 @@ def case(
         f"({r['oracle_boot_paid_vs_oracle']:.3f}× the oracle); p99 of an autoscaler starting empty ≥ {floor:.0f} s "
         f"({r['p99_empty_start_floor_vs_ca']:.3f}× CA)"
     )
-    write_plots(list(summaries.values()), out / "capacity" / label.replace(" ", "_").replace("/", "_"), label)
+    write_plots(
+        list(summaries.values()), out / "capacity" / re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_"), label
+    )
     return r
 
 
@@ -282,6 +285,12 @@ def main() -> None:
         rows.append(case(console, f"openb {variant}", w, openb_types, args.out))
         if variant == "default":
             frontier = headroom_frontier(console, w, openb_types, rows[-1], frontier_variants())
+            # the same tasks with the batch (BE) ones not safe to evict: moving them would lose their work
+            pinned = load_trace(
+                str(openb_dir / "openb_pod_list_default.csv"), not_safe_to_evict=frozenset({"BE"})
+            )
+            pinned = Workload(pinned.name, pinned.pods[: len(w.pods)])
+            rows.append(case(console, "openb default, BE not safe to evict", pinned, openb_types, args.out))
             grown = 2 if args.smoke else args.openb_grow
             if grown > 1:
                 rows.append(

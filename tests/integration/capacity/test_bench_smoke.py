@@ -26,6 +26,8 @@ def test_capacity_policies_bench_smoke(tmp_path: Path) -> None:
         assert row["oracle_boot_paid_vs_oracle"] > 1.0
         assert row["p99_empty_start_floor_s"] >= 0.0
     assert any(row["case"] == "openb default x2" for row in data["rows"])
+    pinned = next(row for row in data["rows"] if row["case"] == "openb default, BE not safe to evict")
+    assert all(p["restarts"] == 0 and p["lost_gpu_h"] == 0 for p in pinned["policies"].values())
     variants = [r["variant"] for r in data["headroom_frontier_openb_default"]]
     assert "10 h look-back (forecast_days=0)" in variants and len(variants) == len(set(variants)) >= 10
     assert {"headroom wait 60 s", "no headroom wait", "headroom wait 30 %"} <= set(variants)
