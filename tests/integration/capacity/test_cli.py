@@ -15,6 +15,13 @@ OPENB = ROOT / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
 HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
 
 
+def assert_one_line_exit_2(r: subprocess.CompletedProcess[str], message: str) -> None:
+    """A bad input: exit 2 and one line on stderr that says ``message``."""
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert message in r.stderr
+
+
 def capstan(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "from capstan.cli.main import main; main()", "capacity", "simulate", *args],
@@ -84,16 +91,12 @@ def test_sweep_writes_the_boot_delay_plot(tmp_path: Path) -> None:
 
 def test_unknown_policy_is_one_line_exit_2(tmp_path: Path) -> None:
     r = capstan("--trace", "synthetic:agentic:0.1", "--policy", "magic", "--out", str(tmp_path))
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0
-    assert "--policy magic: unknown policy" in r.stderr
+    assert_one_line_exit_2(r, "--policy magic: unknown policy")
 
 
 def test_headroom_quantile_out_of_range_is_one_line_exit_2(tmp_path: Path) -> None:
     r = capstan("--trace", "synthetic:agentic:0.1", "--headroom-quantile", "1.5", "--out", str(tmp_path))
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0
-    assert "--headroom-quantile 1.5: must be between 0 and 1" in r.stderr
+    assert_one_line_exit_2(r, "--headroom-quantile 1.5: must be between 0 and 1")
 
 
 def test_headroom_wait_takes_a_duration_and_a_bad_one_or_bad_share_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -110,13 +113,9 @@ def test_headroom_wait_takes_a_duration_and_a_bad_one_or_bad_share_is_one_line_e
     assert ok.returncode == 0, ok.stderr
     assert "capstan" in ok.stdout and "conservation check failed" not in ok.stdout
     r = capstan("--trace", "synthetic:agentic:0.1", "--headroom-wait", "soon", "--out", str(tmp_path))
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0
-    assert "--headroom-wait 'soon': expected seconds" in r.stderr
+    assert_one_line_exit_2(r, "--headroom-wait 'soon': expected seconds")
     r = capstan("--trace", "synthetic:agentic:0.1", "--headroom-wait", "120%", "--out", str(tmp_path))
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0
-    assert "--headroom-wait '120%': a share must be at least 0% and below 100%" in r.stderr
+    assert_one_line_exit_2(r, "--headroom-wait '120%': a share must be at least 0% and below 100%")
 
 
 def test_batch_tasks_not_safe_to_evict_and_an_unknown_qos_class_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -135,27 +134,22 @@ def test_batch_tasks_not_safe_to_evict_and_an_unknown_qos_class_is_one_line_exit
     assert ok.returncode == 0, ok.stderr
     assert "cluster-autoscaler" in ok.stdout and "restarted" not in ok.stdout
     r = capstan("--trace", "synthetic:agentic:0.1", "--not-safe-to-evict", "batch", "--out", str(tmp_path))
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0
-    assert (
-        "--not-safe-to-evict batch: unknown QoS class; choose from LS, Guaranteed, Burstable, BE" in r.stderr
+    assert_one_line_exit_2(
+        r, "--not-safe-to-evict batch: unknown QoS class; choose from LS, Guaranteed, Burstable, BE"
     )
 
 
 def test_negative_forecast_days_is_one_line_exit_2(tmp_path: Path) -> None:
     r = capstan("--trace", "synthetic:agentic:0.1", "--forecast-days", "-1", "--out", str(tmp_path))
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0
-    assert "--forecast-days -1: must be >= 0" in r.stderr
+    assert_one_line_exit_2(r, "--forecast-days -1: must be >= 0")
 
 
 def test_bad_node_type_file_is_one_line_exit_2(tmp_path: Path) -> None:
     f = tmp_path / "types.yaml"
     f.write_text("node_types:\n  - name: x\n    cpu_milli: 1000\n    memory_mib: 1024\n    gpus: 2\n")
     r = capstan("--trace", "synthetic:agentic:0.1", "--nodes", str(f), "--out", str(tmp_path))
-    assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0
-    assert "types.yaml" in r.stderr and "gpus" in r.stderr
+    assert_one_line_exit_2(r, "types.yaml")
+    assert "gpus" in r.stderr
 
 
 def test_malformed_trace_row_names_file_and_line(tmp_path: Path) -> None:
