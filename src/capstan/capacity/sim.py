@@ -5,7 +5,10 @@ is a pure function of (workload, node types, policy, seed). The cluster has kube
 (:mod:`capstan.capacity.placement`): a pod that arrives is bound at once to the best-scoring allocatable node, or
 waits; waiting pods are retried whenever capacity appears. Gangs are bound all-or-nothing (the
 ``GangScheduling`` plugin of KEP-4671). A policy reacts to state changes and wake-ups it asked for, and acts only
-through :class:`Sim`'s methods: launch, promise (reserve a pod on a node), bind, drain.
+through :class:`Sim`'s methods: launch, promise (reserve a pod on a node), bind, drain. A pod a drain evicts keeps
+its end time (its run goes on where it is placed again) unless it is not safe to evict
+(:attr:`~capstan.capacity.model.Pod.safe_to_evict`): then it runs again from the start, and the run lost is
+counted.
 
 Accounting (conservation is checked by :meth:`SimResult.check`): every GPU-second of every node is either
 allocated to a pod or idle for exactly one cause: ``booting`` (requested until GPUs allocatable), ``unallocated``
