@@ -100,16 +100,8 @@ def test_headroom_quantile_out_of_range_is_one_line_exit_2(tmp_path: Path) -> No
 
 
 def test_headroom_wait_takes_a_duration_and_a_bad_one_or_bad_share_is_one_line_exit_2(tmp_path: Path) -> None:
-    ok = capstan(
-        "--trace",
-        "synthetic:agentic:0.2",
-        "--policy",
-        "capstan",
-        "--headroom-wait",
-        "60s",
-        "--out",
-        str(tmp_path),
-    )
+    args = ["--trace", "synthetic:agentic:0.2", "--policy", "capstan", "--headroom-wait", "60s", "--out"]
+    ok = capstan(*args, str(tmp_path))
     assert ok.returncode == 0, ok.stderr
     assert "capstan" in ok.stdout and "conservation check failed" not in ok.stdout
     r = capstan("--trace", "synthetic:agentic:0.1", "--headroom-wait", "soon", "--out", str(tmp_path))
@@ -119,18 +111,9 @@ def test_headroom_wait_takes_a_duration_and_a_bad_one_or_bad_share_is_one_line_e
 
 
 def test_batch_tasks_not_safe_to_evict_and_an_unknown_qos_class_is_one_line_exit_2(tmp_path: Path) -> None:
-    ok = capstan(
-        "--trace",
-        str(OPENB / "openb_pod_list_default.csv"),
-        "--max-pods",
-        "300",
-        "--policy",
-        "cluster-autoscaler",
-        "--not-safe-to-evict",
-        "BE",
-        "--out",
-        str(tmp_path),
-    )
+    trace = str(OPENB / "openb_pod_list_default.csv")
+    args = ["--max-pods", "300", "--policy", "cluster-autoscaler", "--not-safe-to-evict", "BE", "--out"]
+    ok = capstan("--trace", trace, *args, str(tmp_path))
     assert ok.returncode == 0, ok.stderr
     assert "cluster-autoscaler" in ok.stdout and "restarted" not in ok.stdout
     r = capstan("--trace", "synthetic:agentic:0.1", "--not-safe-to-evict", "batch", "--out", str(tmp_path))
