@@ -275,12 +275,16 @@ def test_pod_larger_than_every_type_is_unplaceable_with_reason() -> None:
     assert [launch.pods for launch in p.launches] == [("ok",)]
 
 
-def test_repack_empties_a_lightly_used_node_whose_long_running_pods_fit_elsewhere() -> None:
-    a_pod, b_pod = pod("a1", milli=500), pod("b1", milli=300)
-    nodes = (
-        node("a", T4x4, devs=(500, 0, 0, 0), bound=(a_pod, pod("a2"), pod("a3"), pod("a4"))),
+def a_full_node_and_b_with(b_pod: Pod) -> tuple[NodeView, NodeView]:
+    """``a``: 3.5 of 4 T4s used by four pods; ``b``: only ``b_pod`` (a 0.3 share), 3.7 free."""
+    return (
+        node("a", T4x4, devs=(500, 0, 0, 0), bound=(pod("a1", milli=500), pod("a2"), pod("a3"), pod("a4"))),
         node("b", T4x4, devs=(700, 1000, 1000, 1000), bound=(b_pod,)),
     )
+
+
+def test_repack_empties_a_lightly_used_node_whose_long_running_pods_fit_elsewhere() -> None:
+    nodes = a_full_node_and_b_with(pod("b1", milli=300))
     snap = Snapshot(now=3600.0, node_types=(T4x4,), nodes=nodes, pending=())
     p = plan(snap, PlannerConfig(headroom=False))
     assert [d.node for d in p.drains] == ["b"]
@@ -295,12 +299,9 @@ def test_repack_empties_a_lightly_used_node_whose_long_running_pods_fit_elsewher
 def test_repack_leaves_a_node_alone_while_a_pod_not_safe_to_evict_runs_there() -> None:
     """The repack above, but ``b1`` is a batch task whose eviction would lose its work: ``b`` is not emptied.
     ``a``'s pods (3.5 GPUs) fit in ``b``'s free 3.7, so ``a`` is emptied onto ``b`` instead; with one more pod
-    on ``a`` nothing can move."""
-    a_pod, b_pod = pod("a1", milli=500), pod("b1", milli=300, safe_to_evict=False)
-    nodes = (
-        node("a", T4x4, devs=(500, 0, 0, 0), bound=(a_pod, pod("a2"), pod("a3"), pod("a4"))),
-        node("b", T4x4, devs=(700, 1000, 1000, 1000), bound=(b_pod,)),
-    )
+    on ``b`` nothing can move."""
+    b_pod = pod("b1", milli=300, safe_to_evict=False)
+    nodes = a_full_node_and_b_with(b_pod)
     snap = Snapshot(now=3600.0, node_types=(T4x4,), nodes=nodes, pending=())
     p = plan(snap, PlannerConfig(headroom=False))
     assert [d.node for d in p.drains] == ["a"]
