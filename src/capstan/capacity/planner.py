@@ -387,6 +387,8 @@ class _Work:
         mems.extend(p.memory_mib for p in (*snap.pending, *self.phantoms))
         self.floor_cpu = min(cpus, default=0)
         self.floor_mem = min(mems, default=0)
+        # with a headroom wait, a pod that must wait for an in-flight node takes the one up first (best_bin)
+        self.soonest = headroom_wait(cfg, cache.horizon) > 0
         # bins with room for the smallest pod, most free CPU first (ties: snapshot order), so a scan stops at
         # the first bin with less free CPU than the pod asks for
         entries = sorted(
@@ -460,7 +462,7 @@ class _Work:
         # what bounds its wait). Without one, fragmentation decides among in-flight nodes as among allocatable
         # ones: taking the soonest there too cost 0.3 % less on openb default but let 79 pods wait longer than a
         # minute instead of 74, nearer the p99 goal's 81 (docs/benchmarks.md).
-        soonest = headroom_wait(self.cfg, self.cache.horizon) > 0
+        soonest = self.soonest
         for b in self.open_gpu if pod.wants_gpu else self.open:
             cap = b.cap
             if cpu > cap.cpu:
