@@ -145,7 +145,7 @@ class OraclePolicy(CapstanPolicy):
     zero_delay = True
 
     def __init__(self) -> None:
-        super().__init__(PlannerConfig(headroom=False, headroom_wait_share=0.0), react=0.0, name="oracle")
+        super().__init__(PlannerConfig(headroom=False), react=0.0, name="oracle")
 
 
 class StaticPolicy:
