@@ -137,7 +137,7 @@ def case(
             f"{s.cost:,.1f}",
             f"{100 * s.allocation_rate:.1f}",
             str(s.launches),
-            f"{s.moves} ({s.restarts} restarted)" if s.restarts else str(s.moves),
+            s.moves_text,
             f"{s.move_wait[1]:.0f}",
             str(s.unplaced),
             f"{s.seconds:.2f}",

@@ -70,6 +70,11 @@ class Summary:
         return sum(self.idle.values())
 
     @property
+    def moves_text(self) -> str:
+        """Moves as the tables show them, with the restarts among them when there were any."""
+        return f"{self.moves} ({self.restarts} restarted)" if self.restarts else str(self.moves)
+
+    @property
     def allocation_rate(self) -> float:
         return self.allocated_gpu_hours / self.gpu_hours if self.gpu_hours else 0.0
 

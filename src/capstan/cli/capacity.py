@@ -113,7 +113,7 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
             f"{s.cost:,.0f}",
             str(s.launches),
             str(s.drains),
-            f"{s.moves} ({s.restarts} restarted)" if s.restarts else str(s.moves),
+            s.moves_text,
             f"{s.move_wait[0]:.0f}/{s.move_wait[1]:.0f}",
             str(s.unplaced),
             f"{s.seconds:.1f}",
