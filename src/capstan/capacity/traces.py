@@ -107,6 +107,7 @@ def read_openb_pods(path: Path, not_safe_to_evict: frozenset[str] = frozenset())
             if deleted < created:
                 raise UserError(f"{path}:{line}: deletion_time before creation_time")
             models = frozenset(m.strip() for m in row[5].split("|") if m.strip())
+            qos = row[6].strip()
             pods.append(
                 Pod(
                     name=name,
@@ -117,9 +118,9 @@ def read_openb_pods(path: Path, not_safe_to_evict: frozenset[str] = frozenset())
                     gpu_milli=gpu_milli,
                     gpu_models=models,
                     tolerations=(GPU_TOLERATION,) if num_gpu else (),
-                    priority=QOS_PRIORITY.get(row[6].strip(), 0),
+                    priority=QOS_PRIORITY.get(qos, 0),
                     duration=float(max(1, deleted - max(scheduled, created))),
-                    safe_to_evict=row[6].strip() not in not_safe_to_evict,
+                    safe_to_evict=qos not in not_safe_to_evict,
                 )
             )
     pods.sort(key=lambda p: (p.arrival, p.name))
