@@ -21,6 +21,7 @@ from capstan.capacity import (
     synthetic_agentic,
 )
 from capstan.capacity.nodetypes import inference_node_types
+from capstan.capacity.report import summarize
 from capstan.capacity.traces import AgenticSpec
 
 pytestmark = pytest.mark.unit
@@ -222,6 +223,7 @@ def test_an_evicted_pod_not_safe_to_evict_runs_again_from_the_start() -> None:
     assert result.restarts() == 1
     assert result.lost_gpu_hours() == pytest.approx(440.0 / 3600)
     assert result.moves == 2 and result.check() == []
+    assert summarize(result).moves_text == "2 (1 restarted)"  # what the CLI's and the bench's tables show
 
 
 @pytest.mark.parametrize("policy", ["cluster-autoscaler", "karpenter", "capstan", "oracle"])
