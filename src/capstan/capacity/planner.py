@@ -170,6 +170,16 @@ class PlannerConfig:
     """An empty node is drained only after it has been empty this long (damps launch/drain flapping)."""
     headroom_split_gpus: int = 4
     """Forecast pods asking for more whole GPUs than this are held as that many one-GPU phantoms (0: never)."""
+    pinned_headroom_node_ratio: float = 4.0
+    """A node launched for a headroom phantom limited to some GPU models has at most this many times the GPUs the
+    phantom asks for (0: no node is launched for such phantoms; they hold only capacity already there or on its
+    way; ``math.inf``: no limit, the behaviour before the limit).
+
+    NOTE: a scarce model often comes only in large nodes (openb's G2 and G3 nodes have 8 GPUs each), and the
+    pinned pods of a forecast window seldom come back at the same hour: on openb gpuspec20, whose pinned pods
+    mostly ask for one GPU, 8-GPU nodes launched for them were held for hours and seldom used. With the limit
+    (4 or 2 alike) Capstan's cost there fell 4-8 % and its idle GPU-hours 7-10 % at boot delays of 3 to 15
+    minutes; pods that waited longer than a minute moved by -5 % to +11 % (docs/benchmarks.md)."""
 
 
 @dataclass(frozen=True)
@@ -499,11 +509,14 @@ class _Work:
             return first[1], choose_devices(first[1].cap, pod)
         return (best[1], best[2]) if best else None
 
-    def choose_type(self, pod: Pod, queue: list[Pod], start: int, *, mix: bool = True) -> NodeType | str:
+    def choose_type(
+        self, pod: Pod, queue: list[Pod], start: int, *, mix: bool = True, max_gpus: float = math.inf
+    ) -> NodeType | str:
         """The node type serving most value per dollar, or the reason none can take ``pod``.
 
         The value is ``pod`` plus what fits of the queued pods after it and, with ``mix``, of the recent
-        arrivals (a node outlives the queue: the arrival mix says what will fill it).
+        arrivals (a node outlives the queue: the arrival mix says what will fill it). Types with more than
+        ``max_gpus`` GPUs are left out.
         """
         ahead = [q for q in queue[start : start + self.cfg.lookahead] if not q.gang]
         full = tuple(
@@ -514,7 +527,7 @@ class _Work:
         # without the mix the answer depends only on shapes and which types are at their limit: keep it across
         # decisions; with it, only within this one (the mix changes with every arrival)
         memo = self.type_memo if mix else self.cache.types
-        key = (pod.shape, tuple(q.shape for q in ahead), mix, full)
+        key = (pod.shape, tuple(q.shape for q in ahead), mix, full, max_gpus)
         got = memo.get(key)
         if got is not None:
             return got
@@ -538,6 +551,9 @@ class _Work:
                 continue
             if nt.max_count is not None and self.count[nt.name] >= nt.max_count:
                 refused.append((i, nt.name, f"max_count {nt.max_count} reached"))
+                continue
+            if nt.gpu > max_gpus:
+                refused.append((i, nt.name, f"more than {max_gpus:g} GPUs"))
                 continue
             cap = Capacity.of(nt)
             take(cap, pod, choose_devices(cap, pod))
@@ -682,7 +698,10 @@ def _place_unit(
     for pod in unit:
         found = w.best_bin(pod, kinds, first_fit=phantom)
         if found is None and allow_new:
-            choice = w.choose_type(pod, queue, start)
+            max_gpus = math.inf
+            if phantom and pod.gpu_models:
+                max_gpus = w.cfg.pinned_headroom_node_ratio * math.ceil(pod.gpu_total_milli / GPU_MILLI)
+            choice = w.choose_type(pod, queue, start, max_gpus=max_gpus)
             if isinstance(choice, NodeType):
                 b = w.open_bin(choice)
                 opened.append(b)

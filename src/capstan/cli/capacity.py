@@ -183,6 +183,12 @@ def simulate(
         help="Capstan's batch forecast: windows of the last 2 h and of this time of day ±1 h on this many past "
         "days (0: every window of the last 96 boot delays).",
     ),
+    pinned_headroom_ratio: float = typer.Option(
+        4.0,
+        "--pinned-headroom-ratio",
+        help="Capstan's headroom: a node launched for forecast pods limited to some GPU models has at most this "
+        "many times the GPUs such a pod asks for (0: none is launched for them; inf: no limit).",
+    ),
     not_safe_to_evict: list[str] = typer.Option(
         [],
         "--not-safe-to-evict",
@@ -209,12 +215,17 @@ def simulate(
     if forecast_days < 0:
         raise UserError(f"--forecast-days {forecast_days}: must be >= 0 (0: the plain look-back)")
     wait_s, wait_share = parse_wait(headroom_wait, "--headroom-wait")
+    if not pinned_headroom_ratio >= 0:  # NaN fails too
+        raise UserError(
+            f"--pinned-headroom-ratio {pinned_headroom_ratio}: must be >= 0 (0: no node; inf: no limit)"
+        )
     planner = PlannerConfig(
         headroom=headroom_quantile > 0,
         forecast_quantile=headroom_quantile or 0.99,
         forecast_days=forecast_days,
         headroom_wait_s=wait_s,
         headroom_wait_share=wait_share,
+        pinned_headroom_node_ratio=pinned_headroom_ratio,
     )
     for qos in not_safe_to_evict:
         if qos not in OPENB_QOS:
@@ -241,7 +252,7 @@ def simulate(
             for s in _run(workload, sweep_types, policy, seed, console, f"sweep {minutes} min", planner):
                 rows.append((minutes * 60.0, s.policy, s))
         sweep_table = Table(title=f"Boot-delay sweep — {workload.name}")
-        for col in ("boot min", "policy", "idle GPU-h", "p99 pending s", "cost $"):
+        for col in ("boot min", "policy", "idle GPU-h", "p99 pending s", "waited > 60 s", "cost $"):
             sweep_table.add_column(col, justify="right")
         for d, name, s in rows:
             sweep_table.add_row(
@@ -249,11 +260,14 @@ def simulate(
                 name,
                 f"{s.idle_total:,.0f}",
                 f"{s.pending['total'][2]:.0f}",
+                str(s.slow_starts),
                 f"{s.cost:,.0f}",
             )
             if name == "oracle":
                 # the oracle's own launches, each made one boot delay early by a policy that knew the future
-                sweep_table.add_row(f"{d / 60:.0f}", "oracle + boot", "", "", f"{s.cost + s.boot_cost:,.0f}")
+                sweep_table.add_row(
+                    f"{d / 60:.0f}", "oracle + boot", "", "", "", f"{s.cost + s.boot_cost:,.0f}"
+                )
         console.print(sweep_table)
         paths.append(write_sweep_plot(rows, out, workload.name))
     for p in paths:

@@ -81,8 +81,8 @@ def test_sweep_writes_the_boot_delay_plot(tmp_path: Path) -> None:
     costs: dict[str, list[float]] = {"oracle": [], "oracle + boot": []}
     for line in sweep.splitlines():
         cells = [c.strip() for c in line.split("│")]
-        if len(cells) > 5 and cells[2] in costs:
-            costs[cells[2]].append(float(cells[5].replace(",", "")))
+        if len(cells) > 6 and cells[2] in costs:
+            costs[cells[2]].append(float(cells[6].replace(",", "")))  # the cost column, after "waited > 60 s"
     assert len(costs["oracle"]) == len(costs["oracle + boot"]) == 5
     extra = [b - o for o, b in zip(costs["oracle"], costs["oracle + boot"], strict=True)]
     assert all(x > 0 for x in extra)
@@ -120,6 +120,15 @@ def test_batch_tasks_not_safe_to_evict_and_an_unknown_qos_class_is_one_line_exit
     assert_one_line_exit_2(
         r, "--not-safe-to-evict batch: unknown QoS class; choose from LS, Guaranteed, Burstable, BE"
     )
+
+
+def test_pinned_headroom_ratio_takes_inf_and_a_negative_one_is_one_line_exit_2(tmp_path: Path) -> None:
+    args = ["--trace", "synthetic:agentic:0.2", "--policy", "capstan", "--out", str(tmp_path)]
+    ok = capstan(*args, "--pinned-headroom-ratio", "inf")
+    assert ok.returncode == 0, ok.stderr
+    assert "capstan" in ok.stdout and "conservation check failed" not in ok.stdout
+    r = capstan(*args, "--pinned-headroom-ratio", "-1")
+    assert_one_line_exit_2(r, "--pinned-headroom-ratio -1.0: must be >= 0")
 
 
 def test_negative_forecast_days_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -229,6 +229,33 @@ def test_headroom_for_a_big_pod_is_held_as_single_gpus() -> None:
     assert [(launch.type, launch.purpose) for launch in whole.launches] == [("v100-8", "headroom")]
 
 
+def test_headroom_for_a_pinned_pod_launches_no_node_far_larger_than_it() -> None:
+    """A one-GPU pod pinned to V100 in the forecast. The only V100 type is an 8-GPU machine: with the default
+    limit (4× the pod's GPUs) no node is launched for it, with no limit the 8-GPU machine is; a one-GPU V100
+    type is launched under the limit, and an idle 8-GPU V100 node already up is held for it."""
+    pinned = pod("pinned", models=frozenset({"V100"}), arrival=4800.0)
+    only_big = Snapshot(now=5000.0, node_types=(T4x4, V100x8), nodes=(), pending=(), recent=(pinned,))
+    cfg = PlannerConfig(consolidate=False)
+    assert not plan(only_big, cfg).launches
+    unlimited = replace(cfg, pinned_headroom_node_ratio=float("inf"))
+    assert [(launch.type, launch.purpose) for launch in plan(only_big, unlimited).launches] == [
+        ("v100-8", "headroom")
+    ]
+    with_small = replace(only_big, node_types=(T4x4, V100x8, V100x1))
+    assert [(launch.type, launch.purpose) for launch in plan(with_small, cfg).launches] == [
+        ("v100-1", "headroom")
+    ]
+    assert not plan(with_small, replace(cfg, pinned_headroom_node_ratio=0.0)).launches
+    # an 8-GPU V100 node already up is held for it (not drained), as capacity on its way would be
+    up = replace(node("up", V100x8), idle_since=0.0)
+    held = plan(replace(only_big, nodes=(up,)), cfg)
+    assert (held.launches, held.headroom, held.drains) == ((), ("up",), ())
+    assert [d.node for d in plan(replace(only_big, nodes=(up,), recent=()), cfg).drains] == ["up"]
+    # a pod any model may serve still gets a node launched for its headroom
+    free = replace(only_big, recent=(replace(pinned, gpu_models=frozenset()),))
+    assert [(launch.type, launch.purpose) for launch in plan(free, cfg).launches] == [("t4-4", "headroom")]
+
+
 def test_split_phantoms_see_busy_nodes_whose_free_cpu_only_a_split_one_fits() -> None:
     """The scans skip bins with less free CPU than the smallest request of the decision; that request must be
     a split phantom's (4 cores here), not the big forecast pod's (24), or the busy node's 8 free cores and 3
