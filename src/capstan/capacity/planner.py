@@ -170,16 +170,15 @@ class PlannerConfig:
     """An empty node is drained only after it has been empty this long (damps launch/drain flapping)."""
     headroom_split_gpus: int = 4
     """Forecast pods asking for more whole GPUs than this are held as that many one-GPU phantoms (0: never)."""
-    pinned_headroom_node_ratio: float = 4.0
-    """A node launched for a headroom phantom limited to some GPU models has at most this many times the GPUs the
-    phantom asks for (0: no node is launched for such phantoms; they hold only capacity already there or on its
-    way; ``math.inf``: no limit, the behaviour before the limit).
+    pinned_headroom_node_ratio: float = 2.0
+    """A node launched or kept empty for nothing but a headroom phantom limited to some GPU models has at most this
+    many times the GPUs the phantom asks for (0: no node is launched or kept for such phantoms alone; they hold
+    free room on nodes in use or already held; ``math.inf``: no limit, the behaviour before the limit).
 
-    NOTE: a scarce model often comes only in large nodes (openb's G2 and G3 nodes have 8 GPUs each), and the
-    pinned pods of a forecast window seldom come back at the same hour: on openb gpuspec20, whose pinned pods
-    mostly ask for one GPU, 8-GPU nodes launched for them were held for hours and seldom used. With the limit
-    (4 or 2 alike) Capstan's cost there fell 4-8 % and its idle GPU-hours 7-10 % at boot delays of 3 to 15
-    minutes; pods that waited longer than a minute moved by -5 % to +11 % (docs/benchmarks.md)."""
+    NOTE: a scarce model often comes only in large nodes (openb's G2 and G3 nodes, the synthetic trace's A100
+    nodes, have 8 GPUs each), and the pinned pods of a forecast window seldom come back at the same hour: on
+    openb gpuspec20 8-GPU nodes launched for one-GPU pinned pods, and on the synthetic trace emptied 8-GPU A100
+    nodes kept for two-GPU ones, were held for hours and seldom used (docs/benchmarks.md)."""
 
 
 @dataclass(frozen=True)
@@ -459,9 +458,11 @@ class _Work:
         kinds: tuple[str, ...],
         exclude: frozenset[str] = frozenset(),
         first_fit: bool = False,
+        max_empty_gpus: float = math.inf,
     ) -> tuple[_Bin, Assignment] | None:
         """Best placement among bins of ``kinds`` (earlier kinds first); ``first_fit`` takes the first one of
-        the first kind instead of scoring fragmentation (cheap, for forecast phantoms)."""
+        the first kind instead of scoring fragmentation (cheap, for forecast phantoms). A node with nothing on
+        it and more than ``max_empty_gpus`` GPUs is passed over."""
         best: tuple[tuple[float, ...], _Bin, Assignment] | None = None
         ok_types = self.ok_types(pod)
         cpu, mem = pod.cpu_milli, pod.memory_mib
@@ -485,6 +486,8 @@ class _Work:
             if whole and devs.count(GPU_MILLI) < whole:
                 continue
             if b.kind not in kinds or b.nt.name not in ok_types or b.id in exclude:
+                continue
+            if not b.pods and b.nt.gpu > max_empty_gpus:
                 continue
             if first_fit and b.kind == kinds[0]:
                 if first is None or b.order < first[0]:
@@ -696,11 +699,12 @@ def _place_unit(
     opened: list[_Bin] = []
     kinds = ("ready", "inflight", "new")
     for pod in unit:
-        found = w.best_bin(pod, kinds, first_fit=phantom)
+        # a node kept or launched for nothing but a phantom pinned to GPU models is at most this large
+        max_gpus = math.inf
+        if phantom and pod.gpu_models:
+            max_gpus = w.cfg.pinned_headroom_node_ratio * math.ceil(pod.gpu_total_milli / GPU_MILLI)
+        found = w.best_bin(pod, kinds, first_fit=phantom, max_empty_gpus=max_gpus)
         if found is None and allow_new:
-            max_gpus = math.inf
-            if phantom and pod.gpu_models:
-                max_gpus = w.cfg.pinned_headroom_node_ratio * math.ceil(pod.gpu_total_milli / GPU_MILLI)
             choice = w.choose_type(pod, queue, start, max_gpus=max_gpus)
             if isinstance(choice, NodeType):
                 b = w.open_bin(choice)

@@ -184,10 +184,10 @@ def simulate(
         "days (0: every window of the last 96 boot delays).",
     ),
     pinned_headroom_ratio: float = typer.Option(
-        4.0,
+        2.0,
         "--pinned-headroom-ratio",
-        help="Capstan's headroom: a node launched for forecast pods limited to some GPU models has at most this "
-        "many times the GPUs such a pod asks for (0: none is launched for them; inf: no limit).",
+        help="Capstan's headroom: a node launched or kept empty only for a forecast pod limited to some GPU "
+        "models has at most this many times the GPUs that pod asks for (0: none; inf: no limit).",
     ),
     not_safe_to_evict: list[str] = typer.Option(
         [],

@@ -229,15 +229,16 @@ def test_headroom_for_a_big_pod_is_held_as_single_gpus() -> None:
     assert [(launch.type, launch.purpose) for launch in whole.launches] == [("v100-8", "headroom")]
 
 
-def test_headroom_for_a_pinned_pod_launches_no_node_far_larger_than_it() -> None:
+def test_headroom_for_a_pinned_pod_launches_or_keeps_no_node_far_larger_than_it() -> None:
     """A one-GPU pod pinned to V100 in the forecast. The only V100 type is an 8-GPU machine: with the default
-    limit (4× the pod's GPUs) no node is launched for it, with no limit the 8-GPU machine is; a one-GPU V100
-    type is launched under the limit, and an idle 8-GPU V100 node already up is held for it."""
+    limit (twice the pod's GPUs) no node is launched for it, with no limit the 8-GPU machine is; a one-GPU V100
+    type is launched under the limit. An idle 8-GPU V100 node already up is not kept for it (drained) unless
+    there is no limit, while a free V100 GPU on a node in use is held for it."""
     pinned = pod("pinned", models=frozenset({"V100"}), arrival=4800.0)
     only_big = Snapshot(now=5000.0, node_types=(T4x4, V100x8), nodes=(), pending=(), recent=(pinned,))
     cfg = PlannerConfig(consolidate=False)
-    assert not plan(only_big, cfg).launches
     unlimited = replace(cfg, pinned_headroom_node_ratio=float("inf"))
+    assert not plan(only_big, cfg).launches
     assert [(launch.type, launch.purpose) for launch in plan(only_big, unlimited).launches] == [
         ("v100-8", "headroom")
     ]
@@ -246,11 +247,12 @@ def test_headroom_for_a_pinned_pod_launches_no_node_far_larger_than_it() -> None
         ("v100-1", "headroom")
     ]
     assert not plan(with_small, replace(cfg, pinned_headroom_node_ratio=0.0)).launches
-    # an 8-GPU V100 node already up is held for it (not drained), as capacity on its way would be
     up = replace(node("up", V100x8), idle_since=0.0)
-    held = plan(replace(only_big, nodes=(up,)), cfg)
-    assert (held.launches, held.headroom, held.drains) == ((), ("up",), ())
-    assert [d.node for d in plan(replace(only_big, nodes=(up,), recent=()), cfg).drains] == ["up"]
+    kept = plan(replace(only_big, nodes=(up,)), unlimited)
+    assert (kept.launches, kept.headroom, kept.drains) == ((), ("up",), ())
+    assert [d.node for d in plan(replace(only_big, nodes=(up,)), cfg).drains] == ["up"]
+    busy = node("busy", V100x8, devs=(0,) * 7 + (1000,), bound=(pod("r", arrival=0.0),))
+    assert not plan(replace(with_small, nodes=(busy,)), cfg).launches
     # a pod any model may serve still gets a node launched for its headroom
     free = replace(only_big, recent=(replace(pinned, gpu_models=frozenset()),))
     assert [(launch.type, launch.purpose) for launch in plan(free, cfg).launches] == [("t4-4", "headroom")]
