@@ -264,6 +264,11 @@ def _by_value_bound(types: tuple[NodeType, ...]) -> tuple[tuple[float, int, Node
     return tuple(sorted(bounds, key=lambda b: (-b[0], b[1])))
 
 
+def _constraint_key(pod: Pod) -> tuple[bool, int]:
+    """Pods limited to fewer GPU models first; pods any model may serve last."""
+    return (not pod.gpu_models, len(pod.gpu_models))
+
+
 def _queue_key(pod: Pod) -> tuple[int, int, int, int, float, str]:
     return (-pod.priority, -pod.gang_size, -pod.gpu_total_milli, -pod.cpu_milli, pod.arrival, pod.name)
 
@@ -319,10 +324,17 @@ class PlanCache:
         return self._forecast[1]
 
     def phantoms(self, fc: Forecast, cfg: PlannerConfig) -> list[Pod]:
-        """The forecast's pods as headroom phantoms (:func:`_headroom_pods`), in queue order, at most
-        ``max_phantoms``; kept while the forecast holds the same pods."""
+        """The forecast's pods as headroom phantoms (:func:`_headroom_pods`), the first ``max_phantoms`` in
+        queue order, placed most constrained first: those limited to fewest GPU models, then the rest, each in
+        queue order. Kept while the forecast holds the same pods.
+
+        NOTE: placed in queue order, phantoms any model may serve took the free room of scarce models first and
+        the pinned ones found none (and, under ``pinned_headroom_node_ratio``, often no node either). Pinned
+        first, fewer pods waited longer than a minute on openb gpuspec20 at every boot delay from 3 to 15
+        minutes (docs/benchmarks.md)."""
         if self._phantoms is None or self._phantoms[0].pods != fc.pods or self._phantoms[1] != cfg:
             pods = sorted(_headroom_pods(fc.pods, cfg), key=_queue_key)[: cfg.max_phantoms]
+            pods.sort(key=_constraint_key)  # stable: queue order among equally constrained phantoms
             self._phantoms = (fc, cfg, pods)
         return self._phantoms[2]
 

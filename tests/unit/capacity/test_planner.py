@@ -258,6 +258,18 @@ def test_headroom_for_a_pinned_pod_launches_or_keeps_no_node_far_larger_than_it(
     assert [(launch.type, launch.purpose) for launch in plan(free, cfg).launches] == [("t4-4", "headroom")]
 
 
+def test_pinned_phantoms_are_placed_before_those_any_model_may_serve() -> None:
+    """Two forecast pods: ``any`` (first in queue order: more CPU) and ``pinned`` to V100. A busy V100 node has
+    one free GPU. Placed most constrained first, ``pinned`` holds that GPU and a T4 node is launched for
+    ``any``; in queue order ``any`` would take it and ``pinned`` would find no room and no node small enough."""
+    anyone = pod("any", cpu=6000, arrival=4800.0)
+    pinned = pod("pinned", models=frozenset({"V100"}), arrival=4801.0)
+    busy = node("busy", V100x8, devs=(0,) * 7 + (1000,), bound=(pod("r", arrival=0.0),))
+    snap = Snapshot(now=5000.0, node_types=(T4x4, V100x8), nodes=(busy,), pending=(), recent=(anyone, pinned))
+    p = plan(snap, PlannerConfig(consolidate=False))
+    assert [(launch.type, launch.purpose) for launch in p.launches] == [("t4-4", "headroom")]
+
+
 def test_split_phantoms_see_busy_nodes_whose_free_cpu_only_a_split_one_fits() -> None:
     """The scans skip bins with less free CPU than the smallest request of the decision; that request must be
     a split phantom's (4 cores here), not the big forecast pod's (24), or the busy node's 8 free cores and 3
