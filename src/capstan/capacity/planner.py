@@ -288,6 +288,7 @@ class PlanCache:
         self.limit = limit
         self.ok: dict[PodShape, frozenset[str]] = {}
         self.cheapest: dict[PodShape, float] = {}
+        self.fewest_gpus: dict[PodShape, int] = {}
         self.why: dict[tuple[str, PodShape], str | None] = {}
         self._forecast: tuple[tuple[object, ...], Forecast] | None = None
         self.no_repack: tuple[object, ...] | None = None
@@ -343,6 +344,7 @@ class PlanCache:
         self.by_name = {t.name: t for t in node_types}
         self.ok.clear()
         self.cheapest.clear()
+        self.fewest_gpus.clear()
         self.why.clear()
         self._forecast = None
         self.no_repack = None
@@ -447,6 +449,16 @@ class _Work:
             ok = self.ok_types(pod)
             got = self.cache.cheapest[pod.shape] = min(
                 (t.price_per_hour for t in self.snap.node_types if t.name in ok), default=math.inf
+            )
+        return got
+
+    def fewest_gpus(self, pod: Pod) -> int:
+        """The fewest GPUs of a node type ``pod`` may use (0 if it may use none)."""
+        got = self.cache.fewest_gpus.get(pod.shape)
+        if got is None:
+            ok = self.ok_types(pod)
+            got = self.cache.fewest_gpus[pod.shape] = min(
+                (t.gpu for t in self.snap.node_types if t.name in ok), default=0
             )
         return got
 
@@ -717,14 +729,18 @@ def _place_unit(
         if phantom and pod.gpu_models:
             max_gpus = w.cfg.pinned_headroom_node_ratio * math.ceil(pod.gpu_total_milli / GPU_MILLI)
         found = w.best_bin(pod, kinds, first_fit=phantom, max_empty_gpus=max_gpus)
-        if found is None and allow_new:
+        why: str
+        if found is None and allow_new and w.fewest_gpus(pod) > max_gpus:
+            # no type is small enough: say so without weighing every type against the arrival mix
+            why = f"no node type of at most {max_gpus:g} GPUs"
+        elif found is None and allow_new:
             choice = w.choose_type(pod, queue, start, max_gpus=max_gpus)
             if isinstance(choice, NodeType):
                 b = w.open_bin(choice)
                 opened.append(b)
                 found = (b, choose_devices(b.cap, pod))
             else:
-                why: str = choice
+                why = choice
         elif found is None:
             why = "no free capacity"
         if found is None:
