@@ -172,8 +172,9 @@ class PlannerConfig:
     """Forecast pods asking for more whole GPUs than this are held as that many one-GPU phantoms (0: never)."""
     pinned_headroom_node_ratio: float = 2.0
     """A node launched or kept empty for nothing but a headroom phantom limited to some GPU models has at most this
-    many times the GPUs the phantom asks for (0: no node is launched or kept for such phantoms alone; they hold
-    free room on nodes in use or already held; ``math.inf``: no limit, the behaviour before the limit).
+    many times the GPUs the phantom asks for, unless it costs no more than a type within that (0: no node is
+    launched or kept for such phantoms alone; they hold free room on nodes in use or already held;
+    ``math.inf``: no limit, the behaviour before the limit).
 
     NOTE: a scarce model often comes only in large nodes (openb's G2 and G3 nodes, the synthetic trace's A100
     nodes, have 8 GPUs each), and the pinned pods of a forecast window seldom come back at the same hour. With
@@ -290,6 +291,7 @@ class PlanCache:
         self.ok: dict[PodShape, frozenset[str]] = {}
         self.cheapest: dict[PodShape, float] = {}
         self.fewest_gpus: dict[PodShape, int] = {}
+        self.small_price: dict[tuple[PodShape, float], float] = {}
         self.why: dict[tuple[str, PodShape], str | None] = {}
         self._forecast: tuple[tuple[object, ...], Forecast] | None = None
         self.no_repack: tuple[object, ...] | None = None
@@ -346,6 +348,7 @@ class PlanCache:
         self.ok.clear()
         self.cheapest.clear()
         self.fewest_gpus.clear()
+        self.small_price.clear()
         self.why.clear()
         self._forecast = None
         self.no_repack = None
@@ -463,6 +466,18 @@ class _Work:
             )
         return got
 
+    def small_price(self, pod: Pod, max_gpus: float) -> float:
+        """The lowest hourly price of a type ``pod`` may use with at most ``max_gpus`` GPUs (-inf if none)."""
+        key = (pod.shape, max_gpus)
+        got = self.cache.small_price.get(key)
+        if got is None:
+            ok = self.ok_types(pod)
+            got = self.cache.small_price[key] = min(
+                (t.price_per_hour for t in self.snap.node_types if t.name in ok and t.gpu <= max_gpus),
+                default=-math.inf,
+            )
+        return got
+
     def ok_types(self, pod: Pod) -> frozenset[str]:
         got = self.cache.ok.get(pod.shape)
         if got is None:
@@ -485,10 +500,11 @@ class _Work:
         exclude: frozenset[str] = frozenset(),
         first_fit: bool = False,
         max_empty_gpus: float = math.inf,
+        max_empty_price: float = math.inf,
     ) -> tuple[_Bin, Assignment] | None:
         """Best placement among bins of ``kinds`` (earlier kinds first); ``first_fit`` takes the first one of
         the first kind instead of scoring fragmentation (cheap, for forecast phantoms). A node with nothing on
-        it and more than ``max_empty_gpus`` GPUs is passed over."""
+        it, more than ``max_empty_gpus`` GPUs and a price over ``max_empty_price`` is passed over."""
         best: tuple[tuple[float, ...], _Bin, Assignment] | None = None
         ok_types = self.ok_types(pod)
         cpu, mem = pod.cpu_milli, pod.memory_mib
@@ -513,7 +529,7 @@ class _Work:
                 continue
             if b.kind not in kinds or b.nt.name not in ok_types or b.id in exclude:
                 continue
-            if not b.pods and b.nt.gpu > max_empty_gpus:
+            if not b.pods and b.nt.gpu > max_empty_gpus and b.nt.price_per_hour > max_empty_price:
                 continue
             if first_fit and b.kind == kinds[0]:
                 if first is None or b.order < first[0]:
@@ -539,13 +555,20 @@ class _Work:
         return (best[1], best[2]) if best else None
 
     def choose_type(
-        self, pod: Pod, queue: list[Pod], start: int, *, mix: bool = True, max_gpus: float = math.inf
+        self,
+        pod: Pod,
+        queue: list[Pod],
+        start: int,
+        *,
+        mix: bool = True,
+        max_gpus: float = math.inf,
+        max_price: float = math.inf,
     ) -> NodeType | str:
         """The node type serving most value per dollar, or the reason none can take ``pod``.
 
         The value is ``pod`` plus what fits of the queued pods after it and, with ``mix``, of the recent
         arrivals (a node outlives the queue: the arrival mix says what will fill it). Types with more than
-        ``max_gpus`` GPUs are left out.
+        ``max_gpus`` GPUs and a price over ``max_price`` are left out.
         """
         ahead = [q for q in queue[start : start + self.cfg.lookahead] if not q.gang]
         full = tuple(
@@ -556,7 +579,7 @@ class _Work:
         # without the mix the answer depends only on shapes and which types are at their limit: keep it across
         # decisions; with it, only within this one (the mix changes with every arrival)
         memo = self.type_memo if mix else self.cache.types
-        key = (pod.shape, tuple(q.shape for q in ahead), mix, full, max_gpus)
+        key = (pod.shape, tuple(q.shape for q in ahead), mix, full, max_gpus, max_price)
         got = memo.get(key)
         if got is not None:
             return got
@@ -581,8 +604,10 @@ class _Work:
             if nt.max_count is not None and self.count[nt.name] >= nt.max_count:
                 refused.append((i, nt.name, f"max_count {nt.max_count} reached"))
                 continue
-            if nt.gpu > max_gpus:
-                refused.append((i, nt.name, f"more than {max_gpus:g} GPUs"))
+            if nt.gpu > max_gpus and nt.price_per_hour > max_price:
+                refused.append(
+                    (i, nt.name, f"more than {max_gpus:g} GPUs and dearer than a type within that")
+                )
                 continue
             cap = Capacity.of(nt)
             take(cap, pod, choose_devices(cap, pod))
@@ -725,17 +750,19 @@ def _place_unit(
     opened: list[_Bin] = []
     kinds = ("ready", "inflight", "new")
     for pod in unit:
-        # a node kept or launched for nothing but a phantom pinned to GPU models is at most this large
-        max_gpus = math.inf
+        # a node kept or launched for nothing but a phantom pinned to GPU models is at most this large, unless
+        # it costs no more than a type that is not
+        max_gpus = max_price = math.inf
         if phantom and pod.gpu_models:
             max_gpus = w.cfg.pinned_headroom_node_ratio * math.ceil(pod.gpu_total_milli / GPU_MILLI)
-        found = w.best_bin(pod, kinds, first_fit=phantom, max_empty_gpus=max_gpus)
+            max_price = w.small_price(pod, max_gpus)
+        found = w.best_bin(pod, kinds, first_fit=phantom, max_empty_gpus=max_gpus, max_empty_price=max_price)
         why: str
         if found is None and allow_new and w.fewest_gpus(pod) > max_gpus:
             # no type is small enough: say so without weighing every type against the arrival mix
             why = f"no node type of at most {max_gpus:g} GPUs"
         elif found is None and allow_new:
-            choice = w.choose_type(pod, queue, start, max_gpus=max_gpus)
+            choice = w.choose_type(pod, queue, start, max_gpus=max_gpus, max_price=max_price)
             if isinstance(choice, NodeType):
                 b = w.open_bin(choice)
                 opened.append(b)

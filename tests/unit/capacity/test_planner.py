@@ -258,6 +258,23 @@ def test_headroom_for_a_pinned_pod_launches_or_keeps_no_node_far_larger_than_it(
     assert [(launch.type, launch.purpose) for launch in plan(free, cfg).launches] == [("t4-4", "headroom")]
 
 
+def test_a_node_over_the_pinned_limit_is_allowed_when_it_costs_no_more_than_one_within_it() -> None:
+    """A one-GPU T4-pinned pod in the forecast, limit twice its GPUs. When the 4-GPU T4 type costs less than the
+    2-GPU one, the 4-GPU node is launched (and kept when idle); when it costs more, the 2-GPU one is."""
+    pinned = pod("pinned", models=frozenset({"T4"}), arrival=4800.0)
+    dear_small = NodeType("t4-2", 52000, 262144, 2, "T4", 2.5, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
+    snap = Snapshot(now=5000.0, node_types=(dear_small, T4x4), nodes=(), pending=(), recent=(pinned,))
+    cfg = PlannerConfig(consolidate=False)
+    assert [(launch.type, launch.purpose) for launch in plan(snap, cfg).launches] == [("t4-4", "headroom")]
+    up = replace(node("up", T4x4), idle_since=0.0)
+    kept = plan(replace(snap, nodes=(up,)), cfg)
+    assert (kept.launches, kept.headroom, kept.drains) == ((), ("up",), ())
+    cheap_small = replace(dear_small, price_per_hour=1.5)
+    snap = replace(snap, node_types=(cheap_small, T4x4))
+    assert [(launch.type, launch.purpose) for launch in plan(snap, cfg).launches] == [("t4-2", "headroom")]
+    assert [d.node for d in plan(replace(snap, nodes=(up,)), cfg).drains] == ["up"]
+
+
 def test_pinned_phantoms_are_placed_before_those_any_model_may_serve() -> None:
     """Two forecast pods: ``any`` (first in queue order: more CPU) and ``pinned`` to V100. A busy V100 node has
     one free GPU. Placed most constrained first, ``pinned`` holds that GPU and a T4 node is launched for
