@@ -178,10 +178,11 @@ class PlannerConfig:
 
     NOTE: a scarce model often comes only in large nodes (openb's G2 and G3 nodes, the synthetic trace's A100
     nodes, have 8 GPUs each), and the pinned pods of a forecast window seldom come back at the same hour. With
-    the limit (and pinned phantoms placed first, :meth:`PlanCache.phantoms`) Capstan's cost fell 4.6-7.8 % on openb
-    gpuspec20 (boot delays of 3 to 15 minutes) and 16 % on the synthetic trace, its idle GPU-hours 8-12 % and
-    17 %; more pinned pods waited a boot at most delays (up to +20 % at 15 minutes). docs/benchmarks.md,
-    "Headroom for pods pinned to GPU models"."""
+    the limit (and pinned phantoms placed first, :meth:`PlanCache.phantoms`) Capstan's cost fell 5.9-9.4 % on openb
+    gpuspec20 (boot delays of 3 to 15 minutes) and 16 % on the synthetic trace, its idle GPU-hours 8-13 % and
+    17 %; more pinned pods waited a boot at most delays (up to +18 %, at 9 minutes). The exception for a node
+    that costs no more than one within the limit: openb's 4-GPU T4 node costs less than its 2-GPU one.
+    docs/benchmarks.md, "Headroom for pods pinned to GPU models"."""
 
 
 @dataclass(frozen=True)
