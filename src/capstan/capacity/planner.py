@@ -290,9 +290,7 @@ class PlanCache:
         self.by_name: dict[str, NodeType] = {t.name: t for t in node_types}
         self.limit = limit
         self.ok: dict[PodShape, frozenset[str]] = {}
-        self.cheapest: dict[PodShape, float] = {}
-        self.fewest_gpus: dict[PodShape, int] = {}
-        self.small_price: dict[tuple[PodShape, float], float] = {}
+        self.cheapest: dict[tuple[PodShape, float], float] = {}
         self.why: dict[tuple[str, PodShape], str | None] = {}
         self._forecast: tuple[tuple[object, ...], Forecast] | None = None
         self.no_repack: tuple[object, ...] | None = None
@@ -348,8 +346,6 @@ class PlanCache:
         self.by_name = {t.name: t for t in node_types}
         self.ok.clear()
         self.cheapest.clear()
-        self.fewest_gpus.clear()
-        self.small_price.clear()
         self.why.clear()
         self._forecast = None
         self.no_repack = None
@@ -447,35 +443,16 @@ class _Work:
             self._mix = list(itertools.islice(mix, self.cfg.lookahead + 1))
         return self._mix
 
-    def cheapest(self, pod: Pod) -> float:
-        """The lowest hourly price of a node type ``pod`` may use (infinite if none)."""
-        got = self.cache.cheapest.get(pod.shape)
-        if got is None:
-            ok = self.ok_types(pod)
-            got = self.cache.cheapest[pod.shape] = min(
-                (t.price_per_hour for t in self.snap.node_types if t.name in ok), default=math.inf
-            )
-        return got
-
-    def fewest_gpus(self, pod: Pod) -> int:
-        """The fewest GPUs of a node type ``pod`` may use (0 if it may use none)."""
-        got = self.cache.fewest_gpus.get(pod.shape)
-        if got is None:
-            ok = self.ok_types(pod)
-            got = self.cache.fewest_gpus[pod.shape] = min(
-                (t.gpu for t in self.snap.node_types if t.name in ok), default=0
-            )
-        return got
-
-    def small_price(self, pod: Pod, max_gpus: float) -> float:
-        """The lowest hourly price of a type ``pod`` may use with at most ``max_gpus`` GPUs (-inf if none)."""
+    def cheapest(self, pod: Pod, max_gpus: float = math.inf) -> float:
+        """The lowest hourly price of a node type ``pod`` may use with at most ``max_gpus`` GPUs (infinite if
+        none)."""
         key = (pod.shape, max_gpus)
-        got = self.cache.small_price.get(key)
+        got = self.cache.cheapest.get(key)
         if got is None:
             ok = self.ok_types(pod)
-            got = self.cache.small_price[key] = min(
+            got = self.cache.cheapest[key] = min(
                 (t.price_per_hour for t in self.snap.node_types if t.name in ok and t.gpu <= max_gpus),
-                default=-math.inf,
+                default=math.inf,
             )
         return got
 
@@ -752,14 +729,16 @@ def _place_unit(
     kinds = ("ready", "inflight", "new")
     for pod in unit:
         # a node kept or launched for nothing but a phantom pinned to GPU models is at most this large, unless
-        # it costs no more than a type that is not
+        # it costs no more than a type that is not (max_price -inf: no type is)
         max_gpus = max_price = math.inf
         if phantom and pod.gpu_models:
             max_gpus = w.cfg.pinned_headroom_node_ratio * math.ceil(pod.gpu_total_milli / GPU_MILLI)
-            max_price = w.small_price(pod, max_gpus)
+            max_price = w.cheapest(pod, max_gpus)
+            if max_price == math.inf:
+                max_price = -math.inf
         found = w.best_bin(pod, kinds, first_fit=phantom, max_empty_gpus=max_gpus, max_empty_price=max_price)
         why: str
-        if found is None and allow_new and w.fewest_gpus(pod) > max_gpus:
+        if found is None and allow_new and max_price == -math.inf:
             # no type is small enough: say so without weighing every type against the arrival mix
             why = f"no node type of at most {max_gpus:g} GPUs"
         elif found is None and allow_new:

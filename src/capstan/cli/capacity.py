@@ -187,7 +187,8 @@ def simulate(
         2.0,
         "--pinned-headroom-ratio",
         help="Capstan's headroom: a node launched or kept empty only for a forecast pod limited to some GPU "
-        "models has at most this many times the GPUs that pod asks for (0: none; inf: no limit).",
+        "models has at most this many times the GPUs that pod asks for, unless it costs no more than a type "
+        "within that (0: none; inf: no limit).",
     ),
     not_safe_to_evict: list[str] = typer.Option(
         [],
