@@ -1,5 +1,9 @@
 """GPU capacity policies on real and synthetic traces: idle GPU-hours, p99 pending and cost against the goals.
 
+Beside the goals: the cluster-autoscaler emulation with a CapacityBuffer of 1 to 32 GPUs (``ca-buffer``, the
+headroom recipe platform teams use today) against Capstan's forecast headroom, as idle GPU-hours against pods
+that waited for capacity (the buffer frontier).
+
 Goals (issue 5), on the same trace and boot delay: Capstan ≤ 0.4× the cluster-autoscaler emulation's idle
 GPU-hours, ≤ 0.2× its p99 pending time, cost ≤ 1.05× the oracle's; each policy replays the 8,152-task openb trace
 in ≤ 10 s on one core. Also: how the figures move when the trace grows 10×.
@@ -44,7 +48,9 @@ from capstan.capacity.traces import AgenticSpec, synthetic_agentic
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / ".." / "shared" / "data" / "traces"
 OUT = ROOT / "bench" / "out"
-POLICIES = ["capstan", "cluster-autoscaler", "karpenter", "static", "oracle"]
+POLICIES = ["capstan", "cluster-autoscaler", "ca-buffer", "karpenter", "static", "oracle"]
+BUFFER_SIZES = [1, 2, 4, 8, 16, 32]
+"""CapacityBuffer sizes (one-GPU pods) the buffer frontier replays beside ``ca-buffer``'s peak-sized default."""
 
 
 def ratio(a: float, b: float) -> float:
@@ -255,6 +261,121 @@ def headroom_frontier(
     return out
 
 
+def buffer_frontier(
+    console: Console,
+    label: str,
+    workload: Workload,
+    types: tuple[NodeType, ...],
+    base: dict[str, object],
+    sizes: list[int],
+    capstan_points: list[dict[str, object]],
+    out: Path,
+    seed: int = 0,
+) -> list[dict[str, object]]:
+    """The cluster-autoscaler emulation with CapacityBuffers of ``sizes`` one-GPU pods on one trace, beside
+    Capstan's points (its default, and on openb default its headroom frontier): what each static buffer costs
+    for the pods it spares a boot. Writes a plot of idle GPU-hours against pods that waited > 60 s."""
+    pols = base["policies"]
+    assert isinstance(pols, dict)
+    ca, oracle = pols["cluster-autoscaler"], pols["oracle"]
+    table = Table(title=f"CapacityBuffer frontier ({label}): CA + a static buffer vs Capstan's forecast")
+    for col in (
+        "policy",
+        "idle GPU-h",
+        "× CA",
+        "p99 s",
+        "× CA",
+        "waited > 60 s",
+        "cost",
+        "× oracle",
+        "launches",
+    ):
+        table.add_column(col, justify="right")
+    rows: list[dict[str, object]] = []
+    for size in sizes:
+        results = run_policies(workload, types, ["ca-buffer"], seed=seed, buffer_gpus=size)
+        s = results["ca-buffer"][1]
+        rows.append(
+            {
+                "policy": f"ca-buffer {size} GPU",
+                "buffer_gpus": size,
+                "idle_gpu_h": s.idle_total,
+                "p99_pending_s": s.pending["total"][2],
+                "slow_starts": s.slow_starts,
+                "cost": s.cost,
+                "launches": s.launches,
+            }
+        )
+    peak = pols["ca-buffer"]
+    others = [
+        {"policy": "cluster-autoscaler (no buffer)", **ca},
+        {"policy": "ca-buffer at the peak burst (default)", **peak},
+        *({"policy": f"capstan {p['variant']}", **p} for p in capstan_points),
+    ]
+    for r in rows + others:
+        idle = float(r.get("idle_gpu_h", 0.0))
+        p99 = float(r.get("p99_pending_s", r.get("p99_s", 0.0)))
+        cost = float(r.get("cost", 0.0))
+        table.add_row(
+            str(r["policy"]),
+            f"{idle:,.1f}",
+            f"{ratio(idle, ca['idle_gpu_h']):.3f}",
+            f"{p99:.0f}",
+            f"{ratio(p99, ca['p99_pending_s']):.3f}",
+            str(r["slow_starts"]),
+            f"{cost:,.1f}",
+            f"{ratio(cost, oracle['cost']):.3f}",
+            str(r["launches"]),
+        )
+    console.print(table)
+    _buffer_plot(label, rows, ca, peak, capstan_points, out)
+    return rows
+
+
+def _buffer_plot(
+    label: str,
+    rows: list[dict[str, object]],
+    ca: dict[str, object],
+    peak: dict[str, object],
+    capstan_points: list[dict[str, object]],
+    out: Path,
+) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def xy(points: list[dict[str, object]]) -> tuple[list[float], list[float]]:
+        return [float(str(p["idle_gpu_h"])) for p in points], [float(str(p["slow_starts"])) for p in points]
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    xs, ys = xy([ca, *rows])
+    ax.plot(xs, ys, marker="o", label="cluster-autoscaler + CapacityBuffer (0, 1, 2, … GPUs)")
+    for r, x, y in zip(rows, xs[1:], ys[1:], strict=True):
+        ax.annotate(str(r["buffer_gpus"]), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    px, py = xy([peak])
+    ax.scatter(px, py, marker="s", color="tab:orange", label="CapacityBuffer at the peak burst", zorder=3)
+    cx, cy = xy(capstan_points)
+    ax.scatter(cx, cy, marker="^", color="tab:green", label="Capstan (forecast headroom)", zorder=3)
+    ax.set_xscale("log")
+    ax.set_xlabel("idle GPU-hours (log)")
+    ax.set_ylabel("pods that waited > 60 s")
+    ax.set_title(f"Static buffer vs forecast headroom — {label}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "capacity" / f"buffer_frontier_{re.sub(r'[^A-Za-z0-9]+', '_', label).strip('_')}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def capstan_point(base: dict[str, object]) -> dict[str, object]:
+    pols = base["policies"]
+    assert isinstance(pols, dict)
+    return {"variant": "default", **pols["capstan"]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="small slices: runs in seconds")
@@ -275,6 +396,8 @@ def main() -> None:
     openb_types = read_openb_nodes(openb_dir / "openb_node_list_all_node.csv", boot, ready)
     infer_types = inference_node_types(boot, ready)
     rows = []
+    buffers: dict[str, list[dict[str, object]]] = {}
+    sizes = [1, 4] if args.smoke else BUFFER_SIZES
 
     n_openb = 200 if args.smoke else args.openb_pods
     frontier: list[dict[str, object]] = []
@@ -285,6 +408,9 @@ def main() -> None:
         rows.append(case(console, f"openb {variant}", w, openb_types, args.out))
         if variant == "default":
             frontier = headroom_frontier(console, w, openb_types, rows[-1], frontier_variants())
+            buffers["openb default"] = buffer_frontier(
+                console, "openb default", w, openb_types, rows[-1], sizes, frontier, args.out
+            )
             # the same tasks with the batch (BE) ones not safe to evict: moving them would lose their work
             pinned = load_trace(
                 str(openb_dir / "openb_pod_list_default.csv"), not_safe_to_evict=frozenset({"BE"})
@@ -310,10 +436,24 @@ def main() -> None:
     if args.smoke:
         genai = Workload(genai.name, genai.pods[:60])
     rows.append(case(console, "genai qps", genai, infer_types, args.out))
+    buffers["genai qps"] = buffer_frontier(
+        console, "genai qps", genai, infer_types, rows[-1], sizes, [capstan_point(rows[-1])], args.out
+    )
 
     hours = 0.5 if args.smoke else 3.0
     synth = synthetic_agentic(11, AgenticSpec(hours=hours))
     rows.append(case(console, "synthetic agentic", synth, infer_types, args.out, seed=11))
+    buffers["synthetic agentic"] = buffer_frontier(
+        console,
+        "synthetic agentic",
+        synth,
+        infer_types,
+        rows[-1],
+        sizes,
+        [capstan_point(rows[-1])],
+        args.out,
+        11,
+    )
     factor = 3 if args.smoke else 10
     rows.append(
         case(
@@ -335,6 +475,7 @@ def main() -> None:
                 "smoke": args.smoke,
                 "rows": rows,
                 "headroom_frontier_openb_default": frontier,
+                "buffer_frontier": buffers,
             },
             indent=1,
         )

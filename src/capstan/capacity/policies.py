@@ -12,6 +12,13 @@
   ones whose instance type is the cheapest that holds the pods packed onto it; disruption every 10 s: empty nodes
   at once (``consolidateAfter: 0s``), then one underutilised node whose pods all fit elsewhere (delete
   consolidation; replacement consolidation is not modelled), at most 10 % of nodes at a time.
+* ``ca-buffer``: the cluster-autoscaler emulation with a CapacityBuffer (``autoscaling.x-k8s.io``, the
+  ``active-capacity`` strategy): that many virtual one-GPU pods are injected into each scan, as CA injects a
+  buffer's pods into its simulation. The real scheduler never sees them: real pods take the free capacity they
+  stand on, and the next scan scales up for the buffer pods left without room; a node the buffer pods stand on is
+  not unneeded unless they fit elsewhere. By default the buffer is sized to the trace's peak burst (the most GPUs
+  asked for within one boot plus GPU-ready delay, known in hindsight, as the static cluster is): the headroom
+  recipe platform teams use today, with a number picked for the worst case.
 * ``static``: a fixed cluster (counts per node type, normally the oracle's peak) ready from the start.
 * ``oracle``: Capstan's packing with every node ready the moment it is requested and no headroom: the lower bound.
 
@@ -22,17 +29,18 @@ annotations.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from capstan.capacity.forecast import forecast_lookback, gpu_horizon
-from capstan.capacity.model import IN_FLIGHT, NodeState, NodeType, Pod
-from capstan.capacity.placement import Capacity, choose_devices, fits, give, take
+from capstan.capacity.model import GPU_MILLI, IN_FLIGHT, NodeState, NodeType, Pod
+from capstan.capacity.placement import Assignment, Capacity, choose_devices, fits, give, take
 from capstan.capacity.planner import PlanCache, PlannerConfig, Scope, plan
 from capstan.capacity.sim import Policy, Sim, SimNode, SimPod
 from capstan.errors import UserError
 
-POLICY_NAMES = ("capstan", "cluster-autoscaler", "karpenter", "static", "oracle")
+POLICY_NAMES = ("capstan", "cluster-autoscaler", "ca-buffer", "karpenter", "static", "oracle")
 
 
 def _grid(now: float, interval: float, last: float) -> float:
@@ -201,13 +209,46 @@ class CAConfig:
     max_empty_bulk_delete: int = 10
     gpu_unready_is_upcoming: bool = True
     """CA's GPU hack: a node whose GPUs are not yet allocatable counts as upcoming, not as a node without GPUs."""
+    buffer_gpus: int | None = 0
+    """A CapacityBuffer of this many virtual one-GPU pods (0: none; None: the trace's peak burst,
+    :func:`peak_burst_gpus`)."""
+
+
+def buffer_template(pods: list[Pod] | tuple[Pod, ...]) -> Pod:
+    """The CapacityBuffer's pod template: one whole GPU with the median CPU and memory per GPU of the trace's
+    whole-GPU pods (its GPU pods', if none asks for whole GPUs), no GPU-model constraint."""
+    gpu_pods = [p for p in pods if p.wants_gpu]
+    whole = [p for p in gpu_pods if p.gpu_milli >= GPU_MILLI] or gpu_pods
+    if not whole:
+        return Pod("buffer", 0.0, 1000, 4096, num_gpu=1, gpu_milli=GPU_MILLI)
+    per_gpu = [max(1.0, p.gpu_total_milli / GPU_MILLI) for p in whole]
+    cpu = sorted(p.cpu_milli / g for p, g in zip(whole, per_gpu, strict=True))[len(whole) // 2]
+    mem = sorted(p.memory_mib / g for p, g in zip(whole, per_gpu, strict=True))[len(whole) // 2]
+    return Pod("buffer", 0.0, max(1, int(cpu)), max(1, int(mem)), num_gpu=1, gpu_milli=GPU_MILLI)
+
+
+def peak_burst_gpus(pods: list[Pod] | tuple[Pod, ...], horizon: float) -> int:
+    """The most GPUs asked for by pods arriving within any window of ``horizon`` seconds (whole GPUs, rounded up)."""
+    gpu_pods = sorted((p for p in pods if p.wants_gpu), key=lambda p: p.arrival)
+    best = total = 0
+    lo = 0
+    for p in gpu_pods:
+        total += p.gpu_total_milli
+        while gpu_pods[lo].arrival <= p.arrival - horizon:
+            total -= gpu_pods[lo].gpu_total_milli
+            lo += 1
+        best = max(best, total)
+    return -(-best // GPU_MILLI)
 
 
 class ClusterAutoscalerPolicy:
     name = "cluster-autoscaler"
 
-    def __init__(self, config: CAConfig | None = None) -> None:
+    def __init__(self, config: CAConfig | None = None, name: str = "cluster-autoscaler") -> None:
+        self.name = name
         self.cfg = config or CAConfig()
+        self.buffer: list[SimPod] = []
+        """The CapacityBuffer's virtual pods (never given to the simulator's scheduler)."""
         self.unneeded_since: dict[str, float] = {}
         self.last_scale_up = -math.inf
         self.last_scan = -math.inf
@@ -215,15 +256,49 @@ class ClusterAutoscalerPolicy:
         self.removals: list[tuple[float, str]] = []
 
     def start(self, sim: Sim) -> None:
-        return None
+        count = self.cfg.buffer_gpus
+        if count is None:
+            count = peak_burst_gpus(sim.workload.pods, gpu_horizon(sim.node_types))
+        if count:
+            template = buffer_template(sim.workload.pods)
+            self.buffer = [SimPod(dataclasses.replace(template, name=f"buffer-{i}")) for i in range(count)]
+            sim.wake(0.0, "scan")
 
     def on_change(self, sim: Sim, now: float) -> None:
         sim.wake(_grid(now, self.cfg.scan_interval, self.last_scan), "scan")
 
     def on_wake(self, sim: Sim, now: float, tag: str) -> None:
         self.last_scan = now
-        self._scale_up(sim, now)
-        self._scale_down(sim, now)
+        # the buffer's pods stand on free capacity for this scan only, as CA injects them into its simulation
+        standing, homeless = self._place_buffer(sim)
+        try:
+            self._scale_up(sim, now, homeless)
+            self._scale_down(sim, now, standing)
+        finally:
+            for n, sp, a in standing:
+                give(n.cap, sp.pod, a)
+
+    def _place_buffer(self, sim: Sim) -> tuple[list[tuple[SimNode, SimPod, Assignment]], list[Pod]]:
+        """Put the buffer's pods on free allocatable capacity (taken until the scan ends); the rest have no
+        room. A node that holds buffer pods and no real pod is headroom in the accounting."""
+        if not self.buffer:
+            return [], []
+        nodes = sim.allocatable_nodes()
+        standing: list[tuple[SimNode, SimPod, Assignment]] = []
+        homeless: list[Pod] = []
+        for sp in self.buffer:
+            # first fit in node order, as CA's hinting simulator places the pods it injects
+            n = next((m for m in nodes if fits(m.cap, sp.pod) and sim.compatible(m.nt, sp.pod)), None)
+            if n is None:
+                homeless.append(sp.pod)
+                continue
+            a = choose_devices(n.cap, sp.pod)
+            take(n.cap, sp.pod, a)
+            standing.append((n, sp, a))
+        held = {n.id for n, _, _ in standing if not n.pods}
+        for n in nodes:
+            sim.set_headroom(n.id, n.id in held)
+        return standing, homeless
 
     def _upcoming(self, sim: Sim) -> list[SimNode]:
         states = (
@@ -231,22 +306,22 @@ class ClusterAutoscalerPolicy:
         )
         return [n for n in sim.active.values() if n.state in states and not n.allocatable]
 
-    def _scale_up(self, sim: Sim, now: float) -> None:
+    def _scale_up(self, sim: Sim, now: float, buffer: list[Pod]) -> None:
         pending = sorted(
             (sp for sp in sim.pending.values() if sp.state == "pending"),
             key=lambda s: (s.pod.arrival, s.pod.name),
         )
-        if not pending:
+        if not pending and not buffer:
             return
         templates = [(n, Capacity.of(n.nt)) for n in self._upcoming(sim)]
         left: list[Pod] = []
-        for sp in pending:
+        for pod in [sp.pod for sp in pending] + buffer:  # real pods first, then the buffer's
             for n, cap in templates:
-                if fits(cap, sp.pod) and sim.compatible(n.nt, sp.pod):
-                    take(cap, sp.pod, choose_devices(cap, sp.pod))
+                if fits(cap, pod) and sim.compatible(n.nt, pod):
+                    take(cap, pod, choose_devices(cap, pod))
                     break
             else:
-                left.append(sp.pod)
+                left.append(pod)
         if not left:
             return
         best: tuple[tuple[float, str], NodeType, int, list[Pod]] | None = None
@@ -271,9 +346,11 @@ class ClusterAutoscalerPolicy:
         if best is None:
             return
         _, nt, count, placed = best
+        real = {id(sp.pod) for sp in pending}
+        for_pods = any(id(p) in real for p in placed)
         for _ in range(count):
-            sim.launch(nt.name)
-        sim.mark_decided(p.name for p in placed)
+            sim.launch(nt.name, purpose="pods" if for_pods else "headroom")
+        sim.mark_decided(p.name for p in placed if id(p) in real)
         self.last_scale_up = now
         self.scale_ups.append((now, nt.name, count))
         if len(placed) < len(left):
@@ -284,8 +361,11 @@ class ClusterAutoscalerPolicy:
             return 1.0 - n.cap.free_gpu_milli() / (n.nt.gpu * 1000)
         return max(1.0 - n.cap.cpu / n.nt.cpu_milli, 1.0 - n.cap.mem / n.nt.memory_mib)
 
-    def _scale_down(self, sim: Sim, now: float) -> None:
+    def _scale_down(self, sim: Sim, now: float, buffer: list[tuple[SimNode, SimPod, Assignment]]) -> None:
         ready = [n for n in sim.active.values() if n.allocatable and not n.promised]
+        standing: dict[str, list[SimPod]] = {}
+        for n, sp, _ in buffer:
+            standing.setdefault(n.id, []).append(sp)
         cands = sorted(
             (
                 n
@@ -301,8 +381,8 @@ class ClusterAutoscalerPolicy:
         for n in cands:
             targets = [m for m in ready if m.id != n.id and m.id not in removing]
             ok = True
-            for name in n.pods:
-                sp = sim.pods[name]
+            # its pods, and the buffer's pods standing on it, must all fit elsewhere
+            for sp in [sim.pods[name] for name in n.pods] + standing.get(n.id, []):
                 dest = sim.schedule(sp, targets)
                 if dest is None:
                     ok = False
@@ -471,13 +551,19 @@ class KarpenterPolicy:
 
 
 def make_policy(
-    name: str, static_counts: dict[str, int] | None = None, planner: PlannerConfig | None = None
+    name: str,
+    static_counts: dict[str, int] | None = None,
+    planner: PlannerConfig | None = None,
+    buffer_gpus: int | None = None,
 ) -> Policy:
-    """The policy called ``name``; ``planner`` configures Capstan's planner (the oracle keeps its own)."""
+    """The policy called ``name``; ``planner`` configures Capstan's planner (the oracle keeps its own),
+    ``buffer_gpus`` the size of ``ca-buffer``'s CapacityBuffer (None: the trace's peak burst)."""
     if name == "capstan":
         return CapstanPolicy(planner)
     if name == "cluster-autoscaler":
         return ClusterAutoscalerPolicy()
+    if name == "ca-buffer":
+        return ClusterAutoscalerPolicy(CAConfig(buffer_gpus=buffer_gpus), name="ca-buffer")
     if name == "karpenter":
         return KarpenterPolicy()
     if name == "oracle":

@@ -164,6 +164,7 @@ def run_policies(
     record: bool = False,
     progress: Callable[[str, float], None] | None = None,
     planner: PlannerConfig | None = None,
+    buffer_gpus: int | None = None,
 ) -> dict[str, tuple[SimResult, Summary]]:
     for name in policies:
         if name not in POLICY_NAMES:
@@ -180,7 +181,7 @@ def run_policies(
     out: dict[str, tuple[SimResult, Summary]] = {}
     for name in order:
         counts = peak_counts(out["oracle"][0]) if name == "static" else None
-        policy = make_policy(name, counts, planner)
+        policy = make_policy(name, counts, planner, buffer_gpus)
         cb = (lambda f, _n=name: progress(_n, f)) if progress else None
         t0, c0 = time.perf_counter(), time.process_time()
         result = Sim(workload, node_types, policy, seed=seed, record=record, progress=cb).run()

@@ -62,6 +62,19 @@ def parse_wait(text: str, option: str) -> tuple[float, float]:
     return parse_duration(text, option), 0.0
 
 
+def parse_buffer(text: str, option: str) -> int | None:
+    """A CapacityBuffer size: a count of one-GPU pods (>= 0), or ``peak`` (None: sized to the trace's peak burst)."""
+    if text.strip().lower() == "peak":
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise UserError(f"{option} {text!r}: expected a count of GPUs (>= 0) or 'peak'")
+    return count
+
+
 def resolve_node_types(trace: str, nodes: Path | None, boot: Delay, gpu_ready: Delay) -> tuple[NodeType, ...]:
     """Node types from ``--nodes`` (YAML node-type file or openb node CSV), the openb list next to the trace,
     or the built-in inference menu."""
@@ -130,6 +143,7 @@ def _run(
     console: Console,
     label: str,
     planner: PlannerConfig,
+    buffer_gpus: int | None,
 ) -> list[Summary]:
     show = len(workload.pods) >= 2000 and console.is_terminal
     with Progress(
@@ -141,7 +155,13 @@ def _run(
             bar.update(task, description=f"{label} {policy}", completed=100 * frac)
 
         results = run_policies(
-            workload, types, policies, seed=seed, progress=progress if show else None, planner=planner
+            workload,
+            types,
+            policies,
+            seed=seed,
+            progress=progress if show else None,
+            planner=planner,
+            buffer_gpus=buffer_gpus,
         )
     return [s for _, s in results.values()]
 
@@ -190,6 +210,12 @@ def simulate(
         "models has at most this many times the GPUs that pod asks for, unless it costs no more than a type "
         "within that (0: none; inf: no limit).",
     ),
+    buffer_gpus: str = typer.Option(
+        "peak",
+        "--buffer-gpus",
+        help="ca-buffer's CapacityBuffer: this many virtual one-GPU pods, or 'peak' for the most GPUs the trace "
+        "asks for within one boot plus GPU-ready delay (known in hindsight).",
+    ),
     not_safe_to_evict: list[str] = typer.Option(
         [],
         "--not-safe-to-evict",
@@ -216,6 +242,7 @@ def simulate(
     if forecast_days < 0:
         raise UserError(f"--forecast-days {forecast_days}: must be >= 0 (0: the plain look-back)")
     wait_s, wait_share = parse_wait(headroom_wait, "--headroom-wait")
+    buffer = parse_buffer(buffer_gpus, "--buffer-gpus")
     if not pinned_headroom_ratio >= 0:  # NaN fails too
         raise UserError(
             f"--pinned-headroom-ratio {pinned_headroom_ratio}: must be >= 0 (0: no node; inf: no limit)"
@@ -238,7 +265,7 @@ def simulate(
         workload = Workload(workload.name, workload.pods[:max_pods])
     types = resolve_node_types(trace, nodes, boot, ready)
     title = f"{workload.name}: {len(workload.pods)} pods, {len(types)} node types, boot {boot.a:.0f}s + GPU {ready.a:.0f}s"
-    summaries = _run(workload, types, policy, seed, console, "simulating", planner)
+    summaries = _run(workload, types, policy, seed, console, "simulating", planner, buffer)
     console.print(summary_table(summaries, title))
     for s in summaries:
         for reason, count in sorted(s.unplaced_reasons.items()):
@@ -250,7 +277,9 @@ def simulate(
         rows = []
         for minutes in (3, 6, 9, 12, 15):
             sweep_types = resolve_node_types(trace, nodes, Delay("fixed", minutes * 60.0), ready)
-            for s in _run(workload, sweep_types, policy, seed, console, f"sweep {minutes} min", planner):
+            for s in _run(
+                workload, sweep_types, policy, seed, console, f"sweep {minutes} min", planner, buffer
+            ):
                 rows.append((minutes * 60.0, s.policy, s))
         sweep_table = Table(title=f"Boot-delay sweep — {workload.name}")
         for col in ("boot min", "policy", "idle GPU-h", "p99 pending s", "waited > 60 s", "cost $"):

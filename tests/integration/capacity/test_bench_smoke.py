@@ -19,7 +19,7 @@ def test_capacity_policies_bench_smoke(tmp_path: Path) -> None:
     for row in data["rows"]:
         grown = row["case"].startswith("openb default x")  # the grown trace replays three policies
         three = {"capstan", "cluster-autoscaler", "oracle"}
-        assert set(row["policies"]) == (three if grown else three | {"karpenter", "static"})
+        assert set(row["policies"]) == (three if grown else three | {"ca-buffer", "karpenter", "static"})
         assert all(p["problems"] == 0 for p in row["policies"].values())
         assert all(p["cpu_seconds"] > 0 for p in row["policies"].values())
         # the bounds printed beside the goals: boots only add to the oracle's cost; the floor is a wait
@@ -31,6 +31,11 @@ def test_capacity_policies_bench_smoke(tmp_path: Path) -> None:
     variants = [r["variant"] for r in data["headroom_frontier_openb_default"]]
     assert "10 h look-back (forecast_days=0)" in variants and len(variants) == len(set(variants)) >= 10
     assert {"headroom wait 60 s", "no headroom wait", "headroom wait 30 %"} <= set(variants)
+    # CA with static CapacityBuffers of the smoke sizes, on the three traces, each with its plot
+    assert set(data["buffer_frontier"]) == {"openb default", "genai qps", "synthetic agentic"}
+    for label, rows in data["buffer_frontier"].items():
+        assert [r["buffer_gpus"] for r in rows] == [1, 4]
+        assert (tmp_path / "capacity" / f"buffer_frontier_{label.replace(' ', '_')}.png").stat().st_size > 0
 
 
 def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:

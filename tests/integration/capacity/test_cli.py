@@ -131,6 +131,15 @@ def test_pinned_headroom_ratio_takes_inf_and_a_negative_one_is_one_line_exit_2(t
     assert_one_line_exit_2(r, "--pinned-headroom-ratio -1.0: must be >= 0")
 
 
+def test_ca_buffer_takes_a_size_and_a_bad_one_is_one_line_exit_2(tmp_path: Path) -> None:
+    args = ["--trace", "synthetic:agentic:0.2", "--policy", "ca-buffer", "--out", str(tmp_path)]
+    ok = capstan(*args, "--policy", "cluster-autoscaler", "--buffer-gpus", "2")
+    assert ok.returncode == 0, ok.stderr
+    assert "ca-buffer" in ok.stdout and "conservation check failed" not in ok.stdout
+    r = capstan(*args, "--buffer-gpus", "some")
+    assert_one_line_exit_2(r, "--buffer-gpus 'some': expected a count of GPUs (>= 0) or 'peak'")
+
+
 def test_negative_forecast_days_is_one_line_exit_2(tmp_path: Path) -> None:
     r = capstan("--trace", "synthetic:agentic:0.1", "--forecast-days", "-1", "--out", str(tmp_path))
     assert_one_line_exit_2(r, "--forecast-days -1: must be >= 0")

@@ -6,7 +6,7 @@ import pytest
 
 from capstan.capacity import PlannerConfig
 from capstan.capacity.forecast import headroom_window
-from capstan.cli.capacity import parse_wait
+from capstan.cli.capacity import parse_buffer, parse_wait
 from capstan.errors import UserError
 
 
@@ -27,3 +27,15 @@ def test_a_headroom_wait_is_a_share_of_the_boot_or_a_duration() -> None:
 def test_a_bad_share_names_the_option(text: str) -> None:
     with pytest.raises(UserError, match=r"--headroom-wait .*: a share must be at least 0% and below 100%"):
         parse_wait(text, "--headroom-wait")
+
+
+def test_a_buffer_size_is_a_count_or_peak() -> None:
+    assert parse_buffer("peak", "--buffer-gpus") is None
+    assert parse_buffer("8", "--buffer-gpus") == 8
+    assert parse_buffer("0", "--buffer-gpus") == 0
+
+
+@pytest.mark.parametrize("text", ["-1", "lots", "2.5", ""])
+def test_a_bad_buffer_size_names_the_option(text: str) -> None:
+    with pytest.raises(UserError, match=r"--buffer-gpus .*: expected a count of GPUs \(>= 0\) or 'peak'"):
+        parse_buffer(text, "--buffer-gpus")

@@ -21,6 +21,7 @@ from capstan.capacity import (
     synthetic_agentic,
 )
 from capstan.capacity.nodetypes import inference_node_types
+from capstan.capacity.policies import CAConfig, buffer_template, peak_burst_gpus
 from capstan.capacity.report import summarize
 from capstan.capacity.traces import AgenticSpec
 
@@ -142,6 +143,51 @@ def test_ca_counts_a_node_with_unready_gpus_as_duplicate_when_the_gpu_hack_is_of
     assert on.launches == 2  # p, then "end" much later
     assert off.launches > on.launches
     assert off.idle_gpu_hours()["duplicate"] > 0
+
+
+def test_ca_buffer_launches_ahead_refills_when_used_and_keeps_the_node_it_stands_on() -> None:
+    """A CapacityBuffer of one GPU: the scan at 0 s launches n0 for it (Ready at 60 s); p comes at 100 s and runs
+    there at once, so the buffer has no room and the scan of that instant (100 s, on the 10 s grid) launches n1
+    for it. When p ends at 1,100 s the buffer stands on n0 again (first fit in node order, as CA places the
+    pods it injects), so n1 is unneeded and goes 10 minutes later, while n0 stays up with the buffer alone:
+    its GPU-hours count as headroom. "late" runs on n0 the moment it comes; without the buffer it waits a
+    boot."""
+    pods = (gpu_pod("p", 100.0, 1000.0), gpu_pod("late", 5000.0, 10.0))
+    ca = ClusterAutoscalerPolicy(CAConfig(buffer_gpus=1), name="ca-buffer")
+    result = Sim(Workload("w", pods), (GPU1,), ca).run()
+    assert ca.scale_ups == [(0.0, "g1", 1), (100.0, "g1", 1), (5000.0, "g1", 1)]
+    bound = [(t, ref, node) for t, kind, ref, node in result.events if kind == "pod.bound"]
+    assert bound == [(100.0, "p", "n0"), (5000.0, "late", "n0")]
+    assert events(result.events, "node.draining") == [(1700.0, "n1")]
+    n0, n1 = result.nodes[:2]
+    assert n0.idle_s["headroom"] == pytest.approx(100.0 + (5000.0 - 1100.0))  # before p, and after it
+    assert n0.idle_s["empty"] == 0.0
+    assert n1.purpose == "headroom" and n1.idle_s["duplicate"] == 0.0
+    assert result.policy == "ca-buffer"
+    assert result.check() == []
+    plain = Sim(Workload("w", pods), (GPU1,), ClusterAutoscalerPolicy()).run()
+    late = next(sp for sp in plain.pods if sp.pod.name == "late")
+    assert late.bound_at is not None and late.bound_at - 5000.0 >= 60.0
+
+
+def test_ca_buffer_sizes_to_the_peak_burst_of_a_whole_gpu_template() -> None:
+    pods = [
+        Pod("a", 0.0, 4000, 8192, 1, 1000),
+        Pod("b", 100.0, 16000, 32768, 2, 1000),
+        Pod("c", 500.0, 1000, 2048, 1, 500),
+        Pod("cpu", 50.0, 1000, 2048),
+    ]
+    assert peak_burst_gpus(pods, 200.0) == 3  # a and b within 200 s
+    assert peak_burst_gpus(pods, 600.0) == 4  # 3.5 GPUs, rounded up
+    assert peak_burst_gpus([], 600.0) == 0
+    template = buffer_template(pods)  # the whole-GPU pods' median CPU and memory per GPU: a's and b's
+    assert (template.num_gpu, template.gpu_milli, template.cpu_milli, template.memory_mib) == (
+        1,
+        1000,
+        8000,
+        16384,
+    )
+    assert template.gpu_models == frozenset()
 
 
 def test_karpenter_batches_pods_into_one_claim() -> None:
