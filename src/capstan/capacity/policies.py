@@ -10,8 +10,10 @@
   have changed (after an event, or when a timer expires), which gives the same decisions as scanning every 10 s.
 * ``karpenter``: batches pending pods (1 s idle / 10 s max), packs them onto in-flight NodeClaims first, then new
   ones whose instance type is the cheapest that holds the pods packed onto it; disruption every 10 s: empty nodes
-  at once (``consolidateAfter: 0s``), then one underutilised node whose pods all fit elsewhere (delete
-  consolidation; replacement consolidation is not modelled), at most 10 % of nodes at a time.
+  at once (``consolidateAfter: 0s``), then one node whose pods all fit elsewhere (delete consolidation) or whose
+  pods left without room fit one node of a cheaper type (single-node replacement: the node is cordoned, the
+  cheaper one launched, and the old one drained when the new one is up; multi-node consolidation is not
+  modelled), at most 10 % of nodes at a time.
 * ``ca-buffer``: the cluster-autoscaler emulation with a CapacityBuffer (``autoscaling.x-k8s.io``, the
   ``active-capacity`` strategy): that many virtual one-GPU pods are injected into each scan, as CA injects a
   buffer's pods into its simulation. The real scheduler never sees them: real pods take the free capacity they
@@ -430,6 +432,9 @@ class KarpenterConfig:
     batch_max: float = 10.0
     disruption_interval: float = 10.0
     budget_fraction: float = 0.1
+    replace: bool = True
+    """Single-node replacement consolidation: a node whose pods do not all fit elsewhere is replaced by one
+    cheaper node that holds the rest (Karpenter's ``WhenEmptyOrUnderutilized``); False: delete only."""
 
 
 class KarpenterPolicy:
@@ -441,6 +446,12 @@ class KarpenterPolicy:
         self.batch_last = 0.0
         self.seen: set[str] = set()
         self.last_poll = -math.inf
+        self.replacing: dict[str, str] = {}
+        """Nodes cordoned for replacement consolidation → their replacement, until it is up."""
+        self.moving: dict[str, list[Pod]] = {}
+        """A replacement in flight → the pods it was launched for (new pods may use only the rest of it)."""
+        self.replacements: list[tuple[float, str, str, str]] = []
+        """(time, node, its type, the cheaper type that replaced it) for every replacement started."""
 
     def start(self, sim: Sim) -> None:
         return None
@@ -476,13 +487,17 @@ class KarpenterPolicy:
             (sp.pod for sp in sim.pending.values() if sp.state == "pending"),
             key=lambda p: (-p.cpu_milli, -p.memory_mib, p.name),
         )
-        inflight = [n for n in sim.active.values() if n.live and not n.allocatable]
+        # a cordoned node takes no pods; a replacement in flight keeps room for the pods it was launched for
+        inflight = [n for n in sim.active.values() if n.live and not n.allocatable and not n.cordoned]
+        room = {n.id: self._room(n) for n in inflight}
         claims: list[tuple[list[Pod], dict[str, Capacity]]] = []
         for pod in pods:
             placed = False
             for n in inflight:
-                if fits(n.cap, pod) and sim.compatible(n.nt, pod):
+                if fits(room[n.id], pod) and sim.compatible(n.nt, pod):
                     placed = sim.promise(pod.name, n.id)
+                    if placed:
+                        take(room[n.id], pod, choose_devices(room[n.id], pod))
                     break
             if placed:
                 continue
@@ -520,34 +535,78 @@ class KarpenterPolicy:
                 sim.promise(pod.name, node.id)
 
     def _disrupt(self, sim: Sim, now: float) -> None:
+        for old, new in list(self.replacing.items()):
+            # the replacement is initialized (or failed): the cordoned node is drained, its pods rescheduled
+            if sim.nodes[new].allocatable or not sim.nodes[new].live:
+                del self.replacing[old]
+                self.moving.pop(new, None)
+                sim.drain(old)
         live = [n for n in sim.active.values() if n.live]
         budget = max(1, int(len(live) * self.cfg.budget_fraction))
         ready = [n for n in live if n.allocatable and not n.promised]
         empty = sorted((n for n in ready if not n.pods), key=lambda n: n.id)
         for n in empty[:budget]:
             sim.drain(n.id)
-        if empty:
+        if empty or len(self.replacing) >= budget:
             return
         for n in sorted(ready, key=lambda n: (len(n.pods), -n.nt.price_per_hour, n.id)):
             if not all(sim.pods[name].pod.safe_to_evict for name in n.pods):
                 continue  # a karpenter.sh/do-not-disrupt pod blocks its node's consolidation
             targets = [m for m in ready if m.id != n.id]
             undo = []
-            ok = True
+            left: list[Pod] = []
             for name in n.pods:
                 sp = sim.pods[name]
                 dest = sim.schedule(sp, targets)
                 if dest is None:
-                    ok = False
-                    break
+                    left.append(sp.pod)
+                    if not self.cfg.replace:
+                        break
+                    continue
                 a = choose_devices(dest.cap, sp.pod)
                 take(dest.cap, sp.pod, a)
                 undo.append((dest.cap, sp.pod, a))
             for cap, p, a in reversed(undo):
                 give(cap, p, a)
-            if ok:
-                sim.drain(n.id)
+            if not left:
+                sim.drain(n.id)  # delete consolidation
                 return
+            nt = self._replacement(sim, n, left) if self.cfg.replace else None
+            if nt is not None:
+                # replace consolidation: taint the node, launch the cheaper one, drain when it is up
+                sim.cordon(n.id)
+                new = sim.launch(nt.name, purpose="repack").id
+                self.replacing[n.id] = new
+                self.moving[new] = left
+                self.replacements.append((now, n.id, n.nt.name, nt.name))
+                return
+
+    def _room(self, n: SimNode) -> Capacity:
+        """What pods may still be promised on in-flight node ``n``: its free capacity, less the pods a
+        replacement was launched for."""
+        cap = n.cap.copy()
+        for p in self.moving.get(n.id, []):
+            if fits(cap, p):
+                take(cap, p, choose_devices(cap, p))
+        return cap
+
+    @staticmethod
+    def _replacement(sim: Sim, n: SimNode, pods: list[Pod]) -> NodeType | None:
+        """The cheapest type, cheaper than ``n``'s, one node of which holds all of ``pods`` (None if none)."""
+        best: NodeType | None = None
+        for nt in sim.node_types:
+            if nt.price_per_hour >= n.nt.price_per_hour or (
+                best and nt.price_per_hour >= best.price_per_hour
+            ):
+                continue
+            if not all(sim.compatible(nt, p) for p in pods):
+                continue
+            if nt.max_count is not None and _live_count(sim, nt) >= nt.max_count:
+                continue
+            count, placed = _ffd(pods, nt, 1)
+            if count == 1 and len(placed) == len(pods):
+                best = nt
+        return best
 
 
 def make_policy(

@@ -61,6 +61,8 @@ class SimNode:
     pods: dict[str, Assignment] = field(default_factory=dict)
     promised: dict[str, Assignment] = field(default_factory=dict)
     headroom: bool = False
+    cordoned: bool = False
+    """Unschedulable (tainted ``NoSchedule``) while a replacement boots: it keeps its pods, takes no new ones."""
     ever_used: bool = False
     idle_since: float | None = None
     last: float = 0.0
@@ -72,7 +74,9 @@ class SimNode:
     @property
     def allocatable(self) -> bool:
         s = self.state  # members are singletons: identity is exact, and cheaper than StrEnum's ==
-        return s is NodeState.GPU_ALLOCATABLE or (s is NodeState.READY and self.nt.gpu == 0)
+        return (
+            s is NodeState.GPU_ALLOCATABLE or (s is NodeState.READY and self.nt.gpu == 0)
+        ) and not self.cordoned
 
     @property
     def live(self) -> bool:
@@ -367,6 +371,14 @@ class Sim:
         if n.headroom != held and n.live:
             self._account(n)
             n.headroom = held
+
+    def cordon(self, nid: str) -> None:
+        """Take no new pods on ``nid`` (its pods stay); a later :meth:`drain` evicts them."""
+        n = self.nodes[nid]
+        if n.live and not n.cordoned:
+            n.cordoned = True
+            self._log("node.cordoned", nid)
+            self._touch(n)
 
     def drain(self, nid: str) -> None:
         n = self.nodes[nid]

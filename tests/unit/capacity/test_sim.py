@@ -21,7 +21,7 @@ from capstan.capacity import (
     synthetic_agentic,
 )
 from capstan.capacity.nodetypes import inference_node_types
-from capstan.capacity.policies import CAConfig, buffer_template, peak_burst_gpus
+from capstan.capacity.policies import CAConfig, KarpenterConfig, buffer_template, peak_burst_gpus
 from capstan.capacity.report import summarize
 from capstan.capacity.traces import AgenticSpec
 
@@ -198,6 +198,33 @@ def test_karpenter_batches_pods_into_one_claim() -> None:
     assert result.launches == 1
     # the batch closes 1 s after the last pod (0.6 s): the claim is requested at 1.6 s
     assert events(result.events, "node.requested")[0][0] == pytest.approx(1.6)
+
+
+def test_karpenter_replaces_an_underused_node_with_a_cheaper_one_and_cordons_it_meanwhile() -> None:
+    """Four one-GPU pods fill one 4-GPU node (3/h; Ready at 61.3 s). Three end at 461.3 s; at the next
+    disruption poll (470 s) p0 fits no other node, so the node is cordoned and a 1-GPU node (1/h) launched for
+    it; when that is up (530 s) the old node is drained and p0 moves there. q, arriving at 500 s, takes neither
+    the cordoned node (3 free GPUs) nor the replacement kept for p0: it gets a node of its own. With
+    replacement off, the 4-GPU node runs until p0 ends."""
+    big = NodeType("big", 32000, 131072, 4, "L4", 3.0, boot_delay=Delay("fixed", 60))
+    small = NodeType("small", 8000, 32768, 1, "L4", 1.0, boot_delay=Delay("fixed", 60))
+    pods = (
+        *(Pod(f"p{i}", 0.1 * i, 4000, 8192, 1, 1000, duration=400.0 if i else 3000.0) for i in range(4)),
+        Pod("q", 500.0, 4000, 8192, 1, 1000, duration=100.0),
+    )
+    kp = KarpenterPolicy()
+    result = Sim(Workload("w", pods), (big, small), kp).run()
+    assert kp.replacements == [(470.0, "n0", "big", "small")]
+    assert (470.0, "n0") in events(result.events, "node.cordoned")
+    assert events(result.events, "node.requested")[1] == (470.0, "n1")
+    assert events(result.events, "node.draining")[0] == (530.0, "n0")
+    bound = [(t, ref, node) for t, kind, ref, node in result.events if kind == "pod.bound"]
+    assert (530.0, "p0", "n1") in bound
+    assert [node for _, ref, node in bound if ref == "q"] == ["n2"]
+    assert result.check() == []
+    kept = Sim(Workload("w", pods), (big, small), KarpenterPolicy(KarpenterConfig(replace=False))).run()
+    assert events(kept.events, "node.cordoned") == []
+    assert kept.cost() > result.cost()
 
 
 def test_capstan_holds_no_duplicate_and_binds_promised_pods_at_gpu_ready() -> None:
