@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from capstan.capacity.forecast import forecast_lookback, gpu_horizon
-from capstan.capacity.model import GPU_MILLI, IN_FLIGHT, NodeState, NodeType, Pod
+from capstan.capacity.model import GPU_MILLI, IN_FLIGHT, NodeState, NodeType, Pod, PodShape
 from capstan.capacity.placement import Assignment, Capacity, choose_devices, fits, give, take
 from capstan.capacity.planner import PlanCache, PlannerConfig, Scope, plan
 from capstan.capacity.sim import Policy, Sim, SimNode, SimPod
@@ -275,7 +276,7 @@ class ClusterAutoscalerPolicy:
         standing, homeless = self._place_buffer(sim)
         try:
             self._scale_up(sim, now, homeless)
-            self._scale_down(sim, now, standing)
+            self._scale_down(sim, now, standing, bool(homeless))
         finally:
             for n, sp, a in standing:
                 give(n.cap, sp.pod, a)
@@ -287,16 +288,21 @@ class ClusterAutoscalerPolicy:
             return [], []
         nodes = sim.allocatable_nodes()
         standing: list[tuple[SimNode, SimPod, Assignment]] = []
-        homeless: list[Pod] = []
-        for sp in self.buffer:
-            # first fit in node order, as CA's hinting simulator places the pods it injects
-            n = next((m for m in nodes if fits(m.cap, sp.pod) and sim.compatible(m.nt, sp.pod)), None)
-            if n is None:
-                homeless.append(sp.pod)
+        # first fit in node order, as CA's hinting simulator places the pods it injects; the buffer's pods are
+        # alike, so that fills each node in turn as far as they fit
+        todo = iter(self.buffer)
+        sp = next(todo, None)
+        for n in nodes:
+            if sp is None:
+                break
+            if not sim.compatible(n.nt, sp.pod):
                 continue
-            a = choose_devices(n.cap, sp.pod)
-            take(n.cap, sp.pod, a)
-            standing.append((n, sp, a))
+            while sp is not None and fits(n.cap, sp.pod):
+                a = choose_devices(n.cap, sp.pod)
+                take(n.cap, sp.pod, a)
+                standing.append((n, sp, a))
+                sp = next(todo, None)
+        homeless = [] if sp is None else [sp.pod, *(rest.pod for rest in todo)]
         held = {n.id for n, _, _ in standing if not n.pods}
         for n in nodes:
             sim.set_headroom(n.id, n.id in held)
@@ -363,7 +369,15 @@ class ClusterAutoscalerPolicy:
             return 1.0 - n.cap.free_gpu_milli() / (n.nt.gpu * 1000)
         return max(1.0 - n.cap.cpu / n.nt.cpu_milli, 1.0 - n.cap.mem / n.nt.memory_mib)
 
-    def _scale_down(self, sim: Sim, now: float, buffer: list[tuple[SimNode, SimPod, Assignment]]) -> None:
+    def _scale_down(
+        self,
+        sim: Sim,
+        now: float,
+        buffer: list[tuple[SimNode, SimPod, Assignment]],
+        buffer_full: bool = False,
+    ) -> None:
+        """Nodes unneeded for ``scale_down_unneeded_time`` go; ``buffer`` are the buffer's pods standing on nodes,
+        ``buffer_full`` says some had no room (so no node has room for one)."""
         ready = [n for n in sim.active.values() if n.allocatable and not n.promised]
         standing: dict[str, list[SimPod]] = {}
         for n, sp, _ in buffer:
@@ -380,20 +394,36 @@ class ClusterAutoscalerPolicy:
         )
         removing: set[str] = set()
         undo: list[tuple[Capacity, SimPod, tuple[tuple[int, int], ...]]] = []
+        # the ready nodes a pod shape fits, in node order; room only shrinks during the scan (a failed trial
+        # gives back only what it took), so a list made before a trial holds every node the shape fits during it
+        room: dict[PodShape, list[SimNode]] = {}
         for n in cands:
-            targets = [m for m in ready if m.id != n.id and m.id not in removing]
+            if standing.get(n.id) and buffer_full:
+                continue  # no node has room for another buffer pod, so the ones on n cannot move
+            moving = [sim.pods[name] for name in n.pods] + standing.get(n.id, [])
+            for sp in moving:
+                if sp.pod.shape not in room:
+                    room[sp.pod.shape] = [
+                        m for m in ready if fits(m.cap, sp.pod) and sim.compatible(m.nt, sp.pod)
+                    ]
+            trial: list[tuple[Capacity, SimPod, tuple[tuple[int, int], ...]]] = []
             ok = True
             # its pods, and the buffer's pods standing on it, must all fit elsewhere
-            for sp in [sim.pods[name] for name in n.pods] + standing.get(n.id, []):
-                dest = sim.schedule(sp, targets)
+            for sp in moving:
+                targets = [m for m in room[sp.pod.shape] if m is not n and m.id not in removing]
+                dest = sim.schedule(sp, targets, allocatable=True)
                 if dest is None:
                     ok = False
                     break
                 a = choose_devices(dest.cap, sp.pod)
                 take(dest.cap, sp.pod, a)
-                undo.append((dest.cap, sp, a))
+                trial.append((dest.cap, sp, a))
             if ok:
                 removing.add(n.id)
+                undo.extend(trial)  # its pods stay where they would go while later candidates are tried
+            else:
+                for cap, sp, a in reversed(trial):  # as CA reverts the snapshot of a removal that fails
+                    give(cap, sp.pod, a)
         for cap, sp, a in reversed(undo):
             give(cap, sp.pod, a)
         for nid in list(self.unneeded_since):
@@ -450,6 +480,10 @@ class KarpenterPolicy:
         """Nodes cordoned for replacement consolidation → their replacement, until it is up."""
         self.moving: dict[str, list[Pod]] = {}
         """A replacement in flight → the pods it was launched for (new pods may use only the rest of it)."""
+        self._cheaper: dict[tuple[str, frozenset[PodShape]], tuple[NodeType, ...]] = {}
+        self._nothing_at: object = None
+        self.polls_skipped = 0
+        """The ready nodes' state at the last poll where no node could be consolidated."""
         self.replacements: list[tuple[float, str, str, str]] = []
         """(time, node, its type, the cheaper type that replaced it) for every replacement started."""
 
@@ -549,18 +583,27 @@ class KarpenterPolicy:
             sim.drain(n.id)
         if empty or len(self.replacing) >= budget:
             return
+        counts = Counter(n.nt.name for n in live)
+        key = self._poll_key(sim, ready, counts)
+        if key == self._nothing_at:
+            self.polls_skipped += 1
+            return
+        self._nothing_at = None
         for n in sorted(ready, key=lambda n: (len(n.pods), -n.nt.price_per_hour, n.id)):
             if not all(sim.pods[name].pod.safe_to_evict for name in n.pods):
                 continue  # a karpenter.sh/do-not-disrupt pod blocks its node's consolidation
-            targets = [m for m in ready if m.id != n.id]
+            # replacement needs a cheaper type that could run every pod of n; without one, stop at the first
+            # pod with no room, as delete consolidation does
+            cheaper = self._cheaper_types(sim, n) if self.cfg.replace else ()
+            targets = [m for m in ready if m is not n]
             undo = []
             left: list[Pod] = []
             for name in n.pods:
                 sp = sim.pods[name]
-                dest = sim.schedule(sp, targets)
+                dest = sim.schedule(sp, targets, allocatable=True)
                 if dest is None:
                     left.append(sp.pod)
-                    if not self.cfg.replace:
+                    if not cheaper:
                         break
                     continue
                 a = choose_devices(dest.cap, sp.pod)
@@ -571,7 +614,7 @@ class KarpenterPolicy:
             if not left:
                 sim.drain(n.id)  # delete consolidation
                 return
-            nt = self._replacement(sim, n, left) if self.cfg.replace else None
+            nt = self._replacement(cheaper, left, counts) if cheaper else None
             if nt is not None:
                 # replace consolidation: taint the node, launch the cheaper one, drain when it is up
                 sim.cordon(n.id)
@@ -580,6 +623,16 @@ class KarpenterPolicy:
                 self.moving[new] = left
                 self.replacements.append((now, n.id, n.nt.name, nt.name))
                 return
+        self._nothing_at = key
+
+    @staticmethod
+    def _poll_key(sim: Sim, ready: list[SimNode], counts: Counter[str]) -> object:
+        """What the candidates' trials depend on: the ready nodes' pods and free room, and the type limits a
+        replacement checks. A poll whose key equals the last one that found nothing finds nothing either."""
+        return (
+            tuple((n.id, n.cap.cpu, n.cap.mem, tuple(n.cap.devs), tuple(n.pods)) for n in ready),
+            tuple(counts[nt.name] for nt in sim.node_types if nt.max_count is not None),
+        )
 
     def _room(self, n: SimNode) -> Capacity:
         """What pods may still be promised on in-flight node ``n``: its free capacity, less the pods a
@@ -590,23 +643,37 @@ class KarpenterPolicy:
                 take(cap, p, choose_devices(cap, p))
         return cap
 
+    def _cheaper_types(self, sim: Sim, n: SimNode) -> tuple[NodeType, ...]:
+        """Types cheaper than ``n``'s on which every pod of ``n`` could run, cheapest first (cached by shapes)."""
+        shapes = frozenset(sim.pods[name].pod.shape for name in n.pods)
+        key = (n.nt.name, shapes)
+        got = self._cheaper.get(key)
+        if got is None:
+            pods = [sim.pods[name].pod for name in n.pods]
+            got = self._cheaper[key] = tuple(
+                sorted(
+                    (
+                        nt
+                        for nt in sim.node_types
+                        if nt.price_per_hour < n.nt.price_per_hour
+                        and all(sim.compatible(nt, p) for p in pods)
+                    ),
+                    key=lambda nt: (nt.price_per_hour, nt.name),
+                )
+            )
+        return got
+
     @staticmethod
-    def _replacement(sim: Sim, n: SimNode, pods: list[Pod]) -> NodeType | None:
-        """The cheapest type, cheaper than ``n``'s, one node of which holds all of ``pods`` (None if none)."""
-        best: NodeType | None = None
-        for nt in sim.node_types:
-            if nt.price_per_hour >= n.nt.price_per_hour or (
-                best and nt.price_per_hour >= best.price_per_hour
-            ):
-                continue
-            if not all(sim.compatible(nt, p) for p in pods):
-                continue
-            if nt.max_count is not None and _live_count(sim, nt) >= nt.max_count:
+    def _replacement(cheaper: tuple[NodeType, ...], pods: list[Pod], counts: Counter[str]) -> NodeType | None:
+        """The first of ``cheaper`` (cheapest first) one node of which holds all of ``pods``, within its
+        type's limit (``counts``: live nodes per type; None if none)."""
+        for nt in cheaper:
+            if nt.max_count is not None and counts[nt.name] >= nt.max_count:
                 continue
             count, placed = _ffd(pods, nt, 1)
             if count == 1 and len(placed) == len(pods):
-                best = nt
-        return best
+                return nt
+        return None
 
 
 def make_policy(

@@ -71,11 +71,14 @@ class SimNode:
     idle_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(IDLE_CAUSES, 0.0))
     view: NodeView | None = None
 
-    @property
-    def allocatable(self) -> bool:
-        s = self.state  # members are singletons: identity is exact, and cheaper than StrEnum's ==
-        return (
-            s is NodeState.GPU_ALLOCATABLE or (s is NodeState.READY and self.nt.gpu == 0)
+    allocatable: bool = False
+    """Pods may be bound here: GPUs allocatable (Ready, for a node without GPUs) and not cordoned. Kept by
+    :meth:`set_state` and :meth:`Sim.cordon` (read for every node a pod is scheduled against)."""
+
+    def set_state(self, state: NodeState) -> None:
+        self.state = state
+        self.allocatable = (
+            state is NodeState.GPU_ALLOCATABLE or (state is NodeState.READY and self.nt.gpu == 0)
         ) and not self.cordoned
 
     @property
@@ -269,6 +272,7 @@ class Sim:
         self._wakes: set[tuple[float, str]] = set()
         self._gangs: dict[str, list[str]] = {}
         self._compat: dict[tuple[str, PodShape], bool] = {}
+        self._ok_types: dict[PodShape, frozenset[str]] = {}
         self._changed = False
 
     # ----- event core -----
@@ -325,7 +329,7 @@ class Sim:
         self.active[nid] = n
         self.launches += 1
         self._log("node.requested", nid, type_name)
-        n.state = NodeState.BOOTING
+        n.set_state(NodeState.BOOTING)
         self._log("node.booting", nid)
         if self.zero_delay or purpose == "static":
             self._node_ready(n)
@@ -336,7 +340,7 @@ class Sim:
 
     def _node_ready(self, n: SimNode) -> None:
         self._account(n)
-        n.state = NodeState.READY
+        n.set_state(NodeState.READY)
         n.ready_at = self.now
         self._log("node.ready", n.id)
         if n.nt.gpu == 0:
@@ -349,7 +353,7 @@ class Sim:
 
     def _node_gpu(self, n: SimNode) -> None:
         self._account(n)
-        n.state = NodeState.GPU_ALLOCATABLE
+        n.set_state(NodeState.GPU_ALLOCATABLE)
         n.gpu_at = self.now
         self._log("node.gpu_allocatable", n.id)
         self._allocatable(n)
@@ -377,6 +381,7 @@ class Sim:
         n = self.nodes[nid]
         if n.live and not n.cordoned:
             n.cordoned = True
+            n.set_state(n.state)
             self._log("node.cordoned", nid)
             self._touch(n)
 
@@ -392,7 +397,7 @@ class Sim:
             self.pending[name] = sp
         evicted = list(n.pods)
         self._account(n)
-        n.state = NodeState.DRAINING
+        n.set_state(NodeState.DRAINING)
         self.drains += 1
         self._log("node.draining", nid)
         for name in evicted:
@@ -415,7 +420,7 @@ class Sim:
 
     def _node_gone(self, n: SimNode) -> None:
         self._account(n)
-        n.state = NodeState.GONE
+        n.set_state(NodeState.GONE)
         n.gone_at = self.now
         self.active.pop(n.id, None)
         if n.purpose in ("pods", "repack") and not n.ever_used:
@@ -432,6 +437,15 @@ class Sim:
         ok = self._compat.get(key)
         if ok is None:
             ok = self._compat[key] = why_incompatible(nt, pod) is None
+        return ok
+
+    def ok_types(self, pod: Pod) -> frozenset[str]:
+        """Names of the node types ``pod`` could run on (cached by shape)."""
+        ok = self._ok_types.get(pod.shape)
+        if ok is None:
+            ok = self._ok_types[pod.shape] = frozenset(
+                nt.name for nt in self.node_types if self.compatible(nt, pod)
+            )
         return ok
 
     def allocatable_nodes(self) -> list[SimNode]:
@@ -494,13 +508,15 @@ class Sim:
             if sp is not None and sp.decided_at is None:
                 sp.decided_at = self.now
 
-    def schedule(self, sp: SimPod, candidates: list[SimNode]) -> SimNode | None:
-        """kube-scheduler defaults: filter, then highest LeastAllocated score (ties: node order)."""
+    def schedule(self, sp: SimPod, candidates: list[SimNode], *, allocatable: bool = False) -> SimNode | None:
+        """kube-scheduler defaults: filter, then highest LeastAllocated score (ties: node order).
+        ``allocatable``: the caller knows every candidate is (the check is skipped)."""
         best: SimNode | None = None
         best_score = -1.0
         pod = sp.pod
+        ok = self.ok_types(pod)
         for n in candidates:
-            if not n.allocatable or not fits(n.cap, pod) or not self.compatible(n.nt, pod):
+            if n.nt.name not in ok or (not allocatable and not n.allocatable) or not fits(n.cap, pod):
                 continue
             s = least_allocated_score(n.nt, n.cap, pod)
             if s > best_score:

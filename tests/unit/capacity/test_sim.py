@@ -23,6 +23,7 @@ from capstan.capacity import (
 from capstan.capacity.nodetypes import inference_node_types
 from capstan.capacity.policies import CAConfig, KarpenterConfig, buffer_template, peak_burst_gpus
 from capstan.capacity.report import summarize
+from capstan.capacity.sim import SimPod
 from capstan.capacity.traces import AgenticSpec
 
 pytestmark = pytest.mark.unit
@@ -112,6 +113,31 @@ def test_ca_scale_down_waits_10_min_after_any_scale_up() -> None:
     assert [s[0] for s in ca2.scale_ups] == [10.0, 600.0]
     drains = events(result.events, "node.draining")
     assert drains[0] == (1200.0, "n0")
+
+
+def test_ca_scale_down_gives_back_the_room_a_failed_removal_tried() -> None:
+    """Three 4-GPU nodes: t has one free GPU; c1 runs r1 (1 GPU) and r2 (14 cores, no GPU), c2 runs q (1 GPU,
+    4 cores); both are a quarter used. c1 is tried first: r1 would take t's free GPU, but r2 fits nowhere, so
+    c1 stays, and as CA reverts the snapshot of a removal that fails, t's GPU is free again when c2 is tried:
+    q fits there, so c2 is unneeded. Every node's room is as it was after the scan."""
+    g4 = NodeType("g4", 16000, 65536, 4, "L4", 4.0, boot_delay=Delay("fixed", 60))
+    pods = {
+        **{f"t{i}": Pod(f"t{i}", 9e9, 1000, 1024, 1, 1000) for i in range(3)},
+        "r1": Pod("r1", 9e9, 1000, 1024, 1, 1000),
+        "r2": Pod("r2", 9e9, 14000, 1024),
+        "q": Pod("q", 9e9, 4000, 1024, 1, 1000),
+    }
+    sim = Sim(Workload("w", tuple(pods.values())), (g4,), ClusterAutoscalerPolicy())
+    t, c1, c2 = (sim.launch("g4", purpose="static") for _ in range(3))
+    for names, node in ((("t0", "t1", "t2"), t), (("r1", "r2"), c1), (("q",), c2)):
+        for name in names:
+            sim.pods[name] = sp = SimPod(pods[name])
+            sim._bind(sp, node)
+    room = [(n.cap.cpu, n.cap.mem, list(n.cap.devs)) for n in (t, c1, c2)]
+    ca = ClusterAutoscalerPolicy()
+    ca._scale_down(sim, 0.0, [])
+    assert set(ca.unneeded_since) == {c2.id}
+    assert [(n.cap.cpu, n.cap.mem, list(n.cap.devs)) for n in (t, c1, c2)] == room
 
 
 def test_ca_least_waste_ignores_gpus() -> None:
@@ -225,6 +251,36 @@ def test_karpenter_replaces_an_underused_node_with_a_cheaper_one_and_cordons_it_
     kept = Sim(Workload("w", pods), (big, small), KarpenterPolicy(KarpenterConfig(replace=False))).run()
     assert events(kept.events, "node.cordoned") == []
     assert kept.cost() > result.cost()
+
+
+@pytest.mark.parametrize("trace", ["synthetic", "openb"])
+def test_karpenters_poll_cache_never_changes_a_decision(trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A disruption poll skipped because the ready nodes are as they were when the last one found nothing gives
+    the same replay as trying every candidate at every poll."""
+    from pathlib import Path
+
+    from capstan.capacity import load_trace, read_openb_nodes
+
+    if trace == "synthetic":
+        workload = synthetic_agentic(7, AgenticSpec(hours=2.0))
+        types = inference_node_types(Delay("fixed", 300), Delay("fixed", 90))
+    else:
+        openb = (
+            Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
+        )
+        full = load_trace(str(openb / "openb_pod_list_default.csv"))
+        workload = Workload(full.name, full.pods[:600])
+        types = read_openb_nodes(
+            openb / "openb_node_list_all_node.csv", Delay("fixed", 300), Delay("fixed", 90)
+        )
+    cached = KarpenterPolicy()
+    with_cache = Sim(workload, types, cached, seed=0).run()
+    assert cached.polls_skipped > 0 and cached.replacements
+    monkeypatch.setattr(KarpenterPolicy, "_poll_key", staticmethod(lambda sim, ready, counts: object()))
+    fresh = KarpenterPolicy()
+    without = Sim(workload, types, fresh, seed=0).run()
+    assert fresh.polls_skipped == 0
+    assert with_cache.events == without.events
 
 
 def test_capstan_holds_no_duplicate_and_binds_promised_pods_at_gpu_ready() -> None:
