@@ -397,18 +397,22 @@ class ClusterAutoscalerPolicy:
         # the ready nodes a pod shape fits, in node order; room only shrinks during the scan (a failed trial
         # gives back only what it took), so a list made before a trial holds every node the shape fits during it
         room: dict[PodShape, list[SimNode]] = {}
+        # pods that earlier removals would move onto a node: in CA's snapshot they are that node's pods now
+        incoming: dict[str, list[SimPod]] = {}
         for n in cands:
             if standing.get(n.id) and buffer_full:
                 continue  # no node has room for another buffer pod, so the ones on n cannot move
-            moving = [sim.pods[name] for name in n.pods] + standing.get(n.id, [])
+            moving = [sim.pods[name] for name in n.pods] + standing.get(n.id, []) + incoming.get(n.id, [])
             for sp in moving:
                 if sp.pod.shape not in room:
                     room[sp.pod.shape] = [
                         m for m in ready if fits(m.cap, sp.pod) and sim.compatible(m.nt, sp.pod)
                     ]
             trial: list[tuple[Capacity, SimPod, tuple[tuple[int, int], ...]]] = []
+            moved: list[tuple[str, SimPod]] = []
             ok = True
-            # its pods, and the buffer's pods standing on it, must all fit elsewhere
+            # its pods, the buffer's pods standing on it and those earlier removals moved there must all fit
+            # elsewhere
             for sp in moving:
                 targets = [m for m in room[sp.pod.shape] if m is not n and m.id not in removing]
                 dest = sim.schedule(sp, targets, allocatable=True)
@@ -418,9 +422,12 @@ class ClusterAutoscalerPolicy:
                 a = choose_devices(dest.cap, sp.pod)
                 take(dest.cap, sp.pod, a)
                 trial.append((dest.cap, sp, a))
+                moved.append((dest.id, sp))
             if ok:
                 removing.add(n.id)
                 undo.extend(trial)  # its pods stay where they would go while later candidates are tried
+                for dest_id, sp in moved:
+                    incoming.setdefault(dest_id, []).append(sp)
             else:
                 for cap, sp, a in reversed(trial):  # as CA reverts the snapshot of a removal that fails
                     give(cap, sp.pod, a)

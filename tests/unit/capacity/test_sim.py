@@ -140,6 +140,24 @@ def test_ca_scale_down_gives_back_the_room_a_failed_removal_tried() -> None:
     assert [(n.cap.cpu, n.cap.mem, list(n.cap.devs)) for n in (t, c1, c2)] == room
 
 
+def test_ca_scale_down_counts_the_pods_an_earlier_removal_moves_onto_a_node() -> None:
+    """n and m each run one pod on a quarter of their GPUs; k has one GPU free. Removing n (tried first) moves
+    a onto m, the least allocated; in CA's snapshot m then runs a and b, and with n going only one of them fits
+    elsewhere (on k), so m is not unneeded. Counting only m's own pod, both were, and draining both left a pod
+    waiting for a new node."""
+    g4 = NodeType("g4", 16000, 65536, 4, "L4", 4.0, boot_delay=Delay("fixed", 60))
+    pods = {name: Pod(name, 9e9, 1000, 1024, 1, 1000) for name in ("a", "b", "k0", "k1", "k2")}
+    sim = Sim(Workload("w", tuple(pods.values())), (g4,), ClusterAutoscalerPolicy())
+    n, m, k = (sim.launch("g4", purpose="static") for _ in range(3))
+    for names, node in ((("a",), n), (("b",), m), (("k0", "k1", "k2"), k)):
+        for name in names:
+            sim.pods[name] = sp = SimPod(pods[name])
+            sim._bind(sp, node)
+    ca = ClusterAutoscalerPolicy()
+    ca._scale_down(sim, 0.0, [])
+    assert set(ca.unneeded_since) == {n.id}
+
+
 def test_ca_least_waste_ignores_gpus() -> None:
     """A 1-GPU pod: least-waste (CPU and memory only) picks the 8-GPU node whose CPU/memory fit it tightest."""
     small = NodeType("gpu1-big-cpu", 64000, 262144, 1, "L4", 1.0, boot_delay=Delay("fixed", 60))
