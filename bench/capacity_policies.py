@@ -169,6 +169,25 @@ def case(
     return r
 
 
+def ratio_table(title: str, first: str, extra: tuple[str, ...] = ()) -> Table:
+    """A table of runs against the same run's CA and oracle: idle, p99 and slow starts, cost, launches."""
+    table = Table(title=title)
+    for col in (
+        first,
+        "idle GPU-h",
+        "× CA",
+        "p99 s",
+        "× CA",
+        "waited > 60 s",
+        "cost",
+        "× oracle",
+        "launches",
+        *extra,
+    ):
+        table.add_column(col, justify="right")
+    return table
+
+
 def frontier_variants() -> list[tuple[str, PlannerConfig]]:
     """Capstan's variants in the frontier: the forecast quantile, then the time-of-day forecast's settings."""
     return [
@@ -204,22 +223,11 @@ def headroom_frontier(
     pols = base["policies"]
     assert isinstance(pols, dict)
     ca, oracle = pols["cluster-autoscaler"], pols["oracle"]
-    table = Table(title="Headroom frontier (Capstan, openb default): forecast settings vs the goals")
-    for col in (
+    table = ratio_table(
+        "Headroom frontier (Capstan, openb default): forecast settings vs the goals",
         "variant",
-        "idle GPU-h",
-        "× CA",
-        "p99 s",
-        "× CA",
-        "waited > 60 s",
-        "cost",
-        "× oracle",
-        "launches",
-        "plans place/review/full (skipped)",
-        "run s",
-        "CPU s",
-    ):
-        table.add_column(col, justify="right")
+        ("plans place/review/full (skipped)", "run s", "CPU s"),
+    )
     out = []
     for label, cfg in variants:
         policy = CapstanPolicy(cfg)
@@ -278,19 +286,9 @@ def buffer_frontier(
     pols = base["policies"]
     assert isinstance(pols, dict)
     ca, oracle = pols["cluster-autoscaler"], pols["oracle"]
-    table = Table(title=f"CapacityBuffer frontier ({label}): CA + a static buffer vs Capstan's forecast")
-    for col in (
-        "policy",
-        "idle GPU-h",
-        "× CA",
-        "p99 s",
-        "× CA",
-        "waited > 60 s",
-        "cost",
-        "× oracle",
-        "launches",
-    ):
-        table.add_column(col, justify="right")
+    table = ratio_table(
+        f"CapacityBuffer frontier ({label}): CA + a static buffer vs Capstan's forecast", "policy"
+    )
     rows: list[dict[str, object]] = []
     for size in sizes:
         results = run_policies(workload, types, ["ca-buffer"], seed=seed, buffer_gpus=size)

@@ -489,8 +489,9 @@ class KarpenterPolicy:
         """A replacement in flight → the pods it was launched for (new pods may use only the rest of it)."""
         self._cheaper: dict[tuple[str, frozenset[PodShape]], tuple[NodeType, ...]] = {}
         self._nothing_at: object = None
-        self.polls_skipped = 0
         """The ready nodes' state at the last poll where no node could be consolidated."""
+        self.polls_skipped = 0
+        """Polls skipped because the ready nodes were in that state."""
         self.replacements: list[tuple[float, str, str, str]] = []
         """(time, node, its type, the cheaper type that replaced it) for every replacement started."""
 

@@ -41,6 +41,23 @@ def events(sim_result_events: list[tuple[float, str, str, str]], kind: str) -> l
     return [(t, ref) for t, k, ref, _ in sim_result_events if k == kind]
 
 
+def replay_inputs(trace: str, *, openb_tasks: int) -> tuple[Workload, tuple[NodeType, ...]]:
+    """A two-hour synthetic agentic trace with the inference menu, or openb default's first tasks with its node
+    list (5-minute boot, 90 s GPU-ready)."""
+    from pathlib import Path
+
+    from capstan.capacity import load_trace, read_openb_nodes
+
+    if trace == "synthetic":
+        return synthetic_agentic(7, AgenticSpec(hours=2.0)), inference_node_types(
+            Delay("fixed", 300), Delay("fixed", 90)
+        )
+    openb = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
+    full = load_trace(str(openb / "openb_pod_list_default.csv"))
+    types = read_openb_nodes(openb / "openb_node_list_all_node.csv", Delay("fixed", 300), Delay("fixed", 90))
+    return Workload(full.name, full.pods[:openb_tasks]), types
+
+
 def small_workload() -> Workload:
     return synthetic_agentic(3, AgenticSpec(hours=0.5))
 
@@ -275,22 +292,7 @@ def test_karpenter_replaces_an_underused_node_with_a_cheaper_one_and_cordons_it_
 def test_karpenters_poll_cache_never_changes_a_decision(trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A disruption poll skipped because the ready nodes are as they were when the last one found nothing gives
     the same replay as trying every candidate at every poll."""
-    from pathlib import Path
-
-    from capstan.capacity import load_trace, read_openb_nodes
-
-    if trace == "synthetic":
-        workload = synthetic_agentic(7, AgenticSpec(hours=2.0))
-        types = inference_node_types(Delay("fixed", 300), Delay("fixed", 90))
-    else:
-        openb = (
-            Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
-        )
-        full = load_trace(str(openb / "openb_pod_list_default.csv"))
-        workload = Workload(full.name, full.pods[:600])
-        types = read_openb_nodes(
-            openb / "openb_node_list_all_node.csv", Delay("fixed", 300), Delay("fixed", 90)
-        )
+    workload, types = replay_inputs(trace, openb_tasks=600)
     cached = KarpenterPolicy()
     with_cache = Sim(workload, types, cached, seed=0).run()
     assert cached.polls_skipped > 0 and cached.replacements
@@ -440,25 +442,11 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
     """Capstan's policy keeps one PlanCache across a replay (forecast windows, phantoms, type choices, repack
     searches that found nothing); every plan it makes must be the plan a fresh cache makes from the same
     snapshot."""
-    from pathlib import Path
-
     import capstan.capacity.planner as planner
     import capstan.capacity.policies as policies
-    from capstan.capacity import load_trace, read_openb_nodes
     from capstan.capacity.planner import Plan, PlanCache, Scope, Snapshot
 
-    if trace == "synthetic":
-        workload = synthetic_agentic(7, AgenticSpec(hours=2.0))
-        types = inference_node_types(Delay("fixed", 300), Delay("fixed", 90))
-    else:
-        openb = (
-            Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
-        )
-        full = load_trace(str(openb / "openb_pod_list_default.csv"))
-        workload = Workload(full.name, full.pods[:400])
-        types = read_openb_nodes(
-            openb / "openb_node_list_all_node.csv", Delay("fixed", 300), Delay("fixed", 90)
-        )
+    workload, types = replay_inputs("synthetic" if trace == "synthetic" else "openb", openb_tasks=400)
     original = planner.plan
     checked: list[Scope] = []
 
