@@ -32,6 +32,8 @@ from capstan.capacity import (
     write_plots,
     write_sweep_plot,
 )
+from capstan.capacity.forecast import gpu_horizon
+from capstan.capacity.policies import buffer_template, peak_burst_gpus
 from capstan.errors import UserError
 
 app = typer.Typer(help="GPU capacity planning: simulate policies on real traces.", no_args_is_help=True)
@@ -73,6 +75,20 @@ def parse_buffer(text: str, option: str) -> int | None:
     if count < 0:
         raise UserError(f"{option} {text!r}: expected a count of GPUs (>= 0) or 'peak'")
     return count
+
+
+def buffer_line(workload: Workload, types: tuple[NodeType, ...], count: int | None) -> str:
+    """What ``ca-buffer`` held: how many one-GPU pods of which template (and, at ``peak``, why that many)."""
+    t = buffer_template(workload.pods)
+    if count is None:
+        count = peak_burst_gpus(workload.pods, gpu_horizon(types))
+        why = ", the trace's peak burst: the most GPUs asked for within one boot plus GPU-ready delay"
+    else:
+        why = ""
+    return (
+        f"ca-buffer: a CapacityBuffer of {count} one-GPU pods ({t.cpu_milli}m CPU, {t.memory_mib}Mi memory each"
+        f"{why})"
+    )
 
 
 def resolve_node_types(trace: str, nodes: Path | None, boot: Delay, gpu_ready: Delay) -> tuple[NodeType, ...]:
@@ -267,6 +283,8 @@ def simulate(
     title = f"{workload.name}: {len(workload.pods)} pods, {len(types)} node types, boot {boot.a:.0f}s + GPU {ready.a:.0f}s"
     summaries = _run(workload, types, policy, seed, console, "simulating", planner, buffer)
     console.print(summary_table(summaries, title))
+    if "ca-buffer" in policy:
+        console.print(buffer_line(workload, types, buffer))
     for s in summaries:
         for reason, count in sorted(s.unplaced_reasons.items()):
             console.print(f"[yellow]{s.policy}: {count} pod(s) not placed: {reason}[/yellow]")

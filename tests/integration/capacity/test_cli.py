@@ -136,6 +136,10 @@ def test_ca_buffer_takes_a_size_and_a_bad_one_is_one_line_exit_2(tmp_path: Path)
     ok = capstan(*args, "--policy", "cluster-autoscaler", "--buffer-gpus", "2")
     assert ok.returncode == 0, ok.stderr
     assert "ca-buffer" in ok.stdout and "conservation check failed" not in ok.stdout
+    assert "ca-buffer: a CapacityBuffer of 2 one-GPU pods (8000m CPU, 32768Mi memory each)" in ok.stdout
+    peak = capstan(*args)
+    assert peak.returncode == 0, peak.stderr
+    assert "the trace's peak burst" in peak.stdout
     r = capstan(*args, "--buffer-gpus", "some")
     assert_one_line_exit_2(r, "--buffer-gpus 'some': expected a count of GPUs (>= 0) or 'peak'")
 
