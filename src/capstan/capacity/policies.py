@@ -230,6 +230,16 @@ def buffer_template(pods: list[Pod] | tuple[Pod, ...]) -> Pod:
     return Pod("buffer", 0.0, max(1, int(cpu)), max(1, int(mem)), num_gpu=1, gpu_milli=GPU_MILLI)
 
 
+def buffer_size_and_template(
+    pods: list[Pod] | tuple[Pod, ...], types: tuple[NodeType, ...], count: int | None
+) -> tuple[int, Pod]:
+    """A CapacityBuffer of ``count`` one-GPU pods (None: the peak burst over one boot plus GPU-ready delay of
+    ``types``) and its pod template (:func:`buffer_template`)."""
+    if count is None:
+        count = peak_burst_gpus(pods, gpu_horizon(types))
+    return count, buffer_template(pods)
+
+
 def peak_burst_gpus(pods: list[Pod] | tuple[Pod, ...], horizon: float) -> int:
     """The most GPUs asked for by pods arriving within any window of ``horizon`` seconds (whole GPUs, rounded up)."""
     gpu_pods = sorted((p for p in pods if p.wants_gpu), key=lambda p: p.arrival)
@@ -259,11 +269,8 @@ class ClusterAutoscalerPolicy:
         self.removals: list[tuple[float, str]] = []
 
     def start(self, sim: Sim) -> None:
-        count = self.cfg.buffer_gpus
-        if count is None:
-            count = peak_burst_gpus(sim.workload.pods, gpu_horizon(sim.node_types))
+        count, template = buffer_size_and_template(sim.workload.pods, sim.node_types, self.cfg.buffer_gpus)
         if count:
-            template = buffer_template(sim.workload.pods)
             self.buffer = [SimPod(dataclasses.replace(template, name=f"buffer-{i}")) for i in range(count)]
             sim.wake(0.0, "scan")
 
@@ -415,7 +422,7 @@ class ClusterAutoscalerPolicy:
             # elsewhere
             for sp in moving:
                 targets = [m for m in room[sp.pod.shape] if m is not n and m.id not in removing]
-                dest = sim.schedule(sp, targets, allocatable=True)
+                dest = sim.schedule(sp, targets)
                 if dest is None:
                     ok = False
                     break
@@ -608,7 +615,7 @@ class KarpenterPolicy:
             left: list[Pod] = []
             for name in n.pods:
                 sp = sim.pods[name]
-                dest = sim.schedule(sp, targets, allocatable=True)
+                dest = sim.schedule(sp, targets)
                 if dest is None:
                     left.append(sp.pod)
                     if not cheaper:

@@ -271,7 +271,6 @@ class Sim:
         self._next_id = 0
         self._wakes: set[tuple[float, str]] = set()
         self._gangs: dict[str, list[str]] = {}
-        self._compat: dict[tuple[str, PodShape], bool] = {}
         self._ok_types: dict[PodShape, frozenset[str]] = {}
         self._changed = False
 
@@ -433,18 +432,14 @@ class Sim:
 
     # ----- pods -----
     def compatible(self, nt: NodeType, pod: Pod) -> bool:
-        key = (nt.name, pod.shape)
-        ok = self._compat.get(key)
-        if ok is None:
-            ok = self._compat[key] = why_incompatible(nt, pod) is None
-        return ok
+        return nt.name in self.ok_types(pod)
 
     def ok_types(self, pod: Pod) -> frozenset[str]:
         """Names of the node types ``pod`` could run on (cached by shape)."""
         ok = self._ok_types.get(pod.shape)
         if ok is None:
             ok = self._ok_types[pod.shape] = frozenset(
-                nt.name for nt in self.node_types if self.compatible(nt, pod)
+                nt.name for nt in self.node_types if why_incompatible(nt, pod) is None
             )
         return ok
 
@@ -508,15 +503,14 @@ class Sim:
             if sp is not None and sp.decided_at is None:
                 sp.decided_at = self.now
 
-    def schedule(self, sp: SimPod, candidates: list[SimNode], *, allocatable: bool = False) -> SimNode | None:
-        """kube-scheduler defaults: filter, then highest LeastAllocated score (ties: node order).
-        ``allocatable``: the caller knows every candidate is (the check is skipped)."""
+    def schedule(self, sp: SimPod, candidates: list[SimNode]) -> SimNode | None:
+        """kube-scheduler defaults: filter, then highest LeastAllocated score (ties: node order)."""
         best: SimNode | None = None
         best_score = -1.0
         pod = sp.pod
         ok = self.ok_types(pod)
         for n in candidates:
-            if n.nt.name not in ok or (not allocatable and not n.allocatable) or not fits(n.cap, pod):
+            if n.nt.name not in ok or not n.allocatable or not fits(n.cap, pod):
                 continue
             s = least_allocated_score(n.nt, n.cap, pod)
             if s > best_score:

@@ -32,8 +32,7 @@ from capstan.capacity import (
     write_plots,
     write_sweep_plot,
 )
-from capstan.capacity.forecast import gpu_horizon
-from capstan.capacity.policies import buffer_template, peak_burst_gpus
+from capstan.capacity.policies import buffer_size_and_template
 from capstan.errors import UserError
 
 app = typer.Typer(help="GPU capacity planning: simulate policies on real traces.", no_args_is_help=True)
@@ -79,12 +78,10 @@ def parse_buffer(text: str, option: str) -> int | None:
 
 def buffer_line(workload: Workload, types: tuple[NodeType, ...], count: int | None) -> str:
     """What ``ca-buffer`` held: how many one-GPU pods of which template (and, at ``peak``, why that many)."""
-    t = buffer_template(workload.pods)
-    if count is None:
-        count = peak_burst_gpus(workload.pods, gpu_horizon(types))
-        why = ", the trace's peak burst: the most GPUs asked for within one boot plus GPU-ready delay"
-    else:
+    why = ", the trace's peak burst: the most GPUs asked for within one boot plus GPU-ready delay"
+    if count is not None:
         why = ""
+    count, t = buffer_size_and_template(workload.pods, types, count)
     return (
         f"ca-buffer: a CapacityBuffer of {count} one-GPU pods ({t.cpu_milli}m CPU, {t.memory_mib}Mi memory each"
         f"{why})"
