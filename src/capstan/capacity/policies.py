@@ -76,6 +76,8 @@ class CapstanPolicy:
         self.name = name
         self.plans = {"place": 0, "review": 0, "full": 0, "skipped": 0}
         """Plans made per scope, and reviews skipped because nothing they look at had changed."""
+        self.room_moves = 0
+        """Running pods moved to free an allocatable node for a pending pod (:attr:`Plan.room_moves`)."""
         self._place_at: float | None = None
         self._review_at: float | None = None
         self._last_review = -math.inf
@@ -136,6 +138,8 @@ class CapstanPolicy:
             node = sim.launch(launch.type, purpose=launch.purpose, node_id=launch.node)
             for pod in launch.pods:
                 sim.promise(pod, node.id)
+        for move in p.room_moves:
+            self.room_moves += sim.move(move.pod, move.node)
         for nom in p.nominations:
             sim.promise(nom.pod, nom.node)
         if p.scope == "place":

@@ -497,6 +497,28 @@ class Sim:
         self._touch(n)
         return True
 
+    def move(self, pod_name: str, nid: str) -> bool:
+        """Evict a running pod and bind it on allocatable node ``nid`` at once (a move that frees room where it
+        ran). Nothing happens unless the pod is bound elsewhere and ``nid`` is allocatable with room for it."""
+        sp = self.pods.get(pod_name)
+        n = self.nodes.get(nid)
+        if sp is None or sp.state != "bound" or n is None or sp.node == nid:
+            return False
+        if not n.allocatable or not fits(n.cap, sp.pod):
+            return False
+        src = self.nodes[sp.node or ""]
+        self._unbind(sp, src)
+        sp.moves += 1
+        self.moves += 1
+        sp.evicted_at = self.now
+        if not sp.pod.safe_to_evict:  # its work is lost: it runs again from the start
+            sp.restarts += 1
+            sp.lost_s += self.now - (sp.run_since if sp.run_since is not None else self.now)
+            sp.end_at = None
+        self._log("pod.evicted", pod_name, src.id)
+        self._bind(sp, n)
+        return True
+
     def mark_decided(self, pod_names: Iterable[str]) -> None:
         for name in pod_names:
             sp = self.pods.get(name)

@@ -223,6 +223,12 @@ def simulate(
         "models has at most this many times the GPUs that pod asks for, unless it costs no more than a type "
         "within that (0: none; inf: no limit).",
     ),
+    room_moves: int = typer.Option(
+        4,
+        "--room-moves",
+        help="Capstan: a pending pod no allocatable node can take may have one freed for it by moving up to this "
+        "many pods (all safe to evict) onto other allocatable nodes, instead of waiting for a new node (0: never).",
+    ),
     buffer_gpus: str = typer.Option(
         "peak",
         "--buffer-gpus",
@@ -260,6 +266,8 @@ def simulate(
         raise UserError(
             f"--pinned-headroom-ratio {pinned_headroom_ratio}: must be >= 0 (0: no node; inf: no limit)"
         )
+    if room_moves < 0:
+        raise UserError(f"--room-moves {room_moves}: must be >= 0 (0: never move pods to make room)")
     planner = PlannerConfig(
         headroom=headroom_quantile > 0,
         forecast_quantile=headroom_quantile or 0.99,
@@ -267,6 +275,7 @@ def simulate(
         headroom_wait_s=wait_s,
         headroom_wait_share=wait_share,
         pinned_headroom_node_ratio=pinned_headroom_ratio,
+        make_room_moves=room_moves,
     )
     for qos in not_safe_to_evict:
         if qos not in OPENB_QOS:

@@ -42,3 +42,36 @@ def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
     run_smoke("capacity_planner_speed.py", tmp_path)
     rows = json.loads((tmp_path / "capacity_planner_speed.json").read_text())
     assert rows[0]["pods"] == 100 and rows[0]["launches"] > 0
+
+
+def test_capacity_seeds_bench_smoke(tmp_path: Path) -> None:
+    run_smoke("capacity_seeds.py", tmp_path, "--variant", "no room moves:make_room_moves=0")
+    data = json.loads((tmp_path / "capacity_seeds.json").read_text())
+    assert data["smoke"] is True and data["pods"] == 300 and data["jitter"] == 0.1
+    assert [(r["seed"], r["variant"]) for r in data["rows"]] == [
+        (0, "default"),
+        (0, "no room moves"),
+        (1, "default"),
+        (1, "no room moves"),
+    ]
+    assert all(r["problems"] == 0 and r["goals_met"] for r in data["rows"])
+    assert set(data["summary"]) == {"default", "no room moves"}
+    assert (tmp_path / "capacity_seeds.png").stat().st_size > 0
+
+
+def test_capacity_seeds_bench_names_a_bad_variant(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tests.fixtures.benches import ROOT
+
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "capacity_seeds.py"), "--smoke", "--variant", "x:no_such=1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+    assert r.returncode == 2
+    assert "--variant 'x:no_such=1': 'no_such' is not a PlannerConfig setting" in r.stderr

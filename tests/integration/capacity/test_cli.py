@@ -131,6 +131,14 @@ def test_pinned_headroom_ratio_takes_inf_and_a_negative_one_is_one_line_exit_2(t
     assert_one_line_exit_2(r, "--pinned-headroom-ratio -1.0: must be >= 0")
 
 
+def test_room_moves_can_be_turned_off_and_a_negative_count_is_one_line_exit_2(tmp_path: Path) -> None:
+    args = ["--trace", "synthetic:agentic:0.2", "--policy", "capstan", "--out", str(tmp_path)]
+    ok = capstan(*args, "--room-moves", "0")
+    assert ok.returncode == 0, ok.stderr
+    assert "capstan" in ok.stdout and "conservation check failed" not in ok.stdout
+    assert_one_line_exit_2(capstan(*args, "--room-moves", "-1"), "--room-moves -1: must be >= 0")
+
+
 def test_ca_buffer_takes_a_size_and_a_bad_one_is_one_line_exit_2(tmp_path: Path) -> None:
     args = ["--trace", "synthetic:agentic:0.2", "--policy", "ca-buffer", "--out", str(tmp_path)]
     ok = capstan(*args, "--policy", "cluster-autoscaler", "--buffer-gpus", "2")

@@ -706,3 +706,38 @@ def test_type_choice_stops_at_the_value_bound_with_the_choice_a_full_search_make
     full_search = PlanCache(node_types)
     full_search._by_bound = tuple((math.inf, i, nt) for i, nt in enumerate(node_types))
     assert plan(snap, NO_HEADROOM, PlanCache(node_types)) == plan(snap, NO_HEADROOM, full_search)
+
+
+def room_for_an_eight_gpu_pod(
+    *bound_on_big: Pod, small: bool = True, config: PlannerConfig = NO_HEADROOM
+) -> Any:
+    """``big``: an allocatable 8-GPU node running ``bound_on_big``; ``small``: an idle allocatable 4-GPU node.
+    An 8-GPU pod is pending: it fits no allocatable node as they are."""
+    used = sum(p.num_gpu for p in bound_on_big)
+    nodes = [node("big", V100x8, devs=(0,) * used + (1000,) * (8 - used), bound=bound_on_big)]
+    if small:
+        nodes.append(node("small", T4x4))
+    wide = pod("p", gpus=8, cpu=32000, mem=65536)
+    snap = Snapshot(now=1000.0, node_types=(T4x4, V100x8), nodes=tuple(nodes), pending=(wide,), next_id=5)
+    return plan(snap, config, scope="place")
+
+
+def test_a_pod_no_allocatable_node_takes_gets_one_freed_by_moving_its_pods_elsewhere_now() -> None:
+    p = room_for_an_eight_gpu_pod(pod("v1"))
+    assert [(m.pod, m.node) for m in p.room_moves] == [("v1", "small")]
+    assert "Eviction API" in p.room_moves[0].k8s
+    assert [(n.pod, n.node) for n in p.nominations] == [("p", "big")]
+    assert not p.launches
+    # turned off, or with nowhere to put v1, or more pods than the bound, the pod waits for a new node instead
+    off = room_for_an_eight_gpu_pod(pod("v1"), config=replace(NO_HEADROOM, make_room_moves=0))
+    nowhere = room_for_an_eight_gpu_pod(pod("v1"), small=False)
+    crowded = room_for_an_eight_gpu_pod(pod("v1"), pod("v2"), config=replace(NO_HEADROOM, make_room_moves=1))
+    for q in (off, nowhere, crowded):
+        assert not q.room_moves
+        assert [(launch.type, launch.pods) for launch in q.launches] == [("v100-8", ("p",))]
+
+
+def test_no_room_is_made_by_moving_a_pod_that_is_not_safe_to_evict() -> None:
+    p = room_for_an_eight_gpu_pod(pod("v1", safe_to_evict=False))
+    assert not p.room_moves
+    assert [launch.pods for launch in p.launches] == [("p",)]

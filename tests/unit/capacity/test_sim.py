@@ -8,6 +8,7 @@ import pytest
 
 from capstan.capacity import (
     POLICY_NAMES,
+    CapstanPolicy,
     ClusterAutoscalerPolicy,
     Delay,
     KarpenterPolicy,
@@ -463,3 +464,51 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
     config = fixed if trace == "openb-wait" else PlannerConfig()
     Sim(workload, types, policies.CapstanPolicy(config), seed=0, record=False).run()
     assert {"place", "review", "full"} <= set(checked)
+
+
+class _MoveAt:
+    """Two two-GPU nodes at the start; at ``at`` the pod ``a`` moves to the node it is not on."""
+
+    name = "move-at"
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.moved: list[bool] = []
+
+    def start(self, sim: Sim) -> None:
+        sim.launch("g2")
+        sim.launch("g2")
+        sim.wake(self.at, "move")
+
+    def on_change(self, sim: Sim, now: float) -> None:
+        pass
+
+    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
+        here = sim.pods["a"].node
+        there = next(n.id for n in sim.allocatable_nodes() if n.id != here)
+        self.moved.append(sim.move("a", there))
+        self.moved.append(sim.move("a", there))  # already there: nothing happens
+
+
+def test_a_move_evicts_a_running_pod_and_binds_it_elsewhere_at_once_keeping_its_end() -> None:
+    g2 = replace(GPU1, name="g2", gpu=2)
+    policy = _MoveAt(500.0)
+    result = Sim(Workload("w", (gpu_pod("a", 0.0, 1000.0),)), (g2,), policy).run()
+    assert policy.moved == [True, False]
+    assert events(result.events, "pod.evicted") == [(500.0, "a")]
+    assert [t for t, ref in events(result.events, "pod.bound")] == [60.0, 500.0]
+    assert dict((ref, t) for t, ref in events(result.events, "pod.done")) == {"a": 1060.0}
+    assert result.moves == 1 and result.move_waits() == [0.0]
+    assert result.check() == []
+
+
+def test_capstan_makes_room_on_openb_and_every_gpu_second_still_adds_up() -> None:
+    """On openb's first 2,200 tasks a 4-GPU task (the 2,183rd) finds no allocatable node and gets one freed by moving pods;
+    with that turned off there are none, and both replays pass the conservation checks."""
+    workload, types = replay_inputs("openb", openb_tasks=2200)
+    made = CapstanPolicy()
+    off = CapstanPolicy(PlannerConfig(make_room_moves=0))
+    with_room = Sim(workload, types, made, seed=0).run()
+    without = Sim(workload, types, off, seed=0).run()
+    assert made.room_moves > 0 and off.room_moves == 0
+    assert with_room.check() == [] and without.check() == []
