@@ -28,6 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from capacity_policies import ratio
 from capstan.capacity import (
     CapstanPolicy,
     Delay,
@@ -48,10 +49,7 @@ OPENB = ROOT / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
 OUT = ROOT / "bench" / "out"
 GOALS = {"idle_vs_ca": 0.4, "p99_vs_ca": 0.2, "cost_vs_oracle": 1.05}
 """Issue 5's goals, each an upper bound on a ratio."""
-
-
-def ratio(a: float, b: float) -> float:
-    return a / b if b else float("inf") if a else 1.0
+LABELS = {"idle_vs_ca": "idle GPU-h × CA", "p99_vs_ca": "p99 pending × CA", "cost_vs_oracle": "cost × oracle"}
 
 
 def parse_variant(text: str) -> tuple[str, PlannerConfig]:
@@ -71,7 +69,9 @@ def parse_variant(text: str) -> tuple[str, PlannerConfig]:
         try:
             kw[key] = value.strip().lower() in ("1", "true", "yes") if kind is bool else kind(value)
         except ValueError:
-            raise UserError(f"--variant {text!r}: {key}={value!r} is not a {kind.__name__}") from None
+            raise UserError(
+                f"--variant {text!r}: {key}={value!r}: expected a value of type {kind.__name__}"
+            ) from None
     return name, PlannerConfig(**kw)  # type: ignore[arg-type]
 
 
@@ -238,7 +238,7 @@ def write_plot(rows: list[dict[str, object]], names: list[str], out: Path) -> Pa
             ax.scatter([i] * len(vals), vals, alpha=0.7, label=name)
         ax.axhline(bound, color="tab:red", linestyle="--", linewidth=1, label=f"goal ≤ {bound}")
         ax.set_xticks(range(len(names)), names, rotation=20, fontsize=7)
-        ax.set_title(key.replace("_vs_", " × ").replace("_", " "))
+        ax.set_title(LABELS[key])
     axes[0].legend(fontsize=7)
     fig.suptitle("Capstan's goal ratios, one point per seed (boot delays drawn at random)")
     fig.tight_layout()
