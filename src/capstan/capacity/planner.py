@@ -793,7 +793,7 @@ def _make_room(w: _Work, pod: Pod, max_moves: int) -> tuple[_Bin, list[tuple[Pod
     nodes only, so no moved pod waits) is emptied and ``pod`` placed on it. Returns the node and the moves, or
     None (nothing changed).
 
-    NOTE: written for openb's 8-GPU tasks (44 of the 77 pods that waited over a minute on openb default), it does
+    NOTE: written for openb's 8-GPU tasks (42 of the 77 pods that waited over a minute on openb default), it does
     nothing for them: when one arrives, each 8-GPU node runs another 8-GPU task or more than four pods. It acts a
     few times per replay, for 4-GPU tasks, and across 16 seeds of boot delays drawn within ±10 % it made Capstan
     cheaper on 13 and turned all three of issue 5's goals at a 5-minute boot from 8 seeds of 16 into 16 of 16

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -335,27 +336,31 @@ def test_every_eviction_has_a_wait_until_its_pod_runs_again() -> None:
     assert 0 <= summary.move_wait[0] <= summary.move_wait[1] <= max(waits)
 
 
-class _DrainAt:
-    """Two one-GPU nodes at the start; at ``at`` both are drained and two new ones launched."""
+class _TwoNodesThen:
+    """Two nodes of ``node_type`` at the start; at ``at``, ``act(sim)``."""
 
-    name = "drain-at"
+    name = "two-nodes-then"
 
-    def __init__(self, at: float) -> None:
-        self.at = at
+    def __init__(self, node_type: str, at: float, act: Callable[[Sim], None]) -> None:
+        self.node_type, self.at, self.act = node_type, at, act
 
     def start(self, sim: Sim) -> None:
-        sim.launch("g1")
-        sim.launch("g1")
-        sim.wake(self.at, "drain")
+        sim.launch(self.node_type)
+        sim.launch(self.node_type)
+        sim.wake(self.at, "act")
 
     def on_change(self, sim: Sim, now: float) -> None:
         pass
 
     def on_wake(self, sim: Sim, now: float, tag: str) -> None:
-        for n in sim.allocatable_nodes():
-            sim.drain(n.id)
-        sim.launch("g1")
-        sim.launch("g1")
+        self.act(sim)
+
+
+def _drain_both_and_launch_two(sim: Sim) -> None:
+    for n in sim.allocatable_nodes():
+        sim.drain(n.id)
+    sim.launch("g1")
+    sim.launch("g1")
 
 
 def test_an_evicted_pod_not_safe_to_evict_runs_again_from_the_start() -> None:
@@ -365,7 +370,7 @@ def test_an_evicted_pod_not_safe_to_evict_runs_again_from_the_start() -> None:
         Pod("batch", 0.0, 4000, 8192, 1, 1000, duration=1000.0, safe_to_evict=False),
         gpu_pod("svc", 0.0, 1000.0),
     )
-    result = Sim(Workload("w", pods), (GPU1,), _DrainAt(500.0)).run()
+    result = Sim(Workload("w", pods), (GPU1,), _TwoNodesThen("g1", 500.0, _drain_both_and_launch_two)).run()
     assert dict((ref, t) for t, ref in events(result.events, "pod.done")) == {"svc": 1060.0, "batch": 1560.0}
     by_name = {sp.pod.name: sp for sp in result.pods}
     assert (by_name["batch"].restarts, by_name["batch"].lost_s) == (1, 440.0)
@@ -466,35 +471,19 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
     assert {"place", "review", "full"} <= set(checked)
 
 
-class _MoveAt:
-    """Two two-GPU nodes at the start; at ``at`` the pod ``a`` moves to the node it is not on."""
-
-    name = "move-at"
-
-    def __init__(self, at: float) -> None:
-        self.at = at
-        self.moved: list[bool] = []
-
-    def start(self, sim: Sim) -> None:
-        sim.launch("g2")
-        sim.launch("g2")
-        sim.wake(self.at, "move")
-
-    def on_change(self, sim: Sim, now: float) -> None:
-        pass
-
-    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
-        here = sim.pods["a"].node
-        there = next(n.id for n in sim.allocatable_nodes() if n.id != here)
-        self.moved.append(sim.move("a", there))
-        self.moved.append(sim.move("a", there))  # already there: nothing happens
-
-
 def test_a_move_evicts_a_running_pod_and_binds_it_elsewhere_at_once_keeping_its_end() -> None:
     g2 = replace(GPU1, name="g2", gpu=2)
-    policy = _MoveAt(500.0)
+    moved: list[bool] = []
+
+    def move_a_to_the_other_node(sim: Sim) -> None:
+        here = sim.pods["a"].node
+        there = next(n.id for n in sim.allocatable_nodes() if n.id != here)
+        moved.append(sim.move("a", there))
+        moved.append(sim.move("a", there))  # already there: nothing happens
+
+    policy = _TwoNodesThen("g2", 500.0, move_a_to_the_other_node)
     result = Sim(Workload("w", (gpu_pod("a", 0.0, 1000.0),)), (g2,), policy).run()
-    assert policy.moved == [True, False]
+    assert moved == [True, False]
     assert events(result.events, "pod.evicted") == [(500.0, "a")]
     assert [t for t, ref in events(result.events, "pod.bound")] == [60.0, 500.0]
     assert dict((ref, t) for t, ref in events(result.events, "pod.done")) == {"a": 1060.0}
