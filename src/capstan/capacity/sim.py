@@ -401,15 +401,7 @@ class Sim:
         self._log("node.draining", nid)
         for name in evicted:
             sp = self.pods[name]
-            self._unbind(sp, n)
-            sp.moves += 1
-            sp.evicted_at = self.now
-            if not sp.pod.safe_to_evict:  # its work is lost: it runs again from the start when bound
-                sp.restarts += 1
-                sp.lost_s += self.now - (sp.run_since if sp.run_since is not None else self.now)
-                sp.end_at = None
-            self.moves += 1
-            self._log("pod.evicted", name, nid)
+            self._evict(sp, n)
             sp.state = "pending"
             self.pending[name] = sp
         self._push(self.now + TERMINATION_S, "gone", nid)
@@ -506,18 +498,21 @@ class Sim:
             return False
         if not n.allocatable or not fits(n.cap, sp.pod):
             return False
-        src = self.nodes[sp.node or ""]
-        self._unbind(sp, src)
+        self._evict(sp, self.nodes[sp.node or ""])
+        self._bind(sp, n)
+        return True
+
+    def _evict(self, sp: SimPod, n: SimNode) -> None:
+        """Take running ``sp`` off ``n`` and count the move (the caller puts it back to pending or binds it)."""
+        self._unbind(sp, n)
         sp.moves += 1
-        self.moves += 1
         sp.evicted_at = self.now
-        if not sp.pod.safe_to_evict:  # its work is lost: it runs again from the start
+        if not sp.pod.safe_to_evict:  # its work is lost: it runs again from the start when bound
             sp.restarts += 1
             sp.lost_s += self.now - (sp.run_since if sp.run_since is not None else self.now)
             sp.end_at = None
-        self._log("pod.evicted", pod_name, src.id)
-        self._bind(sp, n)
-        return True
+        self.moves += 1
+        self._log("pod.evicted", sp.pod.name, n.id)
 
     def mark_decided(self, pod_names: Iterable[str]) -> None:
         for name in pod_names:
