@@ -69,11 +69,6 @@ K8S_MOVE = (
     "evicted through the Eviction API (PodDisruptionBudgets hold); its replacement pod is held by a "
     "schedulingGate and gets required nodeAffinity kubernetes.io/hostname={node}, then the gate is removed"
 )
-K8S_ROOM_MOVE = (
-    "evicted through the Eviction API (PodDisruptionBudgets hold) to free its node for a pending pod; its "
-    "replacement pod is held by a schedulingGate and gets required nodeAffinity kubernetes.io/hostname={node}, "
-    "then the gate is removed"
-)
 K8S_CONSOLIDATE = (
     "taint capstan.io/draining:NoSchedule, evict its pods through the Eviction API (PodDisruptionBudgets hold), "
     "their replacements go where the plan's moves say, then delete the Node/NodeClaim"
@@ -388,6 +383,8 @@ class _Work:
         self.type_memo: dict[tuple[object, ...], NodeType | str] = {}
         self.live: set[str] = set()
         """Nodes neither draining nor gone (of any type)."""
+        self.room_moves: list[tuple[Pod, _Bin]] = []
+        """Running pods moved in this plan, and where, to free allocatable nodes for pending pods (:func:`_make_room`)."""
         cpus: list[int] = []
         mems: list[int] = []
         bins, views, types, count = self.bins, self.views, self.types, self.count
@@ -756,6 +753,15 @@ def _place_unit(
             if max_price == math.inf:
                 max_price = -math.inf
         found = w.best_bin(pod, kinds, first_fit=phantom, max_empty_gpus=max_gpus, max_empty_price=max_price)
+        if (
+            (found is None or found[0].kind != "ready")
+            and not phantom
+            and not pod.gang
+            and w.cfg.make_room_moves
+        ):
+            found = (
+                _make_room(w, pod, w.cfg.make_room_moves) or found
+            )  # start now rather than wait for a node
         why: str
         if found is None and allow_new and max_price == -math.inf:
             # no type is small enough: say so without weighing every type against the arrival mix
@@ -784,14 +790,14 @@ def _place_unit(
     return [(p, b) for p, b, _ in done]
 
 
-def _make_room(w: _Work, pod: Pod, max_moves: int) -> tuple[_Bin, list[tuple[Pod, _Bin]]] | None:
+def _make_room(w: _Work, pod: Pod, max_moves: int) -> tuple[_Bin, Assignment] | None:
     """Free an allocatable node for ``pod`` by moving every pod on it onto other allocatable nodes now.
 
     Candidates are allocatable nodes of a type ``pod`` may use, running 1..``max_moves`` pods that are all safe
     to evict and nothing else promised to them in this plan; fewest pods first, then the cheapest node, then
     snapshot order. The first whose pods all find room elsewhere (placed as pending pods are, on allocatable
-    nodes only, so no moved pod waits) is emptied and ``pod`` placed on it. Returns the node and the moves, or
-    None (nothing changed).
+    nodes only, so no moved pod waits) is emptied, its moves recorded in ``w.room_moves``. Returns the node and
+    the devices ``pod`` would take there (the caller places it), or None (nothing changed).
 
     NOTE: written for openb's 8-GPU tasks (42 of the 77 pods that waited over a minute on openb default), it does
     nothing for them: when one arrives, each 8-GPU node runs another 8-GPU task or more than four pods. It acts a
@@ -818,17 +824,15 @@ def _make_room(w: _Work, pod: Pod, max_moves: int) -> tuple[_Bin, list[tuple[Pod
             found = w.best_bin(p, ("ready",), exclude=exclude)
             if found is None:
                 w.undo(done, [])
-                done = []
                 break
             w.place(found[0], p, found[1])
             done.append((p, found[0], found[1]))
         else:
             w.empty(b)
-            w.place(b, pod, choose_devices(b.cap, pod))
-            b.real.append(pod.name)
             for p, d, _ in done:
                 d.real.append(p.name)
-            return b, [(p, d) for p, d, _ in done]
+                w.room_moves.append((p, d))
+            return b, choose_devices(b.cap, pod)
     return None
 
 
@@ -1034,7 +1038,6 @@ def plan(
             gangs.setdefault(p.gang, []).append(p)
     seen_gangs: set[str] = set()
     nominations: list[Nomination] = []
-    room_moves: list[Nomination] = []
     for i, pod in enumerate(queue):
         if pod.gang:
             if pod.gang in seen_gangs:
@@ -1052,17 +1055,6 @@ def plan(
             unplaceable.extend((name, f"fits no node type ({why})") for name, why in never)
             waiting.extend(p.name for p in unit if p.name not in reasons)
             continue
-        if cfg.make_room_moves > 0 and not pod.gang:
-            found = w.best_bin(pod, ("ready", "inflight", "new"))
-            if found is None or found[0].kind != "ready":
-                freed = _make_room(w, pod, cfg.make_room_moves)
-                if freed is not None:
-                    b, moved = freed
-                    room_moves.extend(
-                        Nomination(p.name, d.id, K8S_ROOM_MOVE.format(node=d.id)) for p, d in moved
-                    )
-                    nominations.append(Nomination(pod.name, b.id, K8S_NOMINATE_EXISTING.format(node=b.id)))
-                    continue
         placed = _place_unit(w, unit, queue, i + 1, allow_new=True, phantom=False)
         if isinstance(placed, str):
             waiting.extend(p.name for p in unit)
@@ -1078,6 +1070,7 @@ def plan(
                 )
 
     pod_bins = {b.id for b in w.new_bins}
+    room_moves = tuple(Nomination(p.name, d.id, K8S_MOVE.format(node=d.id)) for p, d in w.room_moves)
     headroom_new = 0
     recheck: list[float] = []
     if cfg.headroom:
@@ -1107,7 +1100,7 @@ def plan(
         return Plan(
             launches=_launches(w, pod_bins, set()),
             nominations=tuple(nominations),
-            room_moves=tuple(room_moves),
+            room_moves=room_moves,
             unplaceable=tuple(unplaceable),
             waiting=tuple(waiting),
             scope=scope,
@@ -1143,7 +1136,7 @@ def plan(
     return Plan(
         launches=_launches(w, pod_bins, kept),
         moves=tuple(moves),
-        room_moves=tuple(room_moves),
+        room_moves=room_moves,
         nominations=tuple(nominations),
         drains=tuple(drains),
         headroom=tuple(headroom),
