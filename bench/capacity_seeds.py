@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from capacity_policies import ratio
+from capacity_policies import OUT, TRACES, ratio
 from capstan.capacity import (
     CapstanPolicy,
     Delay,
@@ -44,9 +44,7 @@ from capstan.capacity import (
 )
 from capstan.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[1]
-OPENB = ROOT / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
-OUT = ROOT / "bench" / "out"
+OPENB = TRACES / "alibaba-openb-2023"
 GOALS = {"idle_vs_ca": 0.4, "p99_vs_ca": 0.2, "cost_vs_oracle": 1.05}
 """Issue 5's goals, each an upper bound on a ratio."""
 LABELS = {"idle_vs_ca": "idle GPU-h × CA", "p99_vs_ca": "p99 pending × CA", "cost_vs_oracle": "cost × oracle"}
