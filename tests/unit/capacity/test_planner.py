@@ -9,7 +9,18 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from capstan.capacity import Delay, NodeState, NodeType, NodeView, PlannerConfig, Pod, Snapshot, Taint, plan
+from capstan.capacity import (
+    Delay,
+    NodeState,
+    NodeType,
+    NodeView,
+    Plan,
+    PlannerConfig,
+    Pod,
+    Snapshot,
+    Taint,
+    plan,
+)
 from capstan.capacity.forecast import Forecast, SlidingForecast, forecast, headroom_window
 from capstan.capacity.model import Toleration
 
@@ -710,7 +721,7 @@ def test_type_choice_stops_at_the_value_bound_with_the_choice_a_full_search_make
 
 def room_for_an_eight_gpu_pod(
     *bound_on_big: Pod, small: bool = True, config: PlannerConfig = NO_HEADROOM
-) -> Any:
+) -> Plan:
     """``big``: an allocatable 8-GPU node running ``bound_on_big``; ``small``: an idle allocatable 4-GPU node.
     An 8-GPU pod is pending: it fits no allocatable node as they are."""
     used = sum(p.num_gpu for p in bound_on_big)
