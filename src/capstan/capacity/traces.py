@@ -7,6 +7,10 @@ Formats (documented in docs/capacity.md, recognised by their CSV header so any f
 * GenAI request rate (``qps.csv``): samples summed per window across containers give a demand curve, turned into
   inference replicas as an HPA with Kubernetes' default behaviour would (:class:`HpaBehavior`: recommendations
   ``ceil(demand / per_replica)``); replicas above the current count leave newest first.
+* Router traffic (JSONL): a Capstan request file (the replayer's and the router benchmarks' format,
+  :mod:`capstan.replay`) or a Mooncake trace. Requests per window give a demand curve in requests per second,
+  turned into replicas the same way as the GenAI curve: the traffic the router serves sizes the replicas the
+  planner provisions for.
 * ``synthetic:agentic``: a seeded bursty agentic-inference generator (calm/burst Markov-modulated arrivals,
   fan-out, some two-node gangs).
 
@@ -16,6 +20,7 @@ A malformed row raises :class:`UserError` naming the file and line.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import random
 from collections import defaultdict, deque
@@ -46,21 +51,45 @@ GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoS
 
 
 def sniff_format(path: Path) -> str:
-    """``openb-pods`` or ``genai-qps`` from the header line; anything else is a one-line error."""
+    """``openb-pods`` or ``genai-qps`` from the CSV header, ``requests`` or ``mooncake`` from the first JSON line;
+    anything else is a one-line error."""
     try:
         with path.open(newline="", encoding="utf-8") as fh:
-            header = next(csv.reader(fh), None)
+            lineno, first = 0, ""
+            for n, text in enumerate(fh, 1):  # bounded by the file: stops at the first non-blank line
+                if text.strip():
+                    lineno, first = n, text
+                    break
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read ({exc})") from None
-    cols = tuple(h.strip() for h in header or ())
+    if first.lstrip().startswith("{"):
+        return _sniff_json(path, lineno, first)
+    header = next(csv.reader([first]), [])
+    cols = tuple(h.strip() for h in header)
     if cols == OPENB_POD_COLUMNS:
         return "openb-pods"
     if cols == GENAI_QPS_COLUMNS:
         return "genai-qps"
     raise UserError(
-        f"{path}:1: unknown trace header {','.join(cols)!r}; expected an openb pod list or a GenAI qps.csv"
+        f"{path}:1: unknown trace header {','.join(cols)!r}; expected an openb pod list, a GenAI qps.csv, "
+        "a request file or a Mooncake trace"
+    )
+
+
+def _sniff_json(path: Path, lineno: int, line: str) -> str:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+    if isinstance(obj, dict) and {"timestamp", "input_length"} <= obj.keys():
+        return "mooncake"
+    if isinstance(obj, dict) and {"t", "body"} <= obj.keys():
+        return "requests"
+    raise UserError(
+        f"{path}:{lineno}: unknown JSON trace line; expected a request file ('t', 'body') or a Mooncake trace "
+        "('timestamp', 'input_length', 'output_length', 'hash_ids')"
     )
 
 
@@ -265,6 +294,39 @@ def read_genai_qps(
     return Workload(name=path.name, pods=tuple(pods))
 
 
+def read_request_rate(
+    path: Path,
+    window: float = 300.0,
+    shape: ReplicaShape | None = None,
+    hpa: HpaBehavior | None = None,
+    fmt: str | None = None,
+) -> Workload:
+    """Router traffic as replica demand: count a request file's or a Mooncake trace's requests per window, take
+    the rate in requests per second as the demand curve (one replica absorbs ``shape.per_replica`` of it) and
+    turn it into replicas (:func:`demand_to_replicas`). A bad line is a :class:`UserError` naming
+    ``path:line``."""
+    from capstan.replay import mooncake_requests, read_requests  # the replay layer's own parsers and checks
+
+    if window <= 0:
+        raise UserError("window must be > 0 seconds")
+    fmt = fmt or sniff_format(path)
+    if fmt == "mooncake":
+        times = [r.t for r in mooncake_requests(path, model="demand")]
+    elif fmt == "requests":
+        times = [r.t for r in read_requests(path)]
+    else:
+        raise UserError(f"{path}: not a request file or a Mooncake trace ({fmt})")
+    if not times:
+        raise UserError(f"{path}: no requests")
+    counts: dict[int, int] = defaultdict(int)
+    for t in times:
+        counts[int(t // window)] += 1
+    first = min(counts)
+    curve = [((k - first) * window, counts.get(k, 0) / window) for k in range(first, max(counts) + 1)]
+    pods = demand_to_replicas(path.stem, curve, window, shape or ReplicaShape(), hpa)
+    return Workload(name=path.name, pods=tuple(pods))
+
+
 @dataclass(frozen=True)
 class AgenticSpec:
     """Knobs of the synthetic bursty agentic-inference generator (all times in seconds)."""
@@ -381,10 +443,16 @@ def grow_node_types(types: tuple[NodeType, ...], factor: int) -> tuple[NodeType,
 
 
 def load_trace(
-    spec: str, seed: int = 0, window: float = 300.0, not_safe_to_evict: frozenset[str] = frozenset()
+    spec: str,
+    seed: int = 0,
+    window: float = 300.0,
+    not_safe_to_evict: frozenset[str] = frozenset(),
+    per_replica: float | None = None,
 ) -> Workload:
-    """A trace by path (format from the header) or ``synthetic:agentic[:hours]``; ``not_safe_to_evict``: the
-    openb QoS classes whose pods must not be evicted (:func:`read_openb_pods`)."""
+    """A trace by path (format from the header or first line) or ``synthetic:agentic[:hours]``;
+    ``not_safe_to_evict``: the openb QoS classes whose pods must not be evicted (:func:`read_openb_pods`);
+    ``per_replica``: the demand one inference replica absorbs (requests per second; default
+    :class:`ReplicaShape`'s)."""
     if spec.startswith("synthetic:"):
         parts = spec.split(":")
         if parts[1] != "agentic" or len(parts) > 3:
@@ -400,4 +468,9 @@ def load_trace(
         return synthetic_agentic(seed, AgenticSpec(hours=hours))
     path = Path(spec)
     fmt = sniff_format(path)
-    return read_openb_pods(path, not_safe_to_evict) if fmt == "openb-pods" else read_genai_qps(path, window)
+    if fmt == "openb-pods":
+        return read_openb_pods(path, not_safe_to_evict)
+    shape = ReplicaShape() if per_replica is None else ReplicaShape(per_replica=per_replica)
+    if fmt == "genai-qps":
+        return read_genai_qps(path, window, shape)
+    return read_request_rate(path, window, shape, fmt=fmt)

@@ -6,6 +6,7 @@ write PNG plots. All decisions live in the package.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -182,7 +183,10 @@ def _run(
 @app.command()
 def simulate(
     trace: str = typer.Option(
-        ..., "--trace", help="Trace file (openb pod list or GenAI qps.csv) or synthetic:agentic[:HOURS]."
+        ...,
+        "--trace",
+        help="Trace file (openb pod list, GenAI qps.csv, request file or Mooncake trace) or "
+        "synthetic:agentic[:HOURS].",
     ),
     policy: list[str] = typer.Option(list(POLICY_NAMES), "--policy", help="Policies to compare (repeat)."),
     boot_delay: str = typer.Option(
@@ -196,7 +200,15 @@ def simulate(
         False, "--sweep", help="Also sweep the boot delay over 3, 6, 9, 12, 15 minutes."
     ),
     max_pods: int = typer.Option(0, "--max-pods", help="Replay only the first N pods (0: all)."),
-    window: float = typer.Option(300.0, "--window", help="GenAI qps.csv: seconds per demand window."),
+    window: float = typer.Option(
+        300.0, "--window", help="GenAI qps.csv, request files, Mooncake traces: seconds per demand window."
+    ),
+    replica_rps: float = typer.Option(
+        2.0,
+        "--replica-rps",
+        help="GenAI qps.csv, request files, Mooncake traces: requests per second one inference replica serves "
+        "(the HPA asks for ceil(rate / this) replicas).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed for delays and the synthetic generator."),
     headroom_quantile: float = typer.Option(
         0.99,
@@ -282,7 +294,17 @@ def simulate(
             raise UserError(
                 f"--not-safe-to-evict {qos}: unknown QoS class; choose from {', '.join(OPENB_QOS)}"
             )
-    workload = load_trace(trace, seed=seed, window=window, not_safe_to_evict=frozenset(not_safe_to_evict))
+    if not replica_rps > 0 or not math.isfinite(replica_rps):  # NaN fails too
+        raise UserError(f"--replica-rps {replica_rps}: must be a finite number > 0")
+    if not window > 0 or not math.isfinite(window):
+        raise UserError(f"--window {window}: must be a finite number of seconds > 0")
+    workload = load_trace(
+        trace,
+        seed=seed,
+        window=window,
+        not_safe_to_evict=frozenset(not_safe_to_evict),
+        per_replica=replica_rps,
+    )
     if max_pods:
         workload = Workload(workload.name, workload.pods[:max_pods])
     types = resolve_node_types(trace, nodes, boot, ready)

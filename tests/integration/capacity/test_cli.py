@@ -201,3 +201,22 @@ def test_pod_larger_than_every_type_is_reported_and_run_goes_on(tmp_path: Path) 
     )
     assert r.returncode == 0, r.stderr
     assert "1 pod(s) not placed: fits no node type" in r.stdout
+
+
+def test_router_traffic_sizes_inference_replicas_and_a_bad_replica_rate_is_one_line_exit_2(
+    tmp_path: Path,
+) -> None:
+    """A Mooncake trace (the router benchmarks' traffic) replays as inference replicas on the built-in types."""
+    lines = ROOT / ".." / "shared" / "data" / "traces" / "mooncake-fast25" / "conversation_trace.jsonl"
+    f = tmp_path / "mooncake.jsonl"
+    f.write_text("\n".join(lines.read_text().splitlines()[:2000]) + "\n")
+    r = capstan(
+        "--trace", str(f), "--replica-rps", "0.25", "--policy", "capstan", "--policy", "oracle",
+        "--out", str(tmp_path / "plots"),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "mooncake.jsonl:" in r.stdout and "conservation check failed" not in r.stdout
+    pods = int(r.stdout.split("mooncake.jsonl: ")[1].split(" pods")[0])
+    assert pods > 4  # 2,000 requests in about 10 minutes at 0.25 requests per second per replica
+    for bad in ("0", "-1", "nan"):
+        assert_one_line_exit_2(capstan("--trace", str(f), "--replica-rps", bad), "--replica-rps")

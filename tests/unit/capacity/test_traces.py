@@ -1,15 +1,26 @@
-"""Trace readers: the real openb and GenAI files parse to the documented counts; bad rows name file and line."""
+"""Trace readers: the real openb, GenAI and Mooncake files and generated request files parse to the documented
+counts; bad rows name file and line."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from capstan.capacity import Delay, grow, load_trace, read_genai_qps, read_openb_nodes, read_openb_pods
 from capstan.capacity.model import Pod
-from capstan.capacity.traces import HpaBehavior, ReplicaShape, demand_to_replicas, synthetic_agentic
+from capstan.capacity.traces import (
+    HpaBehavior,
+    ReplicaShape,
+    demand_to_replicas,
+    read_request_rate,
+    sniff_format,
+    synthetic_agentic,
+)
 from capstan.errors import UserError
+from capstan.replay import AgenticConfig, agentic_requests, write_requests
 
 pytestmark = pytest.mark.unit
 
@@ -130,6 +141,62 @@ def test_replicas_follow_the_hpa_defaults() -> None:
     ramp = demand_to_replicas("svc", [(0.0, 1.0), (60.0, 20.0), (600.0, 20.0)], 60.0, shape)
     # from 1 replica: +4 at 60 s (1 -> 5), then 5 -> 10 at 75 s, 10 -> 20 at 90 s
     assert _alive(ramp, (59.0, 61.0, 74.0, 76.0, 89.0, 91.0)) == [1, 5, 5, 10, 10, 20]
+
+
+NO_HPA_LIMITS = HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=10**9)
+
+
+def test_a_request_file_becomes_replicas_sized_by_its_request_rate(tmp_path: Path) -> None:
+    """The router's traffic (the replayer's request file, from the real agentic generator) sizes the replicas:
+    with no HPA limits, each window has exactly ceil(requests / window / per-replica rate) replicas alive."""
+    requests = agentic_requests(AgenticConfig(sessions=120, session_rate=0.5, seed=3))
+    f = tmp_path / "agents.jsonl"
+    write_requests(f, requests)
+    assert sniff_format(f) == "requests"
+    window, rps = 30.0, 0.2
+    w = read_request_rate(f, window, ReplicaShape(per_replica=rps, min_replicas=0), NO_HPA_LIMITS)
+    assert w.name == "agents.jsonl" and all(p.service == "agents" and p.num_gpu == 1 for p in w.pods)
+    first = min(int(r.t // window) for r in requests)
+    counts = Counter(int(r.t // window) - first for r in requests)
+    mids = tuple((k + 0.5) * window for k in range(max(counts) + 1))
+    want = [math.ceil(counts.get(k, 0) / window / rps - 1e-9) for k in range(max(counts) + 1)]
+    assert max(want) > min(want)  # the traffic is bursty, so the check can tell windows apart
+    assert _alive(list(w.pods), mids) == want
+
+
+def test_a_mooncake_trace_becomes_replicas(tmp_path: Path) -> None:
+    lines = (TRACES / "mooncake-fast25" / "conversation_trace.jsonl").read_text().splitlines()[:3000]
+    f = tmp_path / "mooncake.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    assert sniff_format(f) == "mooncake"
+    w = load_trace(str(f), window=60.0, per_replica=0.25)
+    assert w.pods and all(p.service == "mooncake" for p in w.pods)
+    peak = max(_alive(list(w.pods), tuple(float(t) for t in range(0, 900, 10))))
+    assert peak > 4  # 3,000 requests in about 15 minutes at 0.25 requests per second per replica
+    assert len(load_trace(str(f), window=60.0, per_replica=2.0).pods) < len(w.pods)
+
+
+def test_bad_router_traffic_lines_name_file_and_line(tmp_path: Path) -> None:
+    f = tmp_path / "req.jsonl"
+    good = '{"t": 0, "api": "completions", "body": {"model": "m", "prompt": "hi"}}'
+    f.write_text(good + '\n{"t": -1, "api": "completions", "body": {"model": "m", "prompt": "hi"}}\n')
+    with pytest.raises(UserError, match=r"req\.jsonl:2: 't' must be a number >= 0"):
+        load_trace(str(f))
+    m = tmp_path / "mc.jsonl"
+    m.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n'
+        '{"timestamp": 5, "input_length": 10, "output_length": 1}\n'
+    )
+    with pytest.raises(UserError, match=r"mc\.jsonl:2: missing field 'hash_ids'"):
+        load_trace(str(m))
+    other = tmp_path / "other.jsonl"
+    other.write_text('\n{"time": 1}\n')
+    with pytest.raises(UserError, match=r"other\.jsonl:2: unknown JSON trace line"):
+        load_trace(str(other))
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"t": 1,\n')
+    with pytest.raises(UserError, match=r"broken\.jsonl:1: invalid JSON"):
+        load_trace(str(broken))
 
 
 def test_synthetic_generator_is_seeded() -> None:
