@@ -304,6 +304,7 @@ class PlanCache:
         self.types: dict[tuple[object, ...], NodeType | str] = {}
         self._horizon: float | None = None
         self._by_bound: tuple[tuple[float, int, NodeType], ...] | None = None
+        self._gpu_price: float | None = None
         self._sliding = SlidingForecast()
         self._phantoms: tuple[Forecast, PlannerConfig, list[Pod]] | None = None
 
@@ -313,6 +314,13 @@ class PlanCache:
         if self._horizon is None:
             self._horizon = gpu_horizon(self.node_types)
         return self._horizon
+
+    @property
+    def gpu_price(self) -> float:
+        """The lowest price per GPU per hour of any node type with GPUs (0 if none has any)."""
+        if self._gpu_price is None:
+            self._gpu_price = min((t.price_per_hour / t.gpu for t in self.node_types if t.gpu), default=0.0)
+        return self._gpu_price
 
     @property
     def by_value_bound(self) -> tuple[tuple[float, int, NodeType], ...]:
@@ -359,6 +367,7 @@ class PlanCache:
         self.types.clear()
         self._horizon = None
         self._by_bound = None
+        self._gpu_price = None
         self._sliding = SlidingForecast()
         self._phantoms = None
         return self
@@ -876,6 +885,19 @@ def _gpus_free(b: _Bin) -> float:
     return b.cap.free_gpu_milli() / 1000
 
 
+def _waste(w: _Work, b: _Bin) -> float:
+    """What ``b`` costs an hour beyond its allocated GPUs at the lowest price per GPU of any type (GPU nodes),
+    or beyond its allocated CPU share of its price (CPU nodes).
+
+    NOTE: with only nodes that had free GPUs as candidates, a full node of dear GPUs was never repacked: on
+    openb default two pods that ran for 90 days held a 2-GPU P100 node (2.99 a GPU an hour against the T4
+    node's 1.50) for the whole trace. With these candidates too, Capstan cost 9.9 % less on openb default at 5
+    minutes and 2.3 % less on gpuspec20 (docs/benchmarks.md)."""
+    if b.nt.gpu:
+        return b.nt.price_per_hour - (b.nt.gpu - _gpus_free(b)) * w.cache.gpu_price
+    return b.nt.price_per_hour * (1.0 - _utilization(b))
+
+
 @dataclass
 class _Repack:
     """One repack of a group of nodes: where each of their pods goes, and what it saves per hour."""
@@ -893,6 +915,14 @@ def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool
     It pays when the hourly price of the nodes it empties exceeds the price of the nodes it brings into use by
     more than ``repack_min_saving`` (a share) and it leaves fewer GPUs unallocated. Unless ``commit``, every
     change is rolled back; packing is deterministic, so committing the same group later gives the same result.
+
+    A new node's type is chosen as for pending pods, with the arrival mix (:meth:`_Work.choose_type`): the node
+    outlives the group's pods, and later arrivals fill what they leave.
+
+    NOTE: chosen for the group's pods alone (the rule until 2026-12-01), a repack took the cheapest
+    type those pods fit, often a 2-GPU P100 node a cent an hour cheaper than a 4-GPU T4 one, and the next
+    arrivals found no room: on openb default at 5 minutes Capstan cost 1.1 % more and moved 5,092 pods
+    instead of 812, and the oracle, which packs the same way, cost 11 % more (docs/benchmarks.md).
     """
     exclude = frozenset(b.id for b in group)
     pods = sorted((p for b in group for p in w.views[b.id].bound), key=_queue_key)
@@ -911,7 +941,7 @@ def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool
             if spent + w.cheapest(pod) >= hopeless:
                 ok = False
                 break
-            choice = w.choose_type(pod, pods, i + 1, mix=False)
+            choice = w.choose_type(pod, pods, i + 1)
             if not isinstance(choice, NodeType):
                 ok = False
                 break
@@ -946,8 +976,10 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
     """Replace wasteful nodes: empty those whose long-running pods fit elsewhere or on fewer, cheaper nodes.
 
     Candidates are allocatable nodes all of whose pods have run at least ``repack_min_age_s`` (a pod that has
-    run long is likely to run on) and are safe to evict (:attr:`Pod.safe_to_evict`), most unallocated GPUs
-    first. Groups of the first 1..``repack_group``
+    run long is likely to run on) and are safe to evict (:attr:`Pod.safe_to_evict`): GPU nodes that cost more
+    than their allocated GPUs would at the lowest price per GPU of any type (free GPUs, or GPUs dearer than
+    they need be, :func:`_waste`), CPU nodes under ``consolidation_threshold``; the most waste first. Groups
+    of the first 1..``repack_group``
     candidates are tried and the largest saving wins. If all its destinations are allocatable, the group is
     drained now and its pods nominated to them. If it needs new nodes they are launched (a later decision, when
     they are up, finds the same repack with allocatable destinations and drains); if it needs nodes already in
@@ -964,9 +996,9 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
         and not b.phantom
         and b.pods == len(w.views[b.id].bound)
         and all(now - p.arrival >= cfg.repack_min_age_s and p.safe_to_evict for p in w.views[b.id].bound)
-        and (_gpus_free(b) > 0 if b.nt.gpu else _utilization(b) < cfg.consolidation_threshold)
+        and (_waste(w, b) > 1e-6 if b.nt.gpu else _utilization(b) < cfg.consolidation_threshold)
     ]
-    cands.sort(key=lambda b: (-_gpus_free(b), -b.nt.price_per_hour, b.order))
+    cands.sort(key=lambda b: (-_waste(w, b), b.order))
     cands = cands[: cfg.consolidation_candidates]
     if not cands:
         return [], [], set()
