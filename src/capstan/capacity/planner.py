@@ -890,8 +890,8 @@ def _waste(w: _Work, b: _Bin) -> float:
     or beyond its allocated CPU share of its price (CPU nodes).
 
     NOTE: with only nodes that had free GPUs as candidates, a full node of dear GPUs was never repacked: on
-    openb default two pods that ran for 90 days held a 2-GPU P100 node (2.99 a GPU an hour against the T4
-    node's 1.50) for the whole trace. With these candidates too, Capstan cost 9.9 % less on openb default at 5
+    openb default two pods that ran for about 90 days held a 2-GPU P100 node (2.99 a GPU an hour against the T4
+    node's 1.50) for 89 days. With these candidates too, Capstan cost 9.9 % less on openb default at 5
     minutes and 2.3 % less on gpuspec20 (docs/benchmarks.md)."""
     if b.nt.gpu:
         return b.nt.price_per_hour - (b.nt.gpu - _gpus_free(b)) * w.cache.gpu_price
@@ -913,7 +913,8 @@ def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool
     """Pack the pods of ``group`` onto other nodes (busy, empty, in flight or new); return it if it pays.
 
     It pays when the hourly price of the nodes it empties exceeds the price of the nodes it brings into use by
-    more than ``repack_min_saving`` (a share) and it leaves fewer GPUs unallocated. Unless ``commit``, every
+    more than ``repack_min_saving`` (a share) and it leaves fewer GPUs unallocated on the nodes it empties and the
+    nodes it fills (a full node of dear GPUs emptied into free room elsewhere counts). Unless ``commit``, every
     change is rolled back; packing is deterministic, so committing the same group later gives the same result.
 
     A new node's type is chosen as for pending pods, with the arrival mix (:meth:`_Work.choose_type`): the node
@@ -935,6 +936,7 @@ def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool
     hopeless = before - cfg.repack_min_saving * before + 1e-6
     spent = 0.0
     ok = True
+    free_at_first: dict[str, float] = {}  # free GPUs of each destination before this repack placed anything
     for i, pod in enumerate(pods):
         found = w.best_bin(pod, ("ready", "inflight", "new"), exclude=exclude)
         if found is None:
@@ -953,6 +955,7 @@ def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool
         if b.pods == 0 and b.kind != "new":
             woken.append(b)
             spent += b.nt.price_per_hour
+        free_at_first.setdefault(b.id, _gpus_free(b))
         w.place(b, pod, a)
         done.append((pod, b, a))
         if spent >= hopeless:
@@ -962,8 +965,10 @@ def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool
     if ok:
         brought = woken + opened
         after = sum(b.nt.price_per_hour for b in brought)
-        free_before = sum(_gpus_free(b) for b in group) + sum(b.nt.gpu for b in brought)
-        free_after = sum(_gpus_free(b) for b in brought)
+        # unallocated GPUs of the nodes it empties and of every node it fills, before and after
+        dests = {b.id: b for _, b, _ in done}
+        free_before = sum(_gpus_free(b) for b in group) + sum(free_at_first.values())
+        free_after = sum(_gpus_free(b) for b in dests.values())
         if before - after > cfg.repack_min_saving * before and free_after < free_before - 1e-9:
             waits = any(b.kind != "ready" for _, b, _ in done)
             result = _Repack(list(group), [(p, b) for p, b, _ in done], before - after, waits)

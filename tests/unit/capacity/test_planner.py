@@ -420,6 +420,40 @@ def test_repack_replaces_two_half_used_nodes_by_one_cheaper_node_then_moves_when
     assert sorted((m.pod, m.node) for m in q.moves) == [("x", "n10"), ("y", "n10")]
 
 
+P100x2W = NodeType("p100-2w", 64000, 262144, 2, "P100", 5.98, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
+T4x4W = NodeType("t4-4w", 96000, 393216, 4, "T4", 5.99, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
+V100x2W = NodeType("v100-2w", 64000, 262144, 2, "V100", 7.5, boot_delay=BOOT, gpu_ready_delay=GPU_UP)
+
+
+def test_a_full_node_of_dear_gpus_is_repacked_onto_cheaper_free_room() -> None:
+    """``dear`` has no free GPU, but its two GPUs cost 3.75 an hour each against the T4 node's 1.50: its pods
+    move into the two GPUs ``cheap`` has free, and it is drained. A T4 node as full is left alone."""
+    types = (P100x2W, T4x4W, V100x2W)
+    dear = node("dear", V100x2W, devs=(0, 0), bound=(pod("d1"), pod("d2")))
+    cheap = node("cheap", T4x4W, devs=(0, 0, 1000, 1000), bound=(pod("c1"), pod("c2")))
+    snap = Snapshot(now=7200.0, node_types=types, nodes=(dear, cheap), pending=())
+    p = plan(snap, PlannerConfig(headroom=False))
+    assert [d.node for d in p.drains] == ["dear"]
+    assert sorted((m.pod, m.node) for m in p.moves) == [("d1", "cheap"), ("d2", "cheap")]
+    full = node("full", T4x4W, devs=(0, 0, 0, 0), bound=tuple(pod(f"f{i}") for i in range(4)))
+    roomy = node("roomy", T4x4W, devs=(0, 0, 1000, 1000), bound=(pod("r1"), pod("r2")))
+    q = plan(replace(snap, nodes=(full, roomy)), PlannerConfig(headroom=False))
+    assert "full" not in {d.node for d in q.drains}
+
+
+def test_a_repack_node_type_follows_the_arrival_mix() -> None:
+    """The pods of a full dear node move to one new node. For them alone the 2-GPU P100 node is a cent an hour
+    cheaper than the 4-GPU T4 one; with one-GPU pods arriving, the repack takes the T4 node they will fill."""
+    types = (P100x2W, T4x4W, V100x2W)
+    dear = node("dear", V100x2W, devs=(0, 0), bound=(pod("x"), pod("y")))
+    quiet = Snapshot(now=7200.0, node_types=types, nodes=(dear,), pending=(), next_id=10)
+    got = plan(quiet, PlannerConfig(headroom=False)).launches
+    assert [(launch.type, launch.purpose) for launch in got] == [("p100-2w", "repack")]
+    busy = replace(quiet, recent=tuple(pod(f"r{i}", arrival=7000.0 + i) for i in range(6)))
+    got = plan(busy, PlannerConfig(headroom=False)).launches
+    assert [(launch.type, launch.purpose) for launch in got] == [("t4-4w", "repack")]
+
+
 def test_new_node_type_follows_the_arrival_mix_not_only_the_queue() -> None:
     """Alone, a 12-CPU pod is cheapest on a 16-CPU node; when such pods keep arriving, the 104-CPU node that two
     of them fill is cheaper per pod."""
