@@ -892,7 +892,7 @@ def _waste(w: _Work, b: _Bin) -> float:
     NOTE: with only nodes that had free GPUs as candidates, a full node of dear GPUs was never repacked: on
     openb default two pods that ran for about 90 days held a 2-GPU P100 node (2.99 a GPU an hour against the T4
     node's 1.50) for 89 days. With these candidates too, Capstan cost 9.9 % less on openb default at 5
-    minutes and 2.3 % less on gpuspec20 (docs/benchmarks.md)."""
+    minutes and 2.7 % less on gpuspec20, with the repack type chosen with the arrival mix (docs/benchmarks.md)."""
     if b.nt.gpu:
         return b.nt.price_per_hour - (b.nt.gpu - _gpus_free(b)) * w.cache.gpu_price
     return b.nt.price_per_hour * (1.0 - _utilization(b))
@@ -922,7 +922,7 @@ def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool
 
     NOTE: chosen for the group's pods alone (the rule until 2026-12-01), a repack took the cheapest
     type those pods fit, often a 2-GPU P100 node a cent an hour cheaper than a 4-GPU T4 one, and the next
-    arrivals found no room: on openb default at 5 minutes Capstan cost 1.1 % more and moved 5,092 pods
+    arrivals found no room: on openb default at 5 minutes (this change alone) Capstan cost 1.1 % more and moved 5,092 pods
     instead of 812, and the oracle, which packs the same way, cost 11 % more (docs/benchmarks.md).
     """
     exclude = frozenset(b.id for b in group)
