@@ -811,7 +811,8 @@ def _make_room(w: _Work, pod: Pod, max_moves: int) -> tuple[_Bin, Assignment] | 
     NOTE: written for openb's 8-GPU tasks (42 of the 77 pods that waited over a minute on openb default), it does
     nothing for them: when one arrives, each 8-GPU node runs another 8-GPU task or more than four pods. It acts a
     few times per replay, for 4-GPU tasks, and across 16 seeds of boot delays drawn within ±10 % it made Capstan
-    cheaper on 13 and turned all three of issue 5's goals at a 5-minute boot from 8 seeds of 16 into 16 of 16
+    cheaper on 13 and turned all three of issue 5's goals at a 5-minute boot from 8 seeds of 16 into 16 of 16,
+    measured before the repack changes of commit b50e3b0 and against the oracle of that code
     (docs/benchmarks.md, "Making room for a pending pod", "Goal verdicts across seeds"). The pods moved off the
     freed node take free room, often the headroom's, which the same plan replaces.
     """
@@ -992,19 +993,23 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
     nodes the repack keeps (so they are neither drained as empty nor lent to forecast headroom).
     """
     now = w.snap.now
-    cands = [
-        b
-        for b in w.bins
-        if b.kind == "ready"
-        and b.pods
-        and not b.real
-        and not b.phantom
-        and b.pods == len(w.views[b.id].bound)
-        and all(now - p.arrival >= cfg.repack_min_age_s and p.safe_to_evict for p in w.views[b.id].bound)
-        and (_waste(w, b) > 1e-6 if b.nt.gpu else _utilization(b) < cfg.consolidation_threshold)
-    ]
-    cands.sort(key=lambda b: (-_waste(w, b), b.order))
-    cands = cands[: cfg.consolidation_candidates]
+    wasteful: list[tuple[float, int, _Bin]] = []
+    for b in w.bins:  # bounded by the snapshot's nodes
+        if not (
+            b.kind == "ready"
+            and b.pods
+            and not b.real
+            and not b.phantom
+            and b.pods == len(w.views[b.id].bound)
+            and all(now - p.arrival >= cfg.repack_min_age_s and p.safe_to_evict for p in w.views[b.id].bound)
+        ):
+            continue
+        waste = _waste(w, b)
+        candidate = waste > 1e-6 if b.nt.gpu else _utilization(b) < cfg.consolidation_threshold
+        if candidate:
+            wasteful.append((-waste, b.order, b))
+    wasteful.sort(key=lambda c: c[:2])
+    cands = [b for _, _, b in wasteful[: cfg.consolidation_candidates]]
     if not cands:
         return [], [], set()
     # the trial packings depend only on the candidates and every bin's free resources: skip them when those
