@@ -435,10 +435,12 @@ def test_a_full_node_of_dear_gpus_is_repacked_onto_cheaper_free_room() -> None:
     p = plan(snap, PlannerConfig(headroom=False))
     assert [d.node for d in p.drains] == ["dear"]
     assert sorted((m.pod, m.node) for m in p.moves) == [("d1", "cheap"), ("d2", "cheap")]
+    # a full node of the cheapest GPUs is no candidate, though its pods would fit the idle GPUs of a node whose
+    # only pod is too young to move
     full = node("full", T4x4W, devs=(0, 0, 0, 0), bound=tuple(pod(f"f{i}") for i in range(4)))
-    roomy = node("roomy", T4x4W, devs=(0, 0, 1000, 1000), bound=(pod("r1"), pod("r2")))
-    q = plan(replace(snap, nodes=(full, roomy)), PlannerConfig(headroom=False))
-    assert "full" not in {d.node for d in q.drains}
+    idle = node("idle", T4x4W, bound=(pod("young", gpus=0, arrival=7000.0),))
+    q = plan(replace(snap, nodes=(full, idle)), PlannerConfig(headroom=False))
+    assert not q.drains and not q.moves
 
 
 def test_a_repack_node_type_follows_the_arrival_mix() -> None:
