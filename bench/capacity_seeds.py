@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -50,27 +51,59 @@ GOALS = {"idle_vs_ca": 0.4, "p99_vs_ca": 0.2, "cost_vs_oracle": 1.05}
 LABELS = {"idle_vs_ca": "idle GPU-h × CA", "p99_vs_ca": "p99 pending × CA", "cost_vs_oracle": "cost × oracle"}
 
 
-def parse_variant(text: str) -> tuple[str, PlannerConfig]:
-    """``NAME:key=value[,key=value]`` → a labelled :class:`PlannerConfig` (unknown keys and bad values are
-    errors that name the variant)."""
+POLICY_SETTINGS = {"review_interval": float, "repack_interval": float}
+"""Settings of the controller loop (:class:`CapstanPolicy`) a variant may set beside the planner's."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Capstan replayed with these planner and controller-loop settings."""
+
+    name: str
+    config: PlannerConfig
+    policy: tuple[tuple[str, float], ...] = ()
+
+    def make(self) -> CapstanPolicy:
+        loop = dict(self.policy)
+        default = CapstanPolicy()
+        return CapstanPolicy(
+            self.config,
+            review_interval=loop.get("review_interval", default.review_interval),
+            repack_interval=loop.get("repack_interval", default.repack_interval),
+        )
+
+
+def parse_variant(text: str) -> Variant:
+    """``NAME:key=value[,key=value]`` → a labelled :class:`Variant`: keys are :class:`PlannerConfig` settings
+    or ``POLICY_SETTINGS`` (unknown keys and bad values are errors that name the variant)."""
     name, sep, spec = text.partition(":")
     if not sep or not name or not spec:
         raise UserError(f"--variant {text!r}: expected NAME:key=value[,key=value]")
     kinds = {f.name: type(getattr(PlannerConfig(), f.name)) for f in fields(PlannerConfig)}
     kw: dict[str, object] = {}
+    policy: list[tuple[str, float]] = []
     for item in spec.split(","):
         key, eq, value = item.partition("=")
         key = key.strip()
-        if not eq or key not in kinds:
-            raise UserError(f"--variant {text!r}: {key or item!r} is not a PlannerConfig setting")
-        kind = kinds[key]
+        if not eq or (key not in kinds and key not in POLICY_SETTINGS):
+            raise UserError(
+                f"--variant {text!r}: {key or item!r} is not a PlannerConfig setting nor one of "
+                f"{', '.join(POLICY_SETTINGS)}"
+            )
+        kind = kinds.get(key) or POLICY_SETTINGS[key]
         try:
-            kw[key] = value.strip().lower() in ("1", "true", "yes") if kind is bool else kind(value)
+            got = value.strip().lower() in ("1", "true", "yes") if kind is bool else kind(value)
         except ValueError:
             raise UserError(
                 f"--variant {text!r}: {key}={value!r}: expected a value of type {kind.__name__}"
             ) from None
-    return name, PlannerConfig(**kw)  # type: ignore[arg-type]
+        if key in POLICY_SETTINGS:
+            if not (isinstance(got, float) and got > 0 and math.isfinite(got)):
+                raise UserError(f"--variant {text!r}: {key}={value!r}: expected a positive number of seconds")
+            policy.append((key, got))
+        else:
+            kw[key] = got
+    return Variant(name, PlannerConfig(**kw), tuple(policy))  # type: ignore[arg-type]
 
 
 def jittered(types: tuple[NodeType, ...], boot: float, jitter: float) -> tuple[NodeType, ...]:
@@ -107,7 +140,7 @@ def main() -> None:
     if args.seeds < 1:
         ap.error(f"--seeds {args.seeds}: must be at least 1")
     try:
-        variants = [("default", PlannerConfig()), *(parse_variant(v) for v in args.variant)]
+        variants = [Variant("default", PlannerConfig()), *(parse_variant(v) for v in args.variant)]
         workload = load_trace(str(args.trace))
         types = read_openb_nodes(
             args.nodes, Delay("fixed", args.boot_delay), Delay("fixed", args.gpu_ready_delay)
@@ -142,8 +175,9 @@ def main() -> None:
     table.add_column("goals met")
     for seed in seeds:
         ca = run_policies(workload, types, ["cluster-autoscaler"], seed=seed)["cluster-autoscaler"][1]
-        for name, cfg in variants:
-            s: Summary = summarize(Sim(workload, types, CapstanPolicy(cfg), seed=seed).run())
+        for variant in variants:
+            name = variant.name
+            s: Summary = summarize(Sim(workload, types, variant.make(), seed=seed).run())
             r: dict[str, object] = {
                 "seed": seed,
                 "variant": name,
@@ -173,10 +207,10 @@ def main() -> None:
                 str(r["goals_met"]),
             )
     console.print(table)
-    summary = summarize_variants(console, rows, [n for n, _ in variants], len(seeds))
+    summary = summarize_variants(console, rows, [v.name for v in variants], len(seeds))
     console.print(f"{len(seeds)} seeds × {len(variants)} variants in {time.perf_counter() - t0:.0f} s")
     args.out.mkdir(parents=True, exist_ok=True)
-    plot = write_plot(rows, [n for n, _ in variants], args.out)
+    plot = write_plot(rows, [v.name for v in variants], args.out)
     (args.out / "capacity_seeds.json").write_text(
         json.dumps(
             {

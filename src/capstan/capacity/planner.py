@@ -174,6 +174,11 @@ class PlannerConfig:
     """A pending pod that no allocatable node can take, before it waits for a node to boot, may have one
     allocatable node freed for it: that node's pods (at most this many, all safe to evict) move now onto
     other allocatable nodes (0: never). See :func:`_make_room`."""
+    repack_both_orders: bool = True
+    """A full plan whose repack search passed over a candidate because forecast headroom held room on it is
+    made a second time with the repack search run before headroom is placed (repacks may then take room
+    headroom would have held, and headroom finds room elsewhere or launches it); the plan whose launches less
+    its drains cost less an hour is kept (ties: headroom first). See :func:`plan`."""
     pinned_headroom_node_ratio: float = 2.0
     """A node launched or kept empty for nothing but a headroom phantom limited to some GPU models has at most this
     many times the GPUs the phantom asks for, unless it costs no more than a type within that (0: no node is
@@ -300,7 +305,9 @@ class PlanCache:
         self.cheapest: dict[tuple[PodShape, float], float] = {}
         self.why: dict[tuple[str, PodShape], str | None] = {}
         self._forecast: tuple[tuple[object, ...], Forecast] | None = None
-        self.no_repack: tuple[object, ...] | None = None
+        self.no_repack: dict[bool, tuple[object, ...]] = {}
+        """Per order of the repack search (before headroom or not), the inputs of the last one that found
+        nothing."""
         self.types: dict[tuple[object, ...], NodeType | str] = {}
         self._horizon: float | None = None
         self._by_bound: tuple[tuple[float, int, NodeType], ...] | None = None
@@ -363,7 +370,7 @@ class PlanCache:
         self.cheapest.clear()
         self.why.clear()
         self._forecast = None
-        self.no_repack = None
+        self.no_repack.clear()
         self.types.clear()
         self._horizon = None
         self._by_bound = None
@@ -392,6 +399,10 @@ class _Work:
         self.type_memo: dict[tuple[object, ...], NodeType | str] = {}
         self.live: set[str] = set()
         """Nodes neither draining nor gone (of any type)."""
+        self.repack_first = False
+        """This plan searches for repacks before it places headroom."""
+        self.passed_over = False
+        """The repack search passed over a candidate because forecast headroom held room on it."""
         self.room_moves: list[tuple[Pod, _Bin]] = []
         """Running pods moved in this plan, and where, to free allocatable nodes for pending pods (:func:`_make_room`)."""
         cpus: list[int] = []
@@ -639,6 +650,13 @@ class _Work:
         b.cap = Capacity.of(b.nt)
         b.pods = 0
         self._enter(b)
+
+    def withdraw(self, ids: set[str]) -> None:
+        """Leave no room on the bins ``ids`` for the rest of this plan (their nodes are being drained)."""
+        for b in self.bins:  # bounded by the snapshot's nodes and this plan's new ones
+            if b.id in ids:
+                self._leave(b)
+                b.cap = Capacity(0, 0, [0] * len(b.cap.devs))
 
     def undo(self, done: list[tuple[Pod, _Bin, Assignment]], opened: list[_Bin]) -> None:
         """Take back placements and close the bins opened for them, newest first."""
@@ -999,10 +1017,18 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
             b.kind == "ready"
             and b.pods
             and not b.real
-            and not b.phantom
-            and b.pods == len(w.views[b.id].bound)
+            and b.pods - b.phantom == len(w.views[b.id].bound)
             and all(now - p.arrival >= cfg.repack_min_age_s and p.safe_to_evict for p in w.views[b.id].bound)
         ):
+            continue
+        if b.phantom:
+            view = w.views[b.id]
+            if view.bound and not w.passed_over:
+                if b.nt.gpu:
+                    used = b.nt.gpu - sum(view.devs) / GPU_MILLI
+                    w.passed_over = b.nt.price_per_hour - used * w.cache.gpu_price > 1e-6
+                else:
+                    w.passed_over = view.cpu > (1.0 - cfg.consolidation_threshold) * b.nt.cpu_milli
             continue
         waste = _waste(w, b)
         candidate = waste > 1e-6 if b.nt.gpu else _utilization(b) < cfg.consolidation_threshold
@@ -1018,7 +1044,7 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
         tuple(b.id for b in cands),
         tuple((b.id, b.nt.name, b.kind, b.cap.cpu, b.cap.mem, tuple(b.cap.devs), b.pods) for b in w.bins),
     )
-    if w.cache.no_repack == key:
+    if w.cache.no_repack.get(w.repack_first) == key:
         return [], [], set()
     best: tuple[float, int] | None = None
     for size in range(1, min(cfg.repack_group, len(cands)) + 1):
@@ -1026,7 +1052,7 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
         if got is not None and (best is None or got.saving > best[0] + 1e-9):
             best = (got.saving, size)
     if best is None:
-        w.cache.no_repack = key
+        w.cache.no_repack[w.repack_first] = key
         return [], [], set()
     chosen = _try_repack(w, cands[: best[1]], cfg, commit=True)
     assert chosen is not None
@@ -1066,9 +1092,42 @@ def plan(
     ``review``: also which nodes are held as headroom and drains of empty nodes. ``full``: also repacks
     (moving long-running pods). A controller runs the wider scopes on intervals,
     as Karpenter runs its disruption loop; a narrower plan leaves what it did not decide as it is.
+
+    A full plan places headroom before it searches for repacks, so the room headroom holds is not packed
+    away. With ``repack_both_orders``, when that plan's repack search passed over a candidate because
+    headroom held room on it, the plan is also made with the repack search first, and the one whose
+    launches less its drains cost less an hour is kept.
+
+    NOTE: a second plan also for every first plan that launched nodes cut cost more on openb default but
+    raised it on gpuspec20, whose pinned headroom launches often: there repacks first packed pods into the free
+    GPUs of G2 nodes and idle GPU-hours rose by a fifth (docs/benchmarks.md, "Repacking in both orders").
     """
     cfg = config or PlannerConfig()
+    if cache is None:
+        cache = PlanCache(snapshot.node_types)
+    first, passed_over = _plan_once(snapshot, cfg, cache, scope, repack_first=False)
+    both = scope == "full" and cfg.repack_both_orders and cfg.consolidate and cfg.headroom
+    if not both or not passed_over:
+        return first
+    second, _ = _plan_once(snapshot, cfg, cache, scope, repack_first=True)
+    type_of = {n.id: n.type for n in snapshot.nodes}
+    by_name = cache.by_name
+
+    def hourly(p: Plan) -> float:
+        """What the plan's launches cost an hour, less what its drains save."""
+        up = sum(by_name[launch.type].price_per_hour for launch in p.launches)
+        return up - sum(by_name[type_of[d.node]].price_per_hour for d in p.drains)
+
+    return second if hourly(second) < hourly(first) - 1e-9 else first
+
+
+def _plan_once(
+    snapshot: Snapshot, cfg: PlannerConfig, cache: PlanCache, scope: Scope, *, repack_first: bool
+) -> tuple[Plan, bool]:
+    """One plan (see :func:`plan`), the repack search after headroom or, with ``repack_first``, before it;
+    also whether the repack search passed over a candidate because headroom held room on it."""
     w = _Work(snapshot, cfg, cache)
+    w.repack_first = repack_first
     promised = {pod: node for pod, node in snapshot.promised if node in w.live}
 
     unplaceable: list[tuple[str, str]] = []
@@ -1115,6 +1174,10 @@ def plan(
     room_moves = tuple(Nomination(p.name, d.id, K8S_MOVE.format(node=d.id)) for p, d in w.room_moves)
     headroom_new = 0
     recheck: list[float] = []
+    early: tuple[list[Drain], list[Nomination], set[str]] | None = None
+    if repack_first and cfg.consolidate and scope == "full":
+        early = _repack(w, cfg)
+        w.withdraw({d.node for d in early[0]})  # headroom may not count on room that is being drained
     if cfg.headroom:
         fc = w.fc
         if fc.changes_at is not None:
@@ -1139,7 +1202,7 @@ def plan(
             )
 
     if scope == "place":
-        return Plan(
+        placed_plan = Plan(
             launches=_launches(w, pod_bins, set()),
             nominations=tuple(nominations),
             room_moves=room_moves,
@@ -1147,11 +1210,14 @@ def plan(
             waiting=tuple(waiting),
             scope=scope,
         )
+        return placed_plan, False
     headroom: list[str] = []
     drains: list[Drain] = []
     moves: list[Nomination] = []
     kept: set[str] = set()
-    if cfg.consolidate and scope == "full":
+    if early is not None:
+        drains, moves, kept = early
+    elif cfg.consolidate and scope == "full":
         drains, moves, kept = _repack(w, cfg)
     drained = {d.node for d in drains}
     for b in w.bins:
@@ -1175,7 +1241,7 @@ def plan(
             drains.append(
                 Drain(b.id, snapshot.now, "empty and not needed by the forecast within its boot delay")
             )
-    return Plan(
+    result = Plan(
         launches=_launches(w, pod_bins, kept),
         moves=tuple(moves),
         room_moves=room_moves,
@@ -1187,3 +1253,4 @@ def plan(
         recheck_at=min(recheck, default=None),
         scope=scope,
     )
+    return result, w.passed_over

@@ -15,6 +15,7 @@ from capstan.capacity import (
     NodeType,
     NodeView,
     Plan,
+    PlanCache,
     PlannerConfig,
     Pod,
     Snapshot,
@@ -23,6 +24,7 @@ from capstan.capacity import (
 )
 from capstan.capacity.forecast import Forecast, SlidingForecast, forecast, headroom_window
 from capstan.capacity.model import Toleration
+from capstan.capacity.planner import _plan_once
 
 pytestmark = pytest.mark.unit
 
@@ -454,6 +456,54 @@ def test_a_repack_node_type_follows_the_arrival_mix() -> None:
     busy = replace(quiet, recent=tuple(pod(f"r{i}", arrival=7000.0 + i) for i in range(6)))
     got = plan(busy, PlannerConfig(headroom=False)).launches
     assert [(launch.type, launch.purpose) for launch in got] == [("t4-4w", "repack")]
+
+
+def headroom_on_a_repack_candidate(*, third: bool) -> Snapshot:
+    """``a`` and ``b`` each run two long-running one-GPU pods on a 4-GPU T4 node (2 GPUs free, so both are
+    repack candidates); ``a``'s pods are small, ``b``'s need 30 cores each. Two one-GPU pods arrived in the last
+    window, so headroom holds two GPUs, and placed first it takes ``a``'s (``a`` has the most free CPU). With
+    ``third``, node ``c`` has 3 GPUs free beside one young pod, but only 36 cores: one of ``b``'s pods."""
+    small = tuple(pod(f"a{i}", cpu=4000) for i in range(2))
+    big = tuple(pod(f"b{i}", cpu=30000) for i in range(2))
+    nodes = [
+        node("a", T4x4W, devs=(0, 0, 1000, 1000), bound=small),
+        node("b", T4x4W, devs=(0, 0, 1000, 1000), bound=big),
+    ]
+    if third:
+        nodes.append(
+            node("c", T4x4W, devs=(0, 1000, 1000, 1000), bound=(pod("young", cpu=60000, arrival=7000.0),))
+        )
+    recent = tuple(pod(f"r{i}", cpu=4000, arrival=7100.0 + i) for i in range(2))
+    return Snapshot(
+        now=7200.0, node_types=(T4x4W,), nodes=tuple(nodes), pending=(), recent=recent, next_id=10
+    )
+
+
+def test_a_repack_headroom_blocks_is_found_by_planning_again_with_the_repack_first() -> None:
+    """Headroom first, ``a`` holds the headroom and is passed over, and ``b``'s big pods have nowhere to go: no
+    repack. With the repack first, ``a``'s pods move onto ``b`` or ``c`` and ``a`` is drained, and the headroom
+    still fits on what is left: that plan costs 5.99 an hour less, so it is kept."""
+    snap = headroom_on_a_repack_candidate(third=True)
+    one = plan(snap, PlannerConfig(repack_both_orders=False))
+    assert not one.drains and not one.launches
+    both = plan(snap, PlannerConfig())
+    assert [d.node for d in both.drains] == ["a"]
+    assert sorted(m.pod for m in both.moves) == ["a0", "a1"]
+    assert {m.node for m in both.moves} <= {"b", "c"}
+    assert not both.launches  # the headroom found room on b or c
+
+
+def test_with_the_repack_first_headroom_does_not_count_on_a_node_being_drained() -> None:
+    """Without ``c``, draining ``a`` leaves no free GPU but ``a``'s own: the repack-first plan must launch a node
+    for the headroom rather than hold it on ``a``. It then saves nothing net, so the plan made headroom first
+    (which keeps ``a`` and holds the headroom there) is the one kept."""
+    snap = headroom_on_a_repack_candidate(third=False)
+    cfg = PlannerConfig()
+    first, _ = _plan_once(snap, cfg, PlanCache(snap.node_types), "full", repack_first=True)
+    assert [d.node for d in first.drains] == ["a"]
+    assert [(launch.type, launch.purpose) for launch in first.launches] == [("t4-4w", "headroom")]
+    kept = plan(snap, cfg)
+    assert not kept.drains and not kept.launches
 
 
 def test_new_node_type_follows_the_arrival_mix_not_only_the_queue() -> None:
