@@ -45,7 +45,10 @@ def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
 
 
 def test_capacity_seeds_bench_smoke(tmp_path: Path) -> None:
-    run_smoke("capacity_seeds.py", tmp_path, "--variant", "no room moves:make_room_moves=0")
+    # a variant may set the controller loop's intervals beside the planner's settings
+    run_smoke(
+        "capacity_seeds.py", tmp_path, "--variant", "no room moves:make_room_moves=0,repack_interval=300"
+    )
     data = json.loads((tmp_path / "capacity_seeds.json").read_text())
     assert data["smoke"] is True and data["pods"] == 300 and data["jitter"] == 0.1
     assert [(r["seed"], r["variant"]) for r in data["rows"]] == [
@@ -74,3 +77,9 @@ def test_capacity_seeds_bench_names_a_bad_variant() -> None:
     r = run_bench("capacity_seeds.py", "--smoke", "--variant", "x:no_such=1", timeout=120)
     assert r.returncode == 2
     assert "--variant 'x:no_such=1': 'no_such' is not a PlannerConfig setting" in r.stderr
+    r = run_bench("capacity_seeds.py", "--smoke", "--variant", "x:repack_interval=-5", timeout=120)
+    assert r.returncode == 2
+    assert (
+        "--variant 'x:repack_interval=-5': repack_interval='-5': expected a positive number of seconds"
+        in r.stderr
+    )

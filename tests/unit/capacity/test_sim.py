@@ -492,8 +492,9 @@ def test_a_move_evicts_a_running_pod_and_binds_it_elsewhere_at_once_keeping_its_
 
 
 def test_capstan_makes_room_on_openb_and_every_gpu_second_still_adds_up() -> None:
-    """On openb's first 2,900 tasks a 4-GPU task (the 2,864th) finds no allocatable node and gets one freed by
-    moving pods; with that turned off no pod is moved for room, and both replays pass the conservation checks."""
+    """On openb's first 2,900 tasks two 4-GPU tasks (the 2,183rd and the 2,864th) find no allocatable node and
+    get one freed by moving pods; with that turned off no pod is moved for room, and both replays pass the
+    conservation checks."""
     workload, types = replay_inputs("openb", openb_tasks=2900)
     made = CapstanPolicy()
     off = CapstanPolicy(PlannerConfig(make_room_moves=0))
