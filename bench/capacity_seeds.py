@@ -6,10 +6,12 @@ Capstan, the cluster-autoscaler emulation and the oracle on one trace with each 
 uniformly within ±``--jitter`` of ``--boot-delay`` (a different draw per seed), and says for each seed whether
 each goal of issue 5 holds: idle GPU-hours ≤ 0.4× CA's, p99 pending ≤ 0.2× CA's, cost ≤ 1.05× the oracle's.
 The oracle's nodes are up the instant it asks, so it does not depend on the seed and is replayed once.
-``--variant`` replays Capstan with other planner settings beside the default, on the same seeds.
+``--variant`` replays Capstan with other planner settings (or controller intervals, ``POLICY_SETTINGS``) beside
+the default, on the same seeds.
 
     .venv/bin/python bench/capacity_seeds.py                         # openb default, 5 min ± 10 %, 8 seeds
     .venv/bin/python bench/capacity_seeds.py --variant "no room moves:make_room_moves=0"
+    .venv/bin/python bench/capacity_seeds.py --variant "one order, 300 s:repack_both_orders=0,repack_interval=300"
     .venv/bin/python bench/capacity_seeds.py --trace other_openb_pod_list.csv --seeds 16 --jitter 0.2
     .venv/bin/python bench/capacity_seeds.py --smoke                 # seconds: 300 tasks, 2 seeds
 
@@ -181,6 +183,7 @@ def main() -> None:
             r: dict[str, object] = {
                 "seed": seed,
                 "variant": name,
+                "loop": dict(variant.policy),
                 "idle_gpu_h": s.idle_total,
                 "idle_vs_ca": ratio(s.idle_total, ca.idle_total),
                 "p99_s": s.pending["total"][2],

@@ -59,8 +59,9 @@ class CapstanPolicy:
 
     NOTE: with the planner's ``repack_both_orders`` a full plan may be made twice. Every 900 s instead of
     300 s the replays of openb default and gpuspec20 cost the same across seeds as every 300 or 600 s
-    (within 0.3 %) and do 6 % less and 6 % more work than the code that planned once every 300 s; every
-    300 s they did 50 % and 29 % more (docs/benchmarks.md, "Repacking in both orders")."""
+    (within 0.3 %), and against the code that planned once every 300 s the openb default replay does 6 % less
+    work and the gpuspec20 one 6 % more; every 300 s they did 50 % and 29 % more (docs/benchmarks.md,
+    "Repacking in both orders")."""
 
     name = "capstan"
     steers_placement = True

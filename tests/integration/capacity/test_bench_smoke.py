@@ -58,6 +58,7 @@ def test_capacity_seeds_bench_smoke(tmp_path: Path) -> None:
         (1, "no room moves"),
     ]
     assert all(r["problems"] == 0 for r in data["rows"])
+    assert [r["loop"] for r in data["rows"]] == [{}, {"repack_interval": 300.0}] * 2
     # each row's verdict is what its ratios say against the goals, and the summary counts those verdicts
     for r in data["rows"]:
         met = [k for k, bound in data["goals"].items() if r[k] <= bound]
