@@ -666,7 +666,10 @@ class Sim:
         )
 
     # ----- run -----
-    def run(self, max_events: int | None = None) -> SimResult:
+    def run(self, max_events: int | None = None, until: float | None = None) -> SimResult:
+        """Replay the workload to its end, or with ``until`` only up to that time: the events after it are not
+        processed, so :meth:`snapshot` then shows the cluster as it was at ``until`` (a stopped run cannot be
+        continued)."""
         for p in self.workload.pods:
             if p.name in self.pods:
                 raise ValueError(f"duplicate pod name {p.name!r} in {self.workload.name}")
@@ -678,6 +681,9 @@ class Sim:
         horizon = max(self.workload.horizon(), 1.0)
         for _ in range(limit):
             if not self._heap:
+                break
+            if until is not None and self._heap[0][0] > until:
+                self.now = max(self.now, until)
                 break
             t, _, kind, ref = heapq.heappop(self._heap)
             self.now = t
@@ -711,6 +717,8 @@ class Sim:
         else:
             raise RuntimeError(f"simulation of {self.workload.name} did not finish within {limit} events")
         for sp in self.pods.values():
+            if until is not None:
+                break
             if sp.state in ("pending", "promised") and not sp.reason:
                 sp.reason = "still pending when the trace ended (no capacity became available)"
         for n in self.nodes.values():

@@ -42,6 +42,10 @@ def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
     run_smoke("capacity_planner_speed.py", tmp_path)
     rows = json.loads((tmp_path / "capacity_planner_speed.json").read_text())
     assert rows[0]["pods"] == 100 and rows[0]["launches"] > 0
+    busy = [r for r in rows if str(r.get("case", "")).startswith("busy cluster")]
+    assert [r["case"] for r in busy] == ["busy cluster, both orders", "busy cluster, one order"]
+    # the replay left nodes with pods running, and the next tasks are pending beside any left from the replay
+    assert all(r["nodes"] > 0 and r["running"] > 0 and r["pods"] >= 100 for r in busy)
 
 
 def test_capacity_seeds_bench_smoke(tmp_path: Path) -> None:

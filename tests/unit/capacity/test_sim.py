@@ -315,6 +315,23 @@ def test_capstan_holds_no_duplicate_and_binds_promised_pods_at_gpu_ready() -> No
     assert all(p.bound_at is not None and p.bound_at >= 360.0 for p in result.pods)
 
 
+def test_a_run_stopped_at_a_time_leaves_the_cluster_as_it_was_then() -> None:
+    """Pods arriving 0 s and 100 s apart, each running 500 s on its own 60-s node: at 300 s the first runs, the
+    second runs on a second node, the third (arriving at 400 s) has not arrived, nothing has ended and nothing
+    is marked as left pending; the snapshot shows the two nodes and no pending pod."""
+    pods = (gpu_pod("a", 0.0, 500.0), gpu_pod("b", 100.0, 500.0), gpu_pod("c", 400.0, 500.0))
+    sim = Sim(Workload("w", pods), (GPU1,), CapstanPolicy(PlannerConfig(headroom=False)), seed=0)
+    result = sim.run(until=300.0)
+    assert result.end == 300.0
+    states = {p.pod.name: p.state for p in result.pods}
+    assert states["a"] == "bound" and states["b"] == "bound" and states["c"] == "pending"
+    assert all(not p.reason for p in result.pods)
+    assert events(result.events, "pod.done") == []
+    snap = sim.snapshot()
+    assert snap.now == 300.0 and not snap.pending
+    assert sorted(n.pods for n in snap.nodes) == [1, 1]
+
+
 def test_planner_config_reaches_capstan_and_headroom_can_be_turned_off() -> None:
     w = synthetic_agentic(3, AgenticSpec(hours=1.0))
     types = inference_node_types(Delay("fixed", 300), Delay("fixed", 90))
