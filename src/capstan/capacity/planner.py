@@ -894,27 +894,24 @@ def _headroom_pods(pods: tuple[Pod, ...], cfg: PlannerConfig) -> list[Pod]:
     return out
 
 
-def _utilization(b: _Bin) -> float:
-    if b.nt.gpu:
-        return 1.0 - b.cap.free_gpu_milli() / (1000 * b.nt.gpu)
-    return 1.0 - b.cap.cpu / b.nt.cpu_milli
-
-
 def _gpus_free(b: _Bin) -> float:
     return b.cap.free_gpu_milli() / 1000
 
 
-def _waste(w: _Work, b: _Bin) -> float:
-    """What ``b`` costs an hour beyond its allocated GPUs at the lowest price per GPU of any type (GPU nodes),
-    or beyond its allocated CPU share of its price (CPU nodes).
+def _repack_waste(w: _Work, nt: NodeType, gpus_free: float, cpu_free: int) -> float | None:
+    """What a node of type ``nt`` with this much free costs an hour beyond its allocated GPUs at the lowest price
+    per GPU of any type (GPU nodes), or beyond its allocated CPU share of its price (CPU nodes); None when that
+    does not make it a repack candidate (no waste, or a CPU node at least ``consolidation_threshold`` used).
 
     NOTE: with only nodes that had free GPUs as candidates, a full node of dear GPUs was never repacked: on
     openb default two pods that ran for about 90 days held a 2-GPU P100 node (2.99 a GPU an hour against the T4
     node's 1.50) for 89 days. With these candidates too, Capstan cost 9.9 % less on openb default at 5
     minutes and 2.7 % less on gpuspec20, with the repack type chosen with the arrival mix (docs/benchmarks.md)."""
-    if b.nt.gpu:
-        return b.nt.price_per_hour - (b.nt.gpu - _gpus_free(b)) * w.cache.gpu_price
-    return b.nt.price_per_hour * (1.0 - _utilization(b))
+    if nt.gpu:
+        waste = nt.price_per_hour - (nt.gpu - gpus_free) * w.cache.gpu_price
+        return waste if waste > 1e-6 else None
+    used = 1.0 - cpu_free / nt.cpu_milli
+    return nt.price_per_hour * (1.0 - used) if used < w.cfg.consolidation_threshold else None
 
 
 @dataclass
@@ -1002,7 +999,7 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
     Candidates are allocatable nodes all of whose pods have run at least ``repack_min_age_s`` (a pod that has
     run long is likely to run on) and are safe to evict (:attr:`Pod.safe_to_evict`): GPU nodes that cost more
     than their allocated GPUs would at the lowest price per GPU of any type (free GPUs, or GPUs dearer than
-    they need be, :func:`_waste`), CPU nodes under ``consolidation_threshold``; the most waste first. Groups
+    they need be, :func:`_repack_waste`), CPU nodes under ``consolidation_threshold``; the most waste first. Groups
     of the first 1..``repack_group``
     candidates are tried and the largest saving wins. If all its destinations are allocatable, the group is
     drained now and its pods nominated to them. If it needs new nodes they are launched (a later decision, when
@@ -1022,17 +1019,15 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
         ):
             continue
         if b.phantom:
+            # headroom holds room here; with it given back (the view's free room: nothing else was placed on
+            # this node in this plan), would it be a candidate?
             view = w.views[b.id]
             if view.bound and not w.passed_over:
-                if b.nt.gpu:
-                    used = b.nt.gpu - sum(view.devs) / GPU_MILLI
-                    w.passed_over = b.nt.price_per_hour - used * w.cache.gpu_price > 1e-6
-                else:
-                    w.passed_over = view.cpu > (1.0 - cfg.consolidation_threshold) * b.nt.cpu_milli
+                gpus = sum(view.devs) / GPU_MILLI
+                w.passed_over = _repack_waste(w, b.nt, gpus, view.cpu) is not None
             continue
-        waste = _waste(w, b)
-        candidate = waste > 1e-6 if b.nt.gpu else _utilization(b) < cfg.consolidation_threshold
-        if candidate:
+        waste = _repack_waste(w, b.nt, _gpus_free(b), b.cap.cpu)
+        if waste is not None:
             wasteful.append((-waste, b.order, b))
     wasteful.sort(key=lambda c: c[:2])
     cands = [b for _, _, b in wasteful[: cfg.consolidation_candidates]]
@@ -1202,15 +1197,14 @@ def _plan_once(
             )
 
     if scope == "place":
-        placed_plan = Plan(
+        return Plan(
             launches=_launches(w, pod_bins, set()),
             nominations=tuple(nominations),
             room_moves=room_moves,
             unplaceable=tuple(unplaceable),
             waiting=tuple(waiting),
             scope=scope,
-        )
-        return placed_plan, False
+        ), False
     headroom: list[str] = []
     drains: list[Drain] = []
     moves: list[Nomination] = []

@@ -679,11 +679,13 @@ class Sim:
         limit = max_events if max_events is not None else 200 * len(self.workload.pods) + 100_000
         active = len(self.workload.pods)
         horizon = max(self.workload.horizon(), 1.0)
+        stopped = False
         for _ in range(limit):
             if not self._heap:
                 break
             if until is not None and self._heap[0][0] > until:
                 self.now = max(self.now, until)
+                stopped = True
                 break
             t, _, kind, ref = heapq.heappop(self._heap)
             self.now = t
@@ -716,9 +718,7 @@ class Sim:
                 self.progress(min(1.0, t / horizon))
         else:
             raise RuntimeError(f"simulation of {self.workload.name} did not finish within {limit} events")
-        for sp in self.pods.values():
-            if until is not None:
-                break
+        for sp in self.pods.values() if not stopped else ():  # a stopped run's pending pods may still run
             if sp.state in ("pending", "promised") and not sp.reason:
                 sp.reason = "still pending when the trace ended (no capacity became available)"
         for n in self.nodes.values():
