@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -838,3 +839,119 @@ def test_no_room_is_made_by_moving_a_pod_that_is_not_safe_to_evict() -> None:
     p = room_for_an_eight_gpu_pod(pod("v1", safe_to_evict=False))
     assert not p.room_moves
     assert [launch.pods for launch in p.launches] == [("p",)]
+
+
+def _best_bin_by_definition(
+    w: Any,
+    pod: Pod,
+    kinds: tuple[str, ...],
+    exclude: frozenset[str] = frozenset(),
+    first_fit: bool = False,
+    max_empty_gpus: float = math.inf,
+    max_empty_price: float = math.inf,
+) -> Any:
+    """``_Work.best_bin`` as its docstring defines it, by scoring every bin of ``w`` that fits: the smallest
+    (kind's rank, up at, fragmentation, empty, -CPU used, snapshot order), or with ``first_fit`` the first bin
+    of the first kind in snapshot order."""
+    from capstan.capacity.model import GPU_MILLI
+    from capstan.capacity.placement import choose_devices, fits, fragmentation_cost
+
+    ok = w.ok_types(pod)
+    fitting = [
+        b
+        for b in w.bins
+        if b.kind in kinds
+        and b.nt.name in ok
+        and b.id not in exclude
+        and fits(b.cap, pod)
+        and (pod.wants_gpu is False or any(b.cap.devs))
+        and (pod.is_fractional or not pod.wants_gpu or b.cap.devs.count(GPU_MILLI) >= pod.num_gpu)
+        and not (not b.pods and b.nt.gpu > max_empty_gpus and b.nt.price_per_hour > max_empty_price)
+    ]
+    if first_fit:
+        firsts = [b for b in fitting if b.kind == kinds[0]]
+        if firsts:
+            b = min(firsts, key=lambda b: b.order)
+            return b, choose_devices(b.cap, pod)
+    best = None
+    for b in fitting:
+        a = choose_devices(b.cap, pod)
+        up = w.views[b.id].available_at if w.soonest and b.kind == "inflight" else 0.0
+        key = (
+            kinds.index(b.kind),
+            up,
+            fragmentation_cost(b.cap, pod, a),
+            0 if b.pods else 1,
+            -(1.0 - b.cap.cpu / b.nt.cpu_milli),
+            b.order,
+        )
+        if best is None or key < best[0]:
+            best = (key, b, a)
+    return (best[1], best[2]) if best else None
+
+
+_NODE = st.tuples(
+    st.sampled_from([NodeState.GPU_ALLOCATABLE, NodeState.BOOTING, NodeState.READY]),
+    st.sampled_from(["t4", "v100-8", "v100-1", "cpu"]),
+    st.lists(st.sampled_from([0, 250, 500, 1000]), min_size=8, max_size=8),
+    st.integers(0, 3),
+)
+_PENDING = st.tuples(
+    st.sampled_from([0, 1, 1, 1, 2, 8]), st.sampled_from([250, 500, 750, 1000]), st.sampled_from([1, 2, 2, 8])
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes=st.lists(_NODE, max_size=8), pending=st.lists(_PENDING, min_size=1, max_size=40))
+def test_placement_scans_choose_the_bin_scoring_every_bin_chooses(
+    nodes: list[tuple[NodeState, str, list[int], int]], pending: list[tuple[int, int, int]]
+) -> None:
+    """The scans skip work (bins by kind, the first kind with a fit decides, new bins in a state already
+    scored are passed over); every plan must be the one scoring every bin gives, headroom, room moves and
+    repacks included."""
+    import capstan.capacity.planner as planner
+
+    types = {"t4": T4x4, "v100-8": V100x8, "v100-1": V100x1, "cpu": CPU}
+    views = []
+    for i, (state, name, devs, used) in enumerate(nodes):
+        nt = types[name]
+        bound = tuple(pod(f"r{i}-{k}", 0, cpu=1000, mem=1024, arrival=-4000.0) for k in range(used))
+        views.append(
+            replace(
+                node(f"n{i}", nt, state, devs=tuple(devs[: nt.gpu]), bound=bound),
+                available_at=100.0 * (i + 1) if state is not NodeState.GPU_ALLOCATABLE else 0.0,
+            )
+        )
+    queued = tuple(
+        pod(f"p{i}", gpus, milli if gpus == 1 else 1000, cpu=cpu * 1000, mem=cpu * 2048, arrival=float(i))
+        for i, (gpus, milli, cpu) in enumerate(pending)
+    )
+    snap = Snapshot(
+        now=100.0, node_types=tuple(types.values()), nodes=tuple(views), pending=queued, recent=queued
+    )
+    cfg = PlannerConfig(repack_min_age_s=0.0)
+    fast = plan(snap, cfg)
+    original = planner._Work.best_bin
+    planner._Work.best_bin = _best_bin_by_definition  # type: ignore[assignment]
+    try:
+        slow = plan(snap, cfg)
+    finally:
+        planner._Work.best_bin = original  # type: ignore[method-assign]
+    assert fast == slow
+
+
+def test_a_new_node_alike_but_for_its_devices_is_scored_too() -> None:
+    """Two planned T4 nodes with the same free CPU and memory, one GPU half used on the first and a quarter on
+    the second: a pod asking for three quarters fills the second's device exactly, so it goes there."""
+    from capstan.capacity.placement import choose_devices
+    from capstan.capacity.planner import _Work
+
+    half, quarter, big = (pod(n, 1, m, cpu=2000, mem=4096) for n, m in (("h", 500), ("q", 250), ("b", 750)))
+    snap = Snapshot(now=0.0, node_types=(T4x4,), nodes=(), pending=(half, quarter, big))
+    w = _Work(snap, NO_HEADROOM, None)
+    first, second = w.open_bin(T4x4), w.open_bin(T4x4)
+    w.place(first, half, choose_devices(first.cap, half))
+    w.place(second, quarter, choose_devices(second.cap, quarter))
+    found = w.best_bin(big, ("ready", "inflight", "new"))
+    assert found is not None and found[0] is second
+    assert found == _best_bin_by_definition(w, big, ("ready", "inflight", "new"))
