@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -91,3 +92,21 @@ def test_capacity_seeds_bench_names_a_bad_variant() -> None:
         "--variant 'x:repack_interval=-5': repack_interval='-5': expected a positive number of seconds"
         in r.stderr
     )
+
+
+def test_capacity_headroom_bound_bench_smoke(tmp_path: Path) -> None:
+    run_smoke("capacity_headroom_bound.py", tmp_path)
+    data = json.loads((tmp_path / "capacity_headroom_bound.json").read_text())
+    assert data["smoke"] is True and data["pods"] == 600 and data["target"] == 6
+    rows = {r["label"]: r for r in data["rows"]}
+    default = rows["planner forecast (default)"]
+    clairvoyant = rows["hour-clairvoyant, ≤ 6 waiting"]
+    # less headroom than the default's lets more pods wait; the clairvoyant policy meets its target
+    assert rows["forecast quantile 0.97"]["gpu_hours"] <= default["gpu_hours"]
+    assert rows["forecast quantile 0.97"]["waiting"] >= default["waiting"]
+    assert clairvoyant["waiting"] <= 6
+    # the hull: holding more never lets more pods wait
+    hull = sorted(data["hour_clairvoyant_hull"])
+    assert all(b[1] <= a[1] for a, b in itertools.pairwise(hull))
+    assert data["replay"]["slow_starts"] >= 0
+    assert (tmp_path / "capacity" / "headroom_bound.png").stat().st_size > 0

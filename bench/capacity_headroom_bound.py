@@ -1,0 +1,319 @@
+"""What headroom must hold to keep 1 % of pods from waiting a boot, in a fluid model of the planner's headroom.
+
+    .venv/bin/python bench/capacity_headroom_bound.py            # openb default, boot 300 s + GPU-ready 90 s
+    .venv/bin/python bench/capacity_headroom_bound.py --smoke    # the first 600 tasks: seconds
+    .venv/bin/python bench/capacity_headroom_bound.py --trace OTHER_OPENB_POD_LIST.csv
+
+The model: headroom is a level of free GPUs held at each moment. A pod asking for GPUs takes its share, and the
+share is replaced at once by a node that comes up one boot plus GPU-ready delay later. So a pod waits a boot
+only when the pods of the last ``window`` seconds before it (the headroom window: boot plus GPU-ready delay less
+the wait a pod may bear, 312 s at a 5-minute boot) took more GPUs than were held; and a level raised now is only
+there a boot later. Placement, the free room of busy nodes and departures are left out (they let fewer pods
+wait in a replay than here).
+
+Three ways to choose the level, each printed as GPU-hours held and pods that would wait a boot:
+
+- the planner's own forecast (``capstan.capacity.forecast``, through ``SlidingForecast``), as configured and with
+  less headroom (lower quantiles, a shorter recent look-back): the level is the GPUs of the forecast's pods;
+- a constant level, held whenever the planner's forecast holds any (so both start and stop together);
+- an hour-clairvoyant policy: told, at the start of every clock hour, which pods that hour brings and when, it
+  holds one level all hour, chosen for all hours together to hold the fewest GPU-hours with at most 1 % of pods
+  waiting (Lagrangian over hours: the points of the lower convex hull). No forecast that reads the past can
+  know more about an hour's bursts than this policy is told, but one may change its level within the hour;
+- Capstan's replay (full mode): the headroom's idle GPU-hours and pods that waited over a minute, for comparison.
+
+Prints a table, writes bench/out/capacity_headroom_bound.json and a plot of GPU-hours held against pods waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from capstan.capacity import (
+    CapstanPolicy,
+    Delay,
+    NodeType,
+    PlannerConfig,
+    Pod,
+    Sim,
+    Snapshot,
+    Workload,
+    read_openb_nodes,
+    read_openb_pods,
+    summarize,
+)
+from capstan.capacity.forecast import SlidingForecast, forecast_lookback, gpu_horizon, headroom_window
+
+ROOT = Path(__file__).resolve().parents[1]
+OPENB = ROOT / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
+OUT = ROOT / "bench" / "out"
+
+VARIANTS: tuple[tuple[str, PlannerConfig], ...] = (
+    ("planner forecast (default)", PlannerConfig()),
+    ("forecast quantile 0.98", PlannerConfig(forecast_quantile=0.98)),
+    ("forecast quantile 0.97", PlannerConfig(forecast_quantile=0.97)),
+    ("quantile 0.97, recent 1 h", PlannerConfig(forecast_quantile=0.97, forecast_recent_s=3600.0)),
+    ("no daily bands (10 h look-back)", PlannerConfig(forecast_days=0)),
+)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """The pods headroom is for (GPU pods outside gangs, by arrival), the GPUs each asks for, and the GPUs the
+    pods of the window before each took, itself included."""
+
+    pods: tuple[Pod, ...]
+    arrivals: tuple[float, ...]
+    gpus: tuple[float, ...]
+    trailing: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    gpu_hours: float
+    waiting: int
+    cpu_seconds: float
+
+
+def demand(workload: Workload, window: float) -> Demand:
+    pods = tuple(sorted((p for p in workload.pods if p.wants_gpu and not p.gang), key=lambda p: p.arrival))
+    arrivals = tuple(p.arrival for p in pods)
+    gpus = tuple(p.gpu_total_milli / 1000 for p in pods)
+    sums = [0.0]
+    for g in gpus:
+        sums.append(sums[-1] + g)
+    trailing = tuple(
+        sums[i + 1] - sums[bisect.bisect_right(arrivals, a - window)] for i, a in enumerate(arrivals)
+    )
+    return Demand(pods, arrivals, gpus, trailing)
+
+
+def forecast_levels(
+    workload: Workload, cfg: PlannerConfig, horizon: float, node_types: tuple[NodeType, ...]
+) -> tuple[list[float], list[float]]:
+    """The planner's headroom level as a step function: (times it changes, level from then), from the first
+    arrival to the last one plus a look-back. Evaluated at every arrival and whenever the forecast says it may
+    change with no arrival, as the planner's controller does."""
+    every = sorted(workload.pods, key=lambda p: (p.arrival, p.name))
+    times = [p.arrival for p in every]
+    lookback = forecast_lookback(cfg, headroom_window(cfg, horizon))
+    sliding = SlidingForecast()
+    starts: list[float] = []
+    levels: list[float] = []
+    now = times[0]
+    end = times[-1] + lookback
+    i = lo = 0
+    for _ in range(4 * len(every) + 100_000):  # arrivals, and the changes between them
+        while i < len(every) and times[i] <= now:
+            i += 1
+        while lo < i and times[lo] <= now - lookback:
+            lo += 1
+        snap = Snapshot(now=now, node_types=node_types, nodes=(), pending=(), recent=tuple(every[lo:i]))
+        fc = sliding.forecast(snap, cfg, headroom_window(cfg, horizon))
+        level = sum(p.gpu_total_milli for p in fc.pods) / 1000
+        if not levels or level != levels[-1]:
+            starts.append(now)
+            levels.append(level)
+        nxt = [t for t in (times[i] if i < len(every) else None, fc.changes_at) if t is not None]
+        if not nxt or now >= end:
+            break
+        now = min(min(nxt), end)
+    return starts, levels
+
+
+def constant_levels(
+    starts: list[float], levels: list[float], level: float
+) -> tuple[list[float], list[float]]:
+    """``level`` GPUs whenever the forecast's level is not zero, none when it is."""
+    out_s: list[float] = []
+    out_l: list[float] = []
+    for t, x in zip(starts, levels, strict=True):
+        held = level if x > 0 else 0.0
+        if not out_l or held != out_l[-1]:
+            out_s.append(t)
+            out_l.append(held)
+    return out_s, out_l
+
+
+def level_at(starts: list[float], levels: list[float], t: float) -> float:
+    k = bisect.bisect_right(starts, t) - 1
+    return levels[k] if k >= 0 else 0.0
+
+
+def gpu_hours(starts: list[float], levels: list[float]) -> float:
+    return sum(levels[k] * (starts[k + 1] - starts[k]) for k in range(len(starts) - 1)) / 3600
+
+
+def waiting(d: Demand, starts: list[float], levels: list[float], lag: float) -> int:
+    """Pods whose window before them took more than was held (a level raised comes up ``lag`` later)."""
+    n = 0
+    for a, need in zip(d.arrivals, d.trailing, strict=True):
+        held = min(level_at(starts, levels, a), level_at(starts, levels, a - lag))
+        n += need > held + 1e-9
+    return n
+
+
+def hour_clairvoyant(d: Demand, target: int) -> tuple[list[tuple[float, int]], tuple[float, int] | None]:
+    """The lower convex hull of (GPU-hours held, pods waiting) over flat hourly levels, and its cheapest point
+    with at most ``target`` pods waiting (None if no level meets it)."""
+    by_hour: dict[int, list[float]] = {}
+    for a, need in zip(d.arrivals, d.trailing, strict=True):
+        by_hour.setdefault(math.floor(a / 3600), []).append(need)
+    # per hour, the levels worth holding are the pods' own needs (anything between waits as many as the lower)
+    options = []
+    for needs in by_hour.values():
+        needs.sort()
+        levels = [0.0, *sorted(set(needs))]
+        options.append([(h, sum(1 for x in needs if x > h + 1e-9)) for h in levels])
+    hull: list[tuple[float, int]] = []
+    best: tuple[float, int] | None = None
+    for k in range(241):  # λ, the GPU-hours one waiting pod is worth, from 1e-3 to 1e3
+        lam = 10 ** (-3 + k * 6 / 240)
+        held = 0.0
+        wait = 0
+        for opts in options:
+            h, w = min(opts, key=lambda o: o[0] + lam * o[1])
+            held += h
+            wait += w
+        hull.append((held, wait))
+        if wait <= target and (best is None or held < best[0]):
+            best = (held, wait)
+    return sorted(set(hull)), best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="the first 600 tasks: seconds")
+    ap.add_argument("--trace", type=Path, default=OPENB / "openb_pod_list_default.csv", help="openb pod list")
+    ap.add_argument(
+        "--nodes", type=Path, default=OPENB / "openb_node_list_all_node.csv", help="openb node list"
+    )
+    ap.add_argument("--boot-delay", type=float, default=300.0, help="seconds, request → Ready")
+    ap.add_argument("--gpu-ready-delay", type=float, default=90.0, help="seconds, Ready → GPUs allocatable")
+    ap.add_argument("--max-pods", type=int, default=0, help="only the first N tasks (0: all)")
+    ap.add_argument("--no-replay", action="store_true", help="leave out Capstan's replay")
+    ap.add_argument("--out", type=Path, default=OUT, help="where JSON and the plot go")
+    args = ap.parse_args()
+    types = read_openb_nodes(
+        args.nodes, Delay("fixed", args.boot_delay), Delay("fixed", args.gpu_ready_delay)
+    )
+    workload = read_openb_pods(args.trace)
+    limit = 600 if args.smoke else args.max_pods
+    if limit:
+        workload = replace(workload, pods=workload.pods[:limit])
+    horizon = gpu_horizon(types)
+    window = headroom_window(PlannerConfig(), horizon)
+    target = len(workload.pods) // 100
+    d = demand(workload, window)
+    console = Console(width=150)
+    table = Table(
+        title=f"{args.trace.name}: {len(workload.pods)} pods, {len(d.pods)} asking for GPUs; headroom window "
+        f"{window:.0f} s, a raised level up {horizon:.0f} s later; 1 % of pods = {target}"
+    )
+    for col in ("headroom level chosen by", "GPU-h held", "pods waiting a boot", "share of pods", "CPU s"):
+        table.add_column(col, justify="right")
+    rows: list[Row] = []
+
+    def add(label: str, held: float, wait: int, cpu: float) -> None:
+        rows.append(Row(label, held, wait, cpu))
+        table.add_row(label, f"{held:,.0f}", str(wait), f"{wait / len(workload.pods):.2%}", f"{cpu:.1f}")
+
+    default: tuple[list[float], list[float]] | None = None
+    for label, cfg in VARIANTS:
+        t0 = time.process_time()
+        starts, levels = forecast_levels(workload, cfg, horizon, types)
+        default = default or (starts, levels)
+        add(label, gpu_hours(starts, levels), waiting(d, starts, levels, horizon), time.process_time() - t0)
+    assert default is not None
+    # a constant level held while the default forecast holds any: the least that meets the target, and the
+    # least that lets no more pods wait than the default forecast does
+    t0 = time.process_time()
+    points = []  # (level, GPU-h, waiting), a quarter GPU apart up to twice the forecast's highest level
+    for k in range(8 * math.ceil(max(default[1], default=0.0)) + 1):  # bounded by the forecast's peak
+        s, lv = constant_levels(*default, k / 4)
+        points.append((k / 4, gpu_hours(s, lv), waiting(d, s, lv, horizon)))
+    cpu = time.process_time() - t0
+    for label, bound in (
+        (f"constant, ≤ {target} waiting", target),
+        ("constant, ≤ the default's waiting", rows[0].waiting),
+    ):
+        met = [p for p in points if p[2] <= bound]
+        if met:
+            level, held, wait = min(met, key=lambda p: p[1])
+            add(f"{label} ({level:g} GPUs)", held, wait, cpu)
+        else:
+            table.add_row(label, "—", "no level meets it", "", f"{cpu:.1f}")
+    t0 = time.process_time()
+    hull, best = hour_clairvoyant(d, target)
+    cpu = time.process_time() - t0
+    if best is not None:
+        add(f"hour-clairvoyant, ≤ {target} waiting", best[0], best[1], cpu)
+    else:
+        table.add_row(f"hour-clairvoyant, ≤ {target} waiting", "—", "no level meets it", "", f"{cpu:.1f}")
+    replay: dict[str, object] | None = None
+    if not args.no_replay:
+        t0 = time.process_time()
+        sim = Sim(workload, types, CapstanPolicy(), seed=0)
+        summary = summarize(sim.run())
+        cpu = time.process_time() - t0
+        replay = {
+            "headroom_idle_gpu_hours": summary.idle.get("headroom", 0.0),
+            "slow_starts": summary.slow_starts,
+        }
+        table.add_row(
+            "Capstan's replay (headroom idle; waited > 60 s)",
+            f"{summary.idle.get('headroom', 0.0):,.0f}",
+            str(summary.slow_starts),
+            f"{summary.slow_starts / len(workload.pods):.2%}",
+            f"{cpu:.1f}",
+        )
+    console.print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {
+        "smoke": args.smoke,
+        "trace": str(args.trace),
+        "pods": len(workload.pods),
+        "window_s": window,
+        "horizon_s": horizon,
+        "target": target,
+        "rows": [asdict(r) for r in rows],
+        "hour_clairvoyant_hull": hull,
+        "constant": points,
+        "replay": replay,
+    }
+    (args.out / "capacity_headroom_bound.json").write_text(json.dumps(result, indent=1))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([w for _, w in hull], [h for h, _ in hull], "k.-", label="hour-clairvoyant (flat per hour)")
+    ax.plot([w for _, _, w in points], [h for _, h, _ in points], ".-", color="grey", label="constant level")
+    for r, marker in zip((r for r in rows if r.label in dict(VARIANTS)), "os^vD", strict=False):
+        ax.scatter([r.waiting], [r.gpu_hours], marker=marker, label=r.label, zorder=3)
+    ax.set_xlim(left=0)
+    ax.set_ylim(0, 2 * max(r.gpu_hours for r in rows))
+    ax.axvline(target, color="red", linestyle="--", label="1 % of pods")
+    ax.set_xscale("symlog")
+    ax.set_xlabel("pods waiting a boot (model)")
+    ax.set_ylabel("GPU-hours of headroom held")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    (args.out / "capacity").mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out / "capacity" / "headroom_bound.png", dpi=110)
+    console.print(f"wrote {args.out / 'capacity_headroom_bound.json'}")
+
+
+if __name__ == "__main__":
+    main()
