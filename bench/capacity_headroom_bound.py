@@ -20,7 +20,11 @@ Three ways to choose the level, each printed as GPU-hours held and pods that wou
   holds one level all hour, chosen for all hours together to hold the fewest GPU-hours with at most 1 % of pods
   waiting (Lagrangian over hours: the points of the lower convex hull). No forecast that reads the past can
   know more about an hour's bursts than this policy is told, but one may change its level within the hour;
-- Capstan's replay (full mode): the headroom's idle GPU-hours and pods that waited over a minute, for comparison.
+
+A second table replays the trace (the simulator, as ``capstan capacity simulate`` does) with Capstan's own
+forecast, with no headroom, and with headroom from the hour-clairvoyant levels above (a ``Forecaster`` told each
+hour's pods; copies of the pods of the hour's busiest window, from one boot before the hour), beside the
+cluster-autoscaler emulation and the oracle, as ratios to the goals' references.
 
 Prints a table, writes bench/out/capacity_headroom_bound.json and a plot of GPU-hours held against pods waiting.
 """
@@ -40,8 +44,11 @@ from rich.table import Table
 
 from capstan.capacity import (
     CapstanPolicy,
+    ClusterAutoscalerPolicy,
     Delay,
+    Forecast,
     NodeType,
+    OraclePolicy,
     PlannerConfig,
     Pod,
     Sim,
@@ -163,32 +170,147 @@ def waiting(d: Demand, starts: list[float], levels: list[float], lag: float) -> 
     return n
 
 
-def hour_clairvoyant(d: Demand, target: int) -> tuple[list[tuple[float, int]], tuple[float, int] | None]:
-    """The lower convex hull of (GPU-hours held, pods waiting) over flat hourly levels, and its cheapest point
-    with at most ``target`` pods waiting (None if no level meets it)."""
+def hour_clairvoyant(
+    d: Demand, target: int
+) -> tuple[list[tuple[float, int]], tuple[float, int] | None, dict[int, float]]:
+    """The lower convex hull of (GPU-hours held, pods waiting) over flat hourly levels, its cheapest point with
+    at most ``target`` pods waiting (None if no level meets it), and that point's level per clock hour."""
     by_hour: dict[int, list[float]] = {}
     for a, need in zip(d.arrivals, d.trailing, strict=True):
         by_hour.setdefault(math.floor(a / 3600), []).append(need)
     # per hour, the levels worth holding are the pods' own needs (anything between waits as many as the lower)
-    options = []
-    for needs in by_hour.values():
-        needs.sort()
+    options: dict[int, list[tuple[float, int]]] = {}
+    for hour, needs in by_hour.items():
         levels = [0.0, *sorted(set(needs))]
-        options.append([(h, sum(1 for x in needs if x > h + 1e-9)) for h in levels])
+        options[hour] = [(h, sum(1 for x in needs if x > h + 1e-9)) for h in levels]
     hull: list[tuple[float, int]] = []
     best: tuple[float, int] | None = None
+    best_levels: dict[int, float] = {}
     for k in range(241):  # λ, the GPU-hours one waiting pod is worth, from 1e-3 to 1e3
         lam = 10 ** (-3 + k * 6 / 240)
-        held = 0.0
-        wait = 0
-        for opts in options:
-            h, w = min(opts, key=lambda o: o[0] + lam * o[1])
-            held += h
-            wait += w
+        chosen = {hour: min(opts, key=lambda o: o[0] + lam * o[1]) for hour, opts in options.items()}
+        held = sum(h for h, _ in chosen.values())
+        wait = sum(w for _, w in chosen.values())
         hull.append((held, wait))
         if wait <= target and (best is None or held < best[0]):
             best = (held, wait)
-    return sorted(set(hull)), best
+            best_levels = {hour: h for hour, (h, _) in chosen.items()}
+    return sorted(set(hull)), best, best_levels
+
+
+class HourClairvoyant:
+    """A :class:`~capstan.capacity.Forecaster` told each clock hour's pods in advance: from one boot and
+    GPU-ready delay (``lead``) before an hour begins until it ends it holds that hour's level (GPUs, the
+    higher of the two hours while both apply) as copies of the pods of the hour's busiest window. Not a
+    forecast anyone has: it shows what knowing each hour would buy."""
+
+    def __init__(self, d: Demand, levels: dict[int, float], window: float, lead: float) -> None:
+        self.levels = levels
+        self.lead = lead
+        self.shapes: dict[int, tuple[Pod, ...]] = {}
+        by_hour: dict[int, list[int]] = {}
+        for i, a in enumerate(d.arrivals):
+            by_hour.setdefault(math.floor(a / 3600), []).append(i)
+        for hour, idx in by_hour.items():
+            # the window (of ``window`` seconds, from a pod's arrival) of the hour with the most GPUs
+            best = max(
+                (
+                    (sum(d.gpus[j] for j in idx if a <= d.arrivals[j] < a + window), -k)
+                    for k, a in enumerate(d.arrivals[i] for i in idx)
+                ),
+                default=(0.0, 0),
+            )
+            start = d.arrivals[idx[-best[1]]]
+            self.shapes[hour] = tuple(d.pods[j] for j in idx if start <= d.arrivals[j] < start + window)
+
+    def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+        now = snap.now
+        hours = {math.floor(now / 3600), math.floor((now + self.lead) / 3600)}
+        hour = max(sorted(hours), key=lambda h: self.levels.get(h, 0.0))
+        # the next time either hour changes
+        at = min(
+            (math.floor(now / 3600) + 1) * 3600, (math.floor((now + self.lead) / 3600) + 1) * 3600 - self.lead
+        )
+        at = max(at, math.nextafter(now, math.inf))
+        level = self.levels.get(hour, 0.0)
+        shapes = self.shapes.get(hour, ())
+        pods: list[Pod] = []
+        held = 0.0
+        for k in range(256):  # bounded: copies of the window's pods until they add up to the level
+            if held >= level - 1e-9 or not shapes:
+                break
+            p = shapes[k % len(shapes)]
+            pods.append(replace(p, name=f"{p.name}~{hour}-{k}"))
+            held += p.gpu_total_milli / 1000
+        return Forecast(tuple(pods), at)
+
+
+def replays(
+    workload: Workload, types: tuple[NodeType, ...], clairvoyant: HourClairvoyant
+) -> list[dict[str, object]]:
+    """Capstan's replay with its forecast, with none, and with the hour-clairvoyant one, beside the
+    cluster-autoscaler emulation and the oracle (the goals' references)."""
+    policies = (
+        ("cluster-autoscaler", ClusterAutoscalerPolicy()),
+        ("oracle", OraclePolicy()),
+        ("capstan (its forecast)", CapstanPolicy()),
+        ("capstan, no headroom", CapstanPolicy(PlannerConfig(headroom=False))),
+        ("capstan, hour-clairvoyant headroom", CapstanPolicy(forecaster=clairvoyant)),
+    )
+    out: list[dict[str, object]] = []
+    for label, policy in policies:
+        t0 = time.process_time()
+        s = summarize(Sim(workload, types, policy, seed=0).run())
+        out.append(
+            {
+                "policy": label,
+                "cost": s.cost,
+                "idle_gpu_hours": s.idle_total,
+                "headroom_idle_gpu_hours": s.idle.get("headroom", 0.0),
+                "p99_s": s.pending["total"][2],
+                "slow_starts": s.slow_starts,
+                "launches": s.launches,
+                "problems": len(s.problems),
+                "cpu_seconds": time.process_time() - t0,
+            }
+        )
+    return out
+
+
+def replay_table(rows: list[dict[str, object]]) -> Table:
+    ca = next(r for r in rows if r["policy"] == "cluster-autoscaler")
+    oracle = next(r for r in rows if r["policy"] == "oracle")
+
+    def ratio(r: dict[str, object], ref: dict[str, object], key: str) -> str:
+        a, b = float(str(r[key])), float(str(ref[key]))
+        return f"{a / b:.3f}" if b > 0 else "—"
+
+    table = Table(title="Replays (goals: idle ≤ 0.4× CA's, p99 ≤ 0.2× CA's, cost ≤ 1.05× the oracle's)")
+    for col in (
+        "policy",
+        "cost",
+        "× oracle",
+        "idle GPU-h",
+        "× CA",
+        "p99 s",
+        "× CA",
+        "waited > 60 s",
+        "CPU s",
+    ):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["policy"]),
+            f"{float(str(r['cost'])):,.1f}",
+            ratio(r, oracle, "cost"),
+            f"{float(str(r['idle_gpu_hours'])):,.0f}",
+            ratio(r, ca, "idle_gpu_hours"),
+            f"{float(str(r['p99_s'])):.0f}",
+            ratio(r, ca, "p99_s"),
+            str(r["slow_starts"]),
+            f"{float(str(r['cpu_seconds'])):.1f}",
+        )
+    return table
 
 
 def main() -> None:
@@ -201,7 +323,7 @@ def main() -> None:
     ap.add_argument("--boot-delay", type=float, default=300.0, help="seconds, request → Ready")
     ap.add_argument("--gpu-ready-delay", type=float, default=90.0, help="seconds, Ready → GPUs allocatable")
     ap.add_argument("--max-pods", type=int, default=0, help="only the first N tasks (0: all)")
-    ap.add_argument("--no-replay", action="store_true", help="leave out Capstan's replay")
+    ap.add_argument("--no-replay", action="store_true", help="leave out the replays")
     ap.add_argument("--out", type=Path, default=OUT, help="where JSON and the plot go")
     args = ap.parse_args()
     types = read_openb_nodes(
@@ -254,30 +376,17 @@ def main() -> None:
         else:
             table.add_row(label, "—", "no level meets it", "", f"{cpu:.1f}")
     t0 = time.process_time()
-    hull, best = hour_clairvoyant(d, target)
+    hull, best, hourly = hour_clairvoyant(d, target)
     cpu = time.process_time() - t0
     if best is not None:
         add(f"hour-clairvoyant, ≤ {target} waiting", best[0], best[1], cpu)
     else:
         table.add_row(f"hour-clairvoyant, ≤ {target} waiting", "—", "no level meets it", "", f"{cpu:.1f}")
-    replay: dict[str, object] | None = None
-    if not args.no_replay:
-        t0 = time.process_time()
-        sim = Sim(workload, types, CapstanPolicy(), seed=0)
-        summary = summarize(sim.run())
-        cpu = time.process_time() - t0
-        replay = {
-            "headroom_idle_gpu_hours": summary.idle.get("headroom", 0.0),
-            "slow_starts": summary.slow_starts,
-        }
-        table.add_row(
-            "Capstan's replay (headroom idle; waited > 60 s)",
-            f"{summary.idle.get('headroom', 0.0):,.0f}",
-            str(summary.slow_starts),
-            f"{summary.slow_starts / len(workload.pods):.2%}",
-            f"{cpu:.1f}",
-        )
     console.print(table)
+    replayed: list[dict[str, object]] = []
+    if not args.no_replay:
+        replayed = replays(workload, types, HourClairvoyant(d, hourly, window, horizon))
+        console.print(replay_table(replayed))
     args.out.mkdir(parents=True, exist_ok=True)
     result = {
         "smoke": args.smoke,
@@ -289,7 +398,7 @@ def main() -> None:
         "rows": [asdict(r) for r in rows],
         "hour_clairvoyant_hull": hull,
         "constant": points,
-        "replay": replay,
+        "replays": replayed,
     }
     (args.out / "capacity_headroom_bound.json").write_text(json.dumps(result, indent=1))
     import matplotlib

@@ -1,6 +1,7 @@
 """GPU capacity planning: a pure planner deciding placement and provisioning together, and the simulator that
 replays real traces against it and against emulated cluster-autoscaler, Karpenter, static and oracle policies."""
 
+from capstan.capacity.forecast import Forecast, Forecaster
 from capstan.capacity.model import Delay, NodeState, NodeType, Pod, Taint, Toleration, Workload
 from capstan.capacity.nodetypes import inference_node_types, load_node_type_file, read_openb_nodes
 from capstan.capacity.planner import (
@@ -57,6 +58,8 @@ __all__ = [
     "ClusterAutoscalerPolicy",
     "Delay",
     "Drain",
+    "Forecast",
+    "Forecaster",
     "HpaBehavior",
     "KarpenterPolicy",
     "Launch",

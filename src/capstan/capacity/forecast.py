@@ -16,7 +16,7 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from capstan.capacity.model import NodeType, Pod
 
@@ -280,6 +280,20 @@ def _with_services(batch: Forecast, services: list[Pod], cfg: PlannerConfig, hor
         return batch
     ats = [a for a in (batch.changes_at, svc.changes_at) if a is not None]
     return Forecast(batch.pods + svc.pods, min(ats, default=None))
+
+
+class Forecaster(Protocol):
+    """What headroom is held for: the planner asks it at every decision that holds headroom.
+
+    :class:`SlidingForecast` (the planner's own, from the snapshot's recent arrivals) is the default; another may
+    read a signal the snapshot does not carry (an inference gateway's demand, a batch queue). It must say in
+    ``Forecast.changes_at`` when its answer may next change with no new arrival, or the planner's controller
+    will not look again until something else changes.
+    """
+
+    def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+        """The pods headroom is held for at ``snap.now``; ``horizon``: the window headroom covers (seconds)."""
+        ...
 
 
 class SlidingForecast:

@@ -32,6 +32,7 @@ from typing import Literal
 
 from capstan.capacity.forecast import (
     Forecast,
+    Forecaster,
     SlidingForecast,
     gpu_horizon,
     headroom_wait,
@@ -297,7 +298,12 @@ class PlanCache:
     grows past ``limit`` entries.
     """
 
-    def __init__(self, node_types: tuple[NodeType, ...] = (), limit: int = 2_000_000) -> None:
+    def __init__(
+        self,
+        node_types: tuple[NodeType, ...] = (),
+        limit: int = 2_000_000,
+        forecaster: Forecaster | None = None,
+    ) -> None:
         self.node_types = node_types
         self.by_name: dict[str, NodeType] = {t.name: t for t in node_types}
         self.limit = limit
@@ -312,7 +318,9 @@ class PlanCache:
         self._horizon: float | None = None
         self._by_bound: tuple[tuple[float, int, NodeType], ...] | None = None
         self._gpu_price: float | None = None
-        self._sliding = SlidingForecast()
+        self._forecaster = forecaster
+        """What headroom is held for, if not the planner's own :class:`SlidingForecast`."""
+        self._sliding: Forecaster = forecaster or SlidingForecast()
         self._phantoms: tuple[Forecast, PlannerConfig, list[Pod]] | None = None
 
     @property
@@ -337,8 +345,9 @@ class PlanCache:
         return self._by_bound
 
     def forecast(self, snap: Snapshot, cfg: PlannerConfig) -> Forecast:
-        """:func:`forecast` for ``snap``, reused while the recent arrivals are the same and otherwise updated
-        from the last one's windows (:class:`SlidingForecast`)."""
+        """:func:`forecast` for ``snap`` (or the cache's own :class:`Forecaster`'s answer), reused while the
+        recent arrivals are the same and it does not say it has changed, and otherwise updated from the last
+        one's windows (:class:`SlidingForecast`)."""
         ends = (snap.recent[0].name, snap.recent[-1].name) if snap.recent else ("", "")
         key = (len(snap.recent), ends, cfg)
         stale = (
@@ -375,7 +384,7 @@ class PlanCache:
         self._horizon = None
         self._by_bound = None
         self._gpu_price = None
-        self._sliding = SlidingForecast()
+        self._sliding = self._forecaster or SlidingForecast()
         self._phantoms = None
         return self
 

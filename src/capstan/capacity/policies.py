@@ -36,7 +36,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from capstan.capacity.forecast import forecast_lookback, gpu_horizon
+from capstan.capacity.forecast import Forecaster, forecast_lookback, gpu_horizon
 from capstan.capacity.model import GPU_MILLI, IN_FLIGHT, NodeState, NodeType, Pod, PodShape
 from capstan.capacity.placement import Assignment, Capacity, choose_devices, fits, give, take
 from capstan.capacity.planner import PlanCache, PlannerConfig, Scope, plan
@@ -73,7 +73,9 @@ class CapstanPolicy:
         name: str = "capstan",
         review_interval: float = 60.0,
         repack_interval: float = 900.0,
+        forecaster: Forecaster | None = None,
     ) -> None:
+        """``forecaster``: what headroom is held for, if not the planner's own forecast of recent arrivals."""
         self.config = config or PlannerConfig()
         self.react = react
         self.review_interval = review_interval
@@ -89,7 +91,7 @@ class CapstanPolicy:
         self._last_review = -math.inf
         self._reviewed: tuple[object, ...] = ()
         self._forced = False
-        self._cache = PlanCache()
+        self._cache = PlanCache(forecaster=forecaster)
         self._horizon = 0.0
 
     def start(self, sim: Sim) -> None:

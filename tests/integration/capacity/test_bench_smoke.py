@@ -108,5 +108,18 @@ def test_capacity_headroom_bound_bench_smoke(tmp_path: Path) -> None:
     # the hull: holding more never lets more pods wait
     hull = sorted(data["hour_clairvoyant_hull"])
     assert all(b[1] <= a[1] for a, b in itertools.pairwise(hull))
-    assert data["replay"]["slow_starts"] >= 0
+    # the replays: a forecaster told each hour's pods (the hour-clairvoyant levels) holds headroom that lets
+    # fewer pods wait than none does
+    replays = {r["policy"]: r for r in data["replays"]}
+    assert set(replays) == {
+        "cluster-autoscaler",
+        "oracle",
+        "capstan (its forecast)",
+        "capstan, no headroom",
+        "capstan, hour-clairvoyant headroom",
+    }
+    assert all(r["problems"] == 0 for r in replays.values())
+    told = replays["capstan, hour-clairvoyant headroom"]
+    assert told["slow_starts"] < replays["capstan, no headroom"]["slow_starts"]
+    assert told["headroom_idle_gpu_hours"] > 0
     assert (tmp_path / "capacity" / "headroom_bound.png").stat().st_size > 0

@@ -955,3 +955,34 @@ def test_a_new_node_alike_but_for_its_devices_is_scored_too() -> None:
     found = w.best_bin(big, ("ready", "inflight", "new"))
     assert found is not None and found[0] is second
     assert found == _best_bin_by_definition(w, big, ("ready", "inflight", "new"))
+
+
+class _Announced:
+    """A forecaster told of pods ahead: ``pods`` from ``start`` on, nothing before."""
+
+    def __init__(self, pods: tuple[Pod, ...], start: float) -> None:
+        self.pods = pods
+        self.start = start
+        self.asked: list[float] = []
+
+    def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+        self.asked.append(snap.now)
+        if snap.now < self.start:
+            return Forecast((), self.start)
+        return Forecast(self.pods, None)
+
+
+def test_a_forecaster_of_its_own_decides_the_headroom_and_when_to_look_again() -> None:
+    """With no recent arrivals the planner's own forecast holds nothing; a forecaster told of six one-GPU pods
+    from t=6000 on holds nothing before then, says so in the plan's recheck time, and two 4-GPU nodes after."""
+    from capstan.capacity import PlanCache
+
+    told = _Announced(tuple(pod(f"a{i}") for i in range(6)), start=6000.0)
+    cache = PlanCache(forecaster=told)
+    cfg = PlannerConfig(consolidate=False)
+    early = plan(Snapshot(now=5000.0, node_types=(T4x4,), nodes=(), pending=()), cfg, cache)
+    assert not early.launches and early.recheck_at == 6000.0
+    later = plan(Snapshot(now=6000.0, node_types=(T4x4,), nodes=(), pending=()), cfg, cache)
+    assert [launch.purpose for launch in later.launches] == ["headroom", "headroom"]
+    assert told.asked == [5000.0, 6000.0]
+    assert not plan(Snapshot(now=6000.0, node_types=(T4x4,), nodes=(), pending=()), cfg).launches
