@@ -16,15 +16,16 @@ Three ways to choose the level, each printed as GPU-hours held and pods that wou
 - the planner's own forecast (``capstan.capacity.forecast``, through ``SlidingForecast``), as configured and with
   less headroom (lower quantiles, a shorter recent look-back): the level is the GPUs of the forecast's pods;
 - a constant level, held whenever the planner's forecast holds any (so both start and stop together);
-- an hour-clairvoyant policy: told, at the start of every clock hour, which pods that hour brings and when, it
-  holds one level all hour, chosen for all hours together to hold the fewest GPU-hours with at most 1 % of pods
-  waiting (Lagrangian over hours: the points of the lower convex hull). No forecast that reads the past can
-  know more about an hour's bursts than this policy is told, but one may change its level within the hour;
+- clairvoyant policies: told, at the start of every block of the clock (an hour, 4 h, a day: ``--blocks``),
+  which pods that block brings and when, each holds one level through the block, chosen for all blocks together
+  to hold the fewest GPU-hours with at most 1 % of pods waiting (Lagrangian over blocks: the points of the lower
+  convex hull). No forecast that reads the past can know more about a block's bursts than such a policy is
+  told, but one may change its level within the block.
 
 A second table replays the trace (the simulator, as ``capstan capacity simulate`` does) with Capstan's own
-forecast, with no headroom, and with headroom from the hour-clairvoyant levels above (a ``Forecaster`` told each
-hour's pods; copies of the pods of the hour's busiest window, from one boot before the hour), beside the
-cluster-autoscaler emulation and the oracle, as ratios to the goals' references.
+forecast, with no headroom, and with headroom from each clairvoyant policy's levels (a ``Forecaster`` told each
+block's pods, holding copies of the pods of the block's busiest window from one boot before the block), beside
+the cluster-autoscaler emulation and the oracle, as ratios to the goals' references.
 
 Prints a table, writes bench/out/capacity_headroom_bound.json and a plot of GPU-hours held against pods waiting.
 """
@@ -51,6 +52,7 @@ from capstan.capacity import (
     OraclePolicy,
     PlannerConfig,
     Pod,
+    Policy,
     Sim,
     Snapshot,
     Workload,
@@ -170,14 +172,15 @@ def waiting(d: Demand, starts: list[float], levels: list[float], lag: float) -> 
     return n
 
 
-def hour_clairvoyant(
-    d: Demand, target: int
+def clairvoyant(
+    d: Demand, target: int, block: float = 3600.0
 ) -> tuple[list[tuple[float, int]], tuple[float, int] | None, dict[int, float]]:
-    """The lower convex hull of (GPU-hours held, pods waiting) over flat hourly levels, its cheapest point with
-    at most ``target`` pods waiting (None if no level meets it), and that point's level per clock hour."""
+    """The lower convex hull of (GPU-hours held, pods waiting) over levels flat through each ``block`` seconds
+    of the clock, its cheapest point with at most ``target`` pods waiting (None if no level meets it), and that
+    point's level per block (by index, ``floor(t / block)``)."""
     by_hour: dict[int, list[float]] = {}
     for a, need in zip(d.arrivals, d.trailing, strict=True):
-        by_hour.setdefault(math.floor(a / 3600), []).append(need)
+        by_hour.setdefault(math.floor(a / block), []).append(need)
     # per hour, the levels worth holding are the pods' own needs (anything between waits as many as the lower)
     options: dict[int, list[tuple[float, int]]] = {}
     for hour, needs in by_hour.items():
@@ -189,7 +192,7 @@ def hour_clairvoyant(
     for k in range(241):  # λ, the GPU-hours one waiting pod is worth, from 1e-3 to 1e3
         lam = 10 ** (-3 + k * 6 / 240)
         chosen = {hour: min(opts, key=lambda o: o[0] + lam * o[1]) for hour, opts in options.items()}
-        held = sum(h for h, _ in chosen.values())
+        held = sum(h for h, _ in chosen.values()) * block / 3600
         wait = sum(w for _, w in chosen.values())
         hull.append((held, wait))
         if wait <= target and (best is None or held < best[0]):
@@ -198,19 +201,22 @@ def hour_clairvoyant(
     return sorted(set(hull)), best, best_levels
 
 
-class HourClairvoyant:
-    """A :class:`~capstan.capacity.Forecaster` told each clock hour's pods in advance: from one boot and
-    GPU-ready delay (``lead``) before an hour begins until it ends it holds that hour's level (GPUs, the
-    higher of the two hours while both apply) as copies of the pods of the hour's busiest window. Not a
-    forecast anyone has: it shows what knowing each hour would buy."""
+class Clairvoyant:
+    """A :class:`~capstan.capacity.Forecaster` told each ``block`` of the clock's pods in advance: from one
+    boot and GPU-ready delay (``lead``) before a block begins until it ends it holds that block's level (GPUs,
+    the higher of the two blocks while both apply) as copies of the pods of the block's busiest window. Not a
+    forecast anyone has: it shows what knowing each block would buy."""
 
-    def __init__(self, d: Demand, levels: dict[int, float], window: float, lead: float) -> None:
+    def __init__(
+        self, d: Demand, levels: dict[int, float], window: float, lead: float, block: float = 3600.0
+    ) -> None:
         self.levels = levels
         self.lead = lead
+        self.block = block
         self.shapes: dict[int, tuple[Pod, ...]] = {}
         by_hour: dict[int, list[int]] = {}
         for i, a in enumerate(d.arrivals):
-            by_hour.setdefault(math.floor(a / 3600), []).append(i)
+            by_hour.setdefault(math.floor(a / block), []).append(i)
         for hour, idx in by_hour.items():
             # the window (of ``window`` seconds, from a pod's arrival) of the hour with the most GPUs
             best = max(
@@ -224,12 +230,13 @@ class HourClairvoyant:
             self.shapes[hour] = tuple(d.pods[j] for j in idx if start <= d.arrivals[j] < start + window)
 
     def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
-        now = snap.now
-        hours = {math.floor(now / 3600), math.floor((now + self.lead) / 3600)}
+        now, block = snap.now, self.block
+        hours = {math.floor(now / block), math.floor((now + self.lead) / block)}
         hour = max(sorted(hours), key=lambda h: self.levels.get(h, 0.0))
-        # the next time either hour changes
+        # the next time either block changes
         at = min(
-            (math.floor(now / 3600) + 1) * 3600, (math.floor((now + self.lead) / 3600) + 1) * 3600 - self.lead
+            (math.floor(now / block) + 1) * block,
+            (math.floor((now + self.lead) / block) + 1) * block - self.lead,
         )
         at = max(at, math.nextafter(now, math.inf))
         level = self.levels.get(hour, 0.0)
@@ -246,17 +253,17 @@ class HourClairvoyant:
 
 
 def replays(
-    workload: Workload, types: tuple[NodeType, ...], clairvoyant: HourClairvoyant
+    workload: Workload, types: tuple[NodeType, ...], told: list[tuple[str, Clairvoyant]]
 ) -> list[dict[str, object]]:
-    """Capstan's replay with its forecast, with none, and with the hour-clairvoyant one, beside the
-    cluster-autoscaler emulation and the oracle (the goals' references)."""
-    policies = (
+    """Capstan's replay with its forecast, with none, and with each clairvoyant forecaster of ``told``, beside
+    the cluster-autoscaler emulation and the oracle (the goals' references)."""
+    policies: list[tuple[str, Policy]] = [
         ("cluster-autoscaler", ClusterAutoscalerPolicy()),
         ("oracle", OraclePolicy()),
         ("capstan (its forecast)", CapstanPolicy()),
         ("capstan, no headroom", CapstanPolicy(PlannerConfig(headroom=False))),
-        ("capstan, hour-clairvoyant headroom", CapstanPolicy(forecaster=clairvoyant)),
-    )
+        *((f"capstan, told each {label}", CapstanPolicy(forecaster=f)) for label, f in told),
+    ]
     out: list[dict[str, object]] = []
     for label, policy in policies:
         t0 = time.process_time()
@@ -313,6 +320,28 @@ def replay_table(rows: list[dict[str, object]]) -> Table:
     return table
 
 
+def _blocks(text: str) -> tuple[float, ...]:
+    try:
+        out = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--blocks {text!r}: comma-separated seconds, e.g. 3600,14400"
+        ) from None
+    if not out or min(out) <= 0:
+        raise argparse.ArgumentTypeError(f"--blocks {text!r}: every block must be longer than 0 s")
+    return out
+
+
+def _block_label(block: float) -> str:
+    if block % 86400 == 0:
+        n = int(block // 86400)
+        return "day" if n == 1 else f"{n} days"
+    if block % 3600 == 0:
+        n = int(block // 3600)
+        return "hour" if n == 1 else f"{n} h"
+    return f"{block:g} s"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="the first 600 tasks: seconds")
@@ -324,6 +353,12 @@ def main() -> None:
     ap.add_argument("--gpu-ready-delay", type=float, default=90.0, help="seconds, Ready → GPUs allocatable")
     ap.add_argument("--max-pods", type=int, default=0, help="only the first N tasks (0: all)")
     ap.add_argument("--no-replay", action="store_true", help="leave out the replays")
+    ap.add_argument(
+        "--blocks",
+        type=_blocks,
+        default=(3600.0, 14400.0, 86400.0),
+        help="comma-separated seconds: the clairvoyant policies are told each block of this length in advance",
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="where JSON and the plot go")
     args = ap.parse_args()
     types = read_openb_nodes(
@@ -375,17 +410,25 @@ def main() -> None:
             add(f"{label} ({level:g} GPUs)", held, wait, cpu)
         else:
             table.add_row(label, "—", "no level meets it", "", f"{cpu:.1f}")
-    t0 = time.process_time()
-    hull, best, hourly = hour_clairvoyant(d, target)
-    cpu = time.process_time() - t0
-    if best is not None:
-        add(f"hour-clairvoyant, ≤ {target} waiting", best[0], best[1], cpu)
-    else:
-        table.add_row(f"hour-clairvoyant, ≤ {target} waiting", "—", "no level meets it", "", f"{cpu:.1f}")
+    told: list[tuple[str, Clairvoyant]] = []
+    hulls: dict[str, list[tuple[float, int]]] = {}
+    for block in args.blocks:
+        label = _block_label(block)
+        t0 = time.process_time()
+        hull, best, block_levels = clairvoyant(d, target, block)
+        cpu = time.process_time() - t0
+        hulls[label] = hull
+        if best is not None:
+            add(f"told each {label}'s pods, ≤ {target} waiting", best[0], best[1], cpu)
+            told.append((label, Clairvoyant(d, block_levels, window, horizon, block)))
+        else:
+            table.add_row(
+                f"told each {label}'s pods, ≤ {target} waiting", "—", "no level meets it", "", f"{cpu:.1f}"
+            )
     console.print(table)
     replayed: list[dict[str, object]] = []
     if not args.no_replay:
-        replayed = replays(workload, types, HourClairvoyant(d, hourly, window, horizon))
+        replayed = replays(workload, types, told)
         console.print(replay_table(replayed))
     args.out.mkdir(parents=True, exist_ok=True)
     result = {
@@ -396,7 +439,7 @@ def main() -> None:
         "horizon_s": horizon,
         "target": target,
         "rows": [asdict(r) for r in rows],
-        "hour_clairvoyant_hull": hull,
+        "clairvoyant_hulls": hulls,
         "constant": points,
         "replays": replayed,
     }
@@ -407,7 +450,10 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([w for _, w in hull], [h for h, _ in hull], "k.-", label="hour-clairvoyant (flat per hour)")
+    for (label, hull), style in zip(hulls.items(), ("k.-", "k.--", "k.:", "k.-."), strict=False):
+        ax.plot(
+            [w for _, w in hull], [h for h, _ in hull], style, label=f"told each {label} (flat through it)"
+        )
     ax.plot([w for _, _, w in points], [h for _, h, _ in points], ".-", color="grey", label="constant level")
     for r, marker in zip((r for r in rows if r.label in dict(VARIANTS)), "os^vD", strict=False):
         ax.scatter([r.waiting], [r.gpu_hours], marker=marker, label=r.label, zorder=3)

@@ -100,26 +100,29 @@ def test_capacity_headroom_bound_bench_smoke(tmp_path: Path) -> None:
     assert data["smoke"] is True and data["pods"] == 600 and data["target"] == 6
     rows = {r["label"]: r for r in data["rows"]}
     default = rows["planner forecast (default)"]
-    clairvoyant = rows["hour-clairvoyant, ≤ 6 waiting"]
+    clairvoyant = rows["told each hour's pods, ≤ 6 waiting"]
     # less headroom than the default's lets more pods wait; the clairvoyant policy meets its target
     assert rows["forecast quantile 0.97"]["gpu_hours"] <= default["gpu_hours"]
     assert rows["forecast quantile 0.97"]["waiting"] >= default["waiting"]
     assert clairvoyant["waiting"] <= 6
     # the hull: holding more never lets more pods wait
-    hull = sorted(data["hour_clairvoyant_hull"])
+    assert set(data["clairvoyant_hulls"]) == {"hour", "4 h", "day"}
+    hull = sorted(data["clairvoyant_hulls"]["hour"])
     assert all(b[1] <= a[1] for a, b in itertools.pairwise(hull))
-    # the replays: a forecaster told each hour's pods (the hour-clairvoyant levels) holds headroom that lets
-    # fewer pods wait than none does
+    # the replays: a forecaster told each hour's pods (the clairvoyant levels) holds headroom that lets fewer
+    # pods wait than none does
     replays = {r["policy"]: r for r in data["replays"]}
     assert set(replays) == {
         "cluster-autoscaler",
         "oracle",
         "capstan (its forecast)",
         "capstan, no headroom",
-        "capstan, hour-clairvoyant headroom",
+        "capstan, told each hour",
+        "capstan, told each 4 h",
+        "capstan, told each day",
     }
     assert all(r["problems"] == 0 for r in replays.values())
-    told = replays["capstan, hour-clairvoyant headroom"]
+    told = replays["capstan, told each hour"]
     assert told["slow_starts"] < replays["capstan, no headroom"]["slow_starts"]
     assert told["headroom_idle_gpu_hours"] > 0
     assert (tmp_path / "capacity" / "headroom_bound.png").stat().st_size > 0
