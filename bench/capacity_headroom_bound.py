@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/capacity_headroom_bound.py            # openb default, boot 300 s + GPU-ready 90 s
     .venv/bin/python bench/capacity_headroom_bound.py --smoke    # the first 600 tasks: seconds
+    .venv/bin/python bench/capacity_headroom_bound.py --seeds 4   # and across seeds of boot delays (±10 %)
     .venv/bin/python bench/capacity_headroom_bound.py --trace OTHER_OPENB_POD_LIST.csv
 
 The model: headroom is a level of free GPUs held at each moment. A pod asking for GPUs takes its share, and the
@@ -178,26 +179,26 @@ def clairvoyant(
     """The lower convex hull of (GPU-hours held, pods waiting) over levels flat through each ``block`` seconds
     of the clock, its cheapest point with at most ``target`` pods waiting (None if no level meets it), and that
     point's level per block (by index, ``floor(t / block)``)."""
-    by_hour: dict[int, list[float]] = {}
+    by_block: dict[int, list[float]] = {}
     for a, need in zip(d.arrivals, d.trailing, strict=True):
-        by_hour.setdefault(math.floor(a / block), []).append(need)
-    # per hour, the levels worth holding are the pods' own needs (anything between waits as many as the lower)
+        by_block.setdefault(math.floor(a / block), []).append(need)
+    # per block, the levels worth holding are the pods' own needs (anything between waits as many as the lower)
     options: dict[int, list[tuple[float, int]]] = {}
-    for hour, needs in by_hour.items():
+    for key, needs in by_block.items():
         levels = [0.0, *sorted(set(needs))]
-        options[hour] = [(h, sum(1 for x in needs if x > h + 1e-9)) for h in levels]
+        options[key] = [(h, sum(1 for x in needs if x > h + 1e-9)) for h in levels]
     hull: list[tuple[float, int]] = []
     best: tuple[float, int] | None = None
     best_levels: dict[int, float] = {}
     for k in range(241):  # λ, the GPU-hours one waiting pod is worth, from 1e-3 to 1e3
         lam = 10 ** (-3 + k * 6 / 240)
-        chosen = {hour: min(opts, key=lambda o: o[0] + lam * o[1]) for hour, opts in options.items()}
+        chosen = {key: min(opts, key=lambda o: o[0] + lam * o[1]) for key, opts in options.items()}
         held = sum(h for h, _ in chosen.values()) * block / 3600
         wait = sum(w for _, w in chosen.values())
         hull.append((held, wait))
         if wait <= target and (best is None or held < best[0]):
             best = (held, wait)
-            best_levels = {hour: h for hour, (h, _) in chosen.items()}
+            best_levels = {key: h for key, (h, _) in chosen.items()}
     return sorted(set(hull)), best, best_levels
 
 
@@ -214,11 +215,11 @@ class Clairvoyant:
         self.lead = lead
         self.block = block
         self.shapes: dict[int, tuple[Pod, ...]] = {}
-        by_hour: dict[int, list[int]] = {}
+        by_block: dict[int, list[int]] = {}
         for i, a in enumerate(d.arrivals):
-            by_hour.setdefault(math.floor(a / block), []).append(i)
-        for hour, idx in by_hour.items():
-            # the window (of ``window`` seconds, from a pod's arrival) of the hour with the most GPUs
+            by_block.setdefault(math.floor(a / block), []).append(i)
+        for key, idx in by_block.items():
+            # the window (of ``window`` seconds, from a pod's arrival) of the block with the most GPUs
             best = max(
                 (
                     (sum(d.gpus[j] for j in idx if a <= d.arrivals[j] < a + window), -k)
@@ -227,27 +228,27 @@ class Clairvoyant:
                 default=(0.0, 0),
             )
             start = d.arrivals[idx[-best[1]]]
-            self.shapes[hour] = tuple(d.pods[j] for j in idx if start <= d.arrivals[j] < start + window)
+            self.shapes[key] = tuple(d.pods[j] for j in idx if start <= d.arrivals[j] < start + window)
 
     def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
         now, block = snap.now, self.block
-        hours = {math.floor(now / block), math.floor((now + self.lead) / block)}
-        hour = max(sorted(hours), key=lambda h: self.levels.get(h, 0.0))
+        keys = {math.floor(now / block), math.floor((now + self.lead) / block)}
+        key = max(sorted(keys), key=lambda k: self.levels.get(k, 0.0))
         # the next time either block changes
         at = min(
             (math.floor(now / block) + 1) * block,
             (math.floor((now + self.lead) / block) + 1) * block - self.lead,
         )
         at = max(at, math.nextafter(now, math.inf))
-        level = self.levels.get(hour, 0.0)
-        shapes = self.shapes.get(hour, ())
+        level = self.levels.get(key, 0.0)
+        shapes = self.shapes.get(key, ())
         pods: list[Pod] = []
         held = 0.0
         for k in range(256):  # bounded: copies of the window's pods until they add up to the level
             if held >= level - 1e-9 or not shapes:
                 break
             p = shapes[k % len(shapes)]
-            pods.append(replace(p, name=f"{p.name}~{hour}-{k}"))
+            pods.append(replace(p, name=f"{p.name}~{key}-{k}"))
             held += p.gpu_total_milli / 1000
         return Forecast(tuple(pods), at)
 
@@ -282,6 +283,71 @@ def replays(
             }
         )
     return out
+
+
+def seeded_replays(
+    workload: Workload,
+    types: tuple[NodeType, ...],
+    told: list[tuple[str, Clairvoyant]],
+    seed: int,
+    boot: float,
+    oracle_cost: float,
+) -> list[dict[str, object]]:
+    """One seed of boot delays drawn within ±10 % (as ``capacity_seeds.py`` draws them): Capstan with its own
+    forecast and with each clairvoyant one, as ratios to that seed's cluster-autoscaler emulation and to the
+    oracle (whose nodes are up at once, so no draw changes it)."""
+    from capacity_seeds import jittered  # the seeds bench's draw, so both benches jitter alike
+
+    drawn = jittered(types, boot, 0.1)
+    ca = summarize(Sim(workload, drawn, ClusterAutoscalerPolicy(), seed=seed).run())
+    out: list[dict[str, object]] = []
+    policies = [("capstan (its forecast)", CapstanPolicy())]
+    policies += [(f"capstan, told each {label}", CapstanPolicy(forecaster=f)) for label, f in told]
+    for label, policy in policies:
+        s = summarize(Sim(workload, drawn, policy, seed=seed).run())
+        out.append(
+            {
+                "policy": label,
+                "seed": seed,
+                "cost_vs_oracle": s.cost / oracle_cost,
+                "idle_vs_ca": s.idle_total / ca.idle_total if ca.idle_total else math.inf,
+                "p99_vs_ca": s.pending["total"][2] / ca.pending["total"][2]
+                if ca.pending["total"][2]
+                else math.inf,
+                "slow_starts": s.slow_starts,
+            }
+        )
+    return out
+
+
+def seeds_table(rows: list[dict[str, object]], seeds: int) -> Table:
+    table = Table(
+        title=f"Across {seeds} seeds, boot delays within ±10 % (min–max; goals met on how many seeds)"
+    )
+    for col in ("policy", "cost × oracle", "idle × CA", "p99 × CA", "waited > 60 s", "all three goals met"):
+        table.add_column(col, justify="right")
+    for label in dict.fromkeys(str(r["policy"]) for r in rows):
+        mine = [r for r in rows if r["policy"] == label]
+
+        def span(key: str, fmt: str, mine: list[dict[str, object]] = mine) -> str:
+            values = [float(str(r[key])) for r in mine]
+            return f"{min(values):{fmt}}–{max(values):{fmt}}"
+
+        met = sum(
+            float(str(r["cost_vs_oracle"])) <= 1.05
+            and float(str(r["idle_vs_ca"])) <= 0.4
+            and float(str(r["p99_vs_ca"])) <= 0.2
+            for r in mine
+        )
+        table.add_row(
+            label,
+            span("cost_vs_oracle", ".3f"),
+            span("idle_vs_ca", ".3f"),
+            span("p99_vs_ca", ".3f"),
+            span("slow_starts", ".0f"),
+            f"{met} of {len(mine)}",
+        )
+    return table
 
 
 def replay_table(rows: list[dict[str, object]]) -> Table:
@@ -354,6 +420,13 @@ def main() -> None:
     ap.add_argument("--max-pods", type=int, default=0, help="only the first N tasks (0: all)")
     ap.add_argument("--no-replay", action="store_true", help="leave out the replays")
     ap.add_argument(
+        "--seeds",
+        type=int,
+        default=0,
+        help="also replay Capstan (its forecast and each clairvoyant one) on seeds 0..N-1 of boot delays "
+        "within ±10 %%",
+    )
+    ap.add_argument(
         "--blocks",
         type=_blocks,
         default=(3600.0, 14400.0, 86400.0),
@@ -361,6 +434,8 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=OUT, help="where JSON and the plot go")
     args = ap.parse_args()
+    if args.seeds < 0:
+        ap.error(f"--seeds {args.seeds}: must be 0 or more")
     types = read_openb_nodes(
         args.nodes, Delay("fixed", args.boot_delay), Delay("fixed", args.gpu_ready_delay)
     )
@@ -427,9 +502,15 @@ def main() -> None:
             )
     console.print(table)
     replayed: list[dict[str, object]] = []
+    seeded: list[dict[str, object]] = []
     if not args.no_replay:
         replayed = replays(workload, types, told)
         console.print(replay_table(replayed))
+        oracle_cost = float(str(next(r for r in replayed if r["policy"] == "oracle")["cost"]))
+        for seed in range(args.seeds):
+            seeded.extend(seeded_replays(workload, types, told, seed, args.boot_delay, oracle_cost))
+        if seeded:
+            console.print(seeds_table(seeded, args.seeds))
     args.out.mkdir(parents=True, exist_ok=True)
     result = {
         "smoke": args.smoke,
@@ -442,6 +523,7 @@ def main() -> None:
         "clairvoyant_hulls": hulls,
         "constant": points,
         "replays": replayed,
+        "seeded": seeded,
     }
     (args.out / "capacity_headroom_bound.json").write_text(json.dumps(result, indent=1))
     import matplotlib

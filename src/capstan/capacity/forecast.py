@@ -288,7 +288,9 @@ class Forecaster(Protocol):
     :class:`SlidingForecast` (the planner's own, from the snapshot's recent arrivals) is the default; another may
     read a signal the snapshot does not carry (an inference gateway's demand, a batch queue). It must say in
     ``Forecast.changes_at`` when its answer may next change with no new arrival, or the planner's controller
-    will not look again until something else changes.
+    will not look again until something else changes; the planner reuses an answer while the snapshot's recent
+    arrivals are the same and ``changes_at`` has not come. It should answer from the snapshot and what it was
+    built with alone, so that a plan stays a function of its inputs.
     """
 
     def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:

@@ -294,8 +294,9 @@ class PlanCache:
     a new node for a shape and the shapes queued behind it should be, the last forecast, and the last repack
     search that found nothing.
 
-    It never changes a plan, only how fast it is made. It resets itself when the node-type tuple changes or it
-    grows past ``limit`` entries.
+    It never changes a plan, only how fast it is made, except through the :class:`Forecaster` it may be given
+    (what headroom is held for; the planner's own :class:`SlidingForecast` by default). It resets itself when
+    the node-type tuple changes or it grows past ``limit`` entries, keeping that forecaster.
     """
 
     def __init__(

@@ -95,7 +95,7 @@ def test_capacity_seeds_bench_names_a_bad_variant() -> None:
 
 
 def test_capacity_headroom_bound_bench_smoke(tmp_path: Path) -> None:
-    run_smoke("capacity_headroom_bound.py", tmp_path)
+    run_smoke("capacity_headroom_bound.py", tmp_path, "--seeds", "1")
     data = json.loads((tmp_path / "capacity_headroom_bound.json").read_text())
     assert data["smoke"] is True and data["pods"] == 600 and data["target"] == 6
     rows = {r["label"]: r for r in data["rows"]}
@@ -125,4 +125,13 @@ def test_capacity_headroom_bound_bench_smoke(tmp_path: Path) -> None:
     told = replays["capstan, told each hour"]
     assert told["slow_starts"] < replays["capstan, no headroom"]["slow_starts"]
     assert told["headroom_idle_gpu_hours"] > 0
+    # one seed of drawn boot delays: Capstan with its forecast and with each clairvoyant one
+    assert [r["policy"] for r in data["seeded"]] == [
+        "capstan (its forecast)",
+        "capstan, told each hour",
+        "capstan, told each 4 h",
+        "capstan, told each day",
+    ]
+    assert all(r["seed"] == 0 and r["cost_vs_oracle"] > 0 for r in data["seeded"])
+    assert run_bench("capacity_headroom_bound.py", "--seeds", "-1").returncode == 2
     assert (tmp_path / "capacity" / "headroom_bound.png").stat().st_size > 0
