@@ -710,11 +710,19 @@ def make_policy(
     static_counts: dict[str, int] | None = None,
     planner: PlannerConfig | None = None,
     buffer_gpus: int | None = None,
+    review_interval: float | None = None,
+    repack_interval: float | None = None,
 ) -> Policy:
     """The policy called ``name``; ``planner`` configures Capstan's planner (the oracle keeps its own),
-    ``buffer_gpus`` the size of ``ca-buffer``'s CapacityBuffer (None: the trace's peak burst)."""
+    ``buffer_gpus`` the size of ``ca-buffer``'s CapacityBuffer (None: the trace's peak burst), and the two
+    intervals Capstan's controller loop (None: its defaults)."""
     if name == "capstan":
-        return CapstanPolicy(planner)
+        capstan = CapstanPolicy(planner)
+        if review_interval is not None:
+            capstan.review_interval = review_interval
+        if repack_interval is not None:
+            capstan.repack_interval = repack_interval
+        return capstan
     if name == "cluster-autoscaler":
         return ClusterAutoscalerPolicy()
     if name == "ca-buffer":

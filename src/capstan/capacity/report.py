@@ -165,7 +165,11 @@ def run_policies(
     progress: Callable[[str, float], None] | None = None,
     planner: PlannerConfig | None = None,
     buffer_gpus: int | None = None,
+    review_interval: float | None = None,
+    repack_interval: float | None = None,
 ) -> dict[str, tuple[SimResult, Summary]]:
+    """Replay ``workload`` against each of ``policies`` (static sized from the oracle's peak, which is replayed
+    for it if not asked for); ``planner`` and the two intervals configure Capstan (None: its defaults)."""
     for name in policies:
         if name not in POLICY_NAMES:
             raise UserError(f"--policy {name}: unknown policy; choose from {', '.join(POLICY_NAMES)}")
@@ -181,7 +185,7 @@ def run_policies(
     out: dict[str, tuple[SimResult, Summary]] = {}
     for name in order:
         counts = peak_counts(out["oracle"][0]) if name == "static" else None
-        policy = make_policy(name, counts, planner, buffer_gpus)
+        policy = make_policy(name, counts, planner, buffer_gpus, review_interval, repack_interval)
         cb = (lambda f, _n=name: progress(_n, f)) if progress else None
         t0, c0 = time.perf_counter(), time.process_time()
         result = Sim(workload, node_types, policy, seed=seed, record=record, progress=cb).run()

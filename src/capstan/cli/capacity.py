@@ -49,6 +49,14 @@ def parse_duration(text: str, option: str) -> float:
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
 
 
+def parse_interval(text: str, option: str) -> float:
+    """:func:`parse_duration` of a controller interval, which must be longer than 0 s."""
+    seconds = parse_duration(text, option)
+    if not seconds > 0:
+        raise UserError(f"{option} {text!r}: must be longer than 0 s")
+    return seconds
+
+
 def parse_wait(text: str, option: str) -> tuple[float, float]:
     """A headroom wait as :class:`PlannerConfig`'s ``(headroom_wait_s, headroom_wait_share)``: ``20%`` is a share
     of the boot plus GPU-ready delay, anything else a duration (:func:`parse_duration`); a one-line error naming
@@ -158,6 +166,7 @@ def _run(
     label: str,
     planner: PlannerConfig,
     buffer_gpus: int | None,
+    intervals: tuple[float | None, float | None],
 ) -> list[Summary]:
     show = len(workload.pods) >= 2000 and console.is_terminal
     with Progress(
@@ -176,6 +185,8 @@ def _run(
             progress=progress if show else None,
             planner=planner,
             buffer_gpus=buffer_gpus,
+            review_interval=intervals[0],
+            repack_interval=intervals[1],
         )
     return [s for _, s in results.values()]
 
@@ -241,6 +252,24 @@ def simulate(
         help="Capstan: a pending pod no allocatable node can take may have one freed for it by moving up to this "
         "many pods (all safe to evict) onto other allocatable nodes, instead of waiting for a new node (0: never).",
     ),
+    repack_interval: str | None = typer.Option(
+        None,
+        "--repack-interval",
+        help="Capstan's controller: a full plan (repacks) at most this often, and when a node launched for a "
+        "repack is up (e.g. 900, 15m; default: the controller's, 15m).",
+    ),
+    review_interval: str | None = typer.Option(
+        None,
+        "--review-interval",
+        help="Capstan's controller: headroom and drains reviewed at most this often while anything changes "
+        "(default: the controller's, 60s).",
+    ),
+    repack_orders: str = typer.Option(
+        "both",
+        "--repack-orders",
+        help="Capstan: 'both' plans a full decision again with the repack search before headroom when headroom "
+        "held room on a repack candidate, and keeps the cheaper plan; 'one' never does.",
+    ),
     buffer_gpus: str = typer.Option(
         "peak",
         "--buffer-gpus",
@@ -280,6 +309,12 @@ def simulate(
         )
     if room_moves < 0:
         raise UserError(f"--room-moves {room_moves}: must be >= 0 (0: never move pods to make room)")
+    intervals = (
+        None if review_interval is None else parse_interval(review_interval, "--review-interval"),
+        None if repack_interval is None else parse_interval(repack_interval, "--repack-interval"),
+    )
+    if repack_orders not in ("both", "one"):
+        raise UserError(f"--repack-orders {repack_orders}: expected 'both' or 'one'")
     planner = PlannerConfig(
         headroom=headroom_quantile > 0,
         forecast_quantile=headroom_quantile or 0.99,
@@ -288,6 +323,7 @@ def simulate(
         headroom_wait_share=wait_share,
         pinned_headroom_node_ratio=pinned_headroom_ratio,
         make_room_moves=room_moves,
+        repack_both_orders=repack_orders == "both",
     )
     for qos in not_safe_to_evict:
         if qos not in OPENB_QOS:
@@ -309,7 +345,7 @@ def simulate(
         workload = Workload(workload.name, workload.pods[:max_pods])
     types = resolve_node_types(trace, nodes, boot, ready)
     title = f"{workload.name}: {len(workload.pods)} pods, {len(types)} node types, boot {boot.a:.0f}s + GPU {ready.a:.0f}s"
-    summaries = _run(workload, types, policy, seed, console, "simulating", planner, buffer)
+    summaries = _run(workload, types, policy, seed, console, "simulating", planner, buffer, intervals)
     console.print(summary_table(summaries, title))
     if "ca-buffer" in policy:
         console.print(buffer_line(workload, types, buffer))
@@ -324,7 +360,15 @@ def simulate(
         for minutes in (3, 6, 9, 12, 15):
             sweep_types = resolve_node_types(trace, nodes, Delay("fixed", minutes * 60.0), ready)
             for s in _run(
-                workload, sweep_types, policy, seed, console, f"sweep {minutes} min", planner, buffer
+                workload,
+                sweep_types,
+                policy,
+                seed,
+                console,
+                f"sweep {minutes} min",
+                planner,
+                buffer,
+                intervals,
             ):
                 rows.append((minutes * 60.0, s.policy, s))
         sweep_table = Table(title=f"Boot-delay sweep — {workload.name}")

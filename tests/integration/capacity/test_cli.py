@@ -220,3 +220,21 @@ def test_router_traffic_sizes_inference_replicas_and_a_bad_replica_rate_is_one_l
     assert pods > 4  # 2,000 requests in about 10 minutes at 0.25 requests per second per replica
     for bad in ("0", "-1", "nan"):
         assert_one_line_exit_2(capstan("--trace", str(f), "--replica-rps", bad), "--replica-rps")
+
+
+def test_the_controller_intervals_and_repack_orders_are_options_and_bad_ones_are_one_line_exit_2(
+    tmp_path: Path,
+) -> None:
+    args = ["--trace", "synthetic:agentic:0.2", "--policy", "capstan", "--out", str(tmp_path)]
+    ok = capstan(*args, "--repack-interval", "5m", "--review-interval", "30s", "--repack-orders", "one")
+    assert ok.returncode == 0, ok.stderr
+    assert "capstan" in ok.stdout and "conservation check failed" not in ok.stdout
+    assert_one_line_exit_2(
+        capstan(*args, "--repack-interval", "0"), "--repack-interval '0': must be longer than 0 s"
+    )
+    assert_one_line_exit_2(
+        capstan(*args, "--review-interval", "soon"), "--review-interval 'soon': expected seconds"
+    )
+    assert_one_line_exit_2(
+        capstan(*args, "--repack-orders", "two"), "--repack-orders two: expected 'both' or 'one'"
+    )

@@ -39,3 +39,24 @@ def test_a_buffer_size_is_a_count_or_peak() -> None:
 def test_a_bad_buffer_size_names_the_option(text: str) -> None:
     with pytest.raises(UserError, match=r"--buffer-gpus .*: expected a count of GPUs \(>= 0\) or 'peak'"):
         parse_buffer(text, "--buffer-gpus")
+
+
+def test_capstan_takes_the_controller_intervals_and_keeps_its_defaults_for_those_left_out() -> None:
+    from capstan.capacity import CapstanPolicy, make_policy
+
+    default = CapstanPolicy()
+    set_both = make_policy("capstan", review_interval=30.0, repack_interval=300.0)
+    assert isinstance(set_both, CapstanPolicy)
+    assert (set_both.review_interval, set_both.repack_interval) == (30.0, 300.0)
+    only_repack = make_policy("capstan", repack_interval=600.0)
+    assert isinstance(only_repack, CapstanPolicy)
+    assert (only_repack.review_interval, only_repack.repack_interval) == (default.review_interval, 600.0)
+
+
+@pytest.mark.parametrize("text", ["0", "-5m", "0s"])
+def test_a_controller_interval_must_be_longer_than_zero(text: str) -> None:
+    from capstan.cli.capacity import parse_interval
+
+    with pytest.raises(UserError, match=r"--repack-interval .*: (must be longer than 0 s|expected seconds)"):
+        parse_interval(text, "--repack-interval")
+    assert parse_interval("15m", "--repack-interval") == 900.0
