@@ -44,6 +44,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from capacity_policies import ratio
+from capacity_seeds import GOALS, jittered, verdicts
 from capstan.capacity import (
     CapstanPolicy,
     ClusterAutoscalerPolicy,
@@ -296,8 +298,6 @@ def seeded_replays(
     """One seed of boot delays drawn within ±10 % (as ``capacity_seeds.py`` draws them): Capstan with its own
     forecast and with each clairvoyant one, as ratios to that seed's cluster-autoscaler emulation and to the
     oracle (whose nodes are up at once, so no draw changes it)."""
-    from capacity_seeds import jittered  # the seeds bench's draw, so both benches jitter alike
-
     drawn = jittered(types, boot, 0.1)
     ca = summarize(Sim(workload, drawn, ClusterAutoscalerPolicy(), seed=seed).run())
     out: list[dict[str, object]] = []
@@ -305,18 +305,16 @@ def seeded_replays(
     policies += [(f"capstan, told each {label}", CapstanPolicy(forecaster=f)) for label, f in told]
     for label, policy in policies:
         s = summarize(Sim(workload, drawn, policy, seed=seed).run())
-        out.append(
-            {
-                "policy": label,
-                "seed": seed,
-                "cost_vs_oracle": s.cost / oracle_cost,
-                "idle_vs_ca": s.idle_total / ca.idle_total if ca.idle_total else math.inf,
-                "p99_vs_ca": s.pending["total"][2] / ca.pending["total"][2]
-                if ca.pending["total"][2]
-                else math.inf,
-                "slow_starts": s.slow_starts,
-            }
-        )
+        r: dict[str, object] = {
+            "policy": label,
+            "seed": seed,
+            "cost_vs_oracle": ratio(s.cost, oracle_cost),
+            "idle_vs_ca": ratio(s.idle_total, ca.idle_total),
+            "p99_vs_ca": ratio(s.pending["total"][2], ca.pending["total"][2]),
+            "slow_starts": s.slow_starts,
+        }
+        r["goals_met"] = verdicts(r)  # the seeds bench's verdict on issue 5's goals
+        out.append(r)
     return out
 
 
@@ -333,12 +331,7 @@ def seeds_table(rows: list[dict[str, object]], seeds: int) -> Table:
             values = [float(str(r[key])) for r in mine]
             return f"{min(values):{fmt}}–{max(values):{fmt}}"
 
-        met = sum(
-            float(str(r["cost_vs_oracle"])) <= 1.05
-            and float(str(r["idle_vs_ca"])) <= 0.4
-            and float(str(r["p99_vs_ca"])) <= 0.2
-            for r in mine
-        )
+        met = sum(r["goals_met"] == "all" for r in mine)
         table.add_row(
             label,
             span("cost_vs_oracle", ".3f"),
@@ -354,11 +347,11 @@ def replay_table(rows: list[dict[str, object]]) -> Table:
     ca = next(r for r in rows if r["policy"] == "cluster-autoscaler")
     oracle = next(r for r in rows if r["policy"] == "oracle")
 
-    def ratio(r: dict[str, object], ref: dict[str, object], key: str) -> str:
-        a, b = float(str(r[key])), float(str(ref[key]))
-        return f"{a / b:.3f}" if b > 0 else "—"
+    def against(r: dict[str, object], ref: dict[str, object], key: str) -> str:
+        return f"{ratio(float(str(r[key])), float(str(ref[key]))):.3f}"
 
-    table = Table(title="Replays (goals: idle ≤ 0.4× CA's, p99 ≤ 0.2× CA's, cost ≤ 1.05× the oracle's)")
+    goals = f"idle ≤ {GOALS['idle_vs_ca']}× CA's, p99 ≤ {GOALS['p99_vs_ca']}× CA's, cost ≤ {GOALS['cost_vs_oracle']}×"
+    table = Table(title=f"Replays (goals: {goals} the oracle's)")
     for col in (
         "policy",
         "cost",
@@ -375,11 +368,11 @@ def replay_table(rows: list[dict[str, object]]) -> Table:
         table.add_row(
             str(r["policy"]),
             f"{float(str(r['cost'])):,.1f}",
-            ratio(r, oracle, "cost"),
+            against(r, oracle, "cost"),
             f"{float(str(r['idle_gpu_hours'])):,.0f}",
-            ratio(r, ca, "idle_gpu_hours"),
+            against(r, ca, "idle_gpu_hours"),
             f"{float(str(r['p99_s'])):.0f}",
-            ratio(r, ca, "p99_s"),
+            against(r, ca, "p99_s"),
             str(r["slow_starts"]),
             f"{float(str(r['cpu_seconds'])):.1f}",
         )

@@ -33,14 +33,15 @@ from rich.table import Table
 
 from capacity_policies import OUT, TRACES, ratio
 from capstan.capacity import (
-    CapstanPolicy,
     Delay,
     NodeType,
     PlannerConfig,
+    Policy,
     Sim,
     Summary,
     Workload,
     load_trace,
+    make_policy,
     read_openb_nodes,
     run_policies,
     summarize,
@@ -65,13 +66,13 @@ class Variant:
     config: PlannerConfig
     policy: tuple[tuple[str, float], ...] = ()
 
-    def make(self) -> CapstanPolicy:
-        loop = dict(self.policy)
-        default = CapstanPolicy()
-        return CapstanPolicy(
-            self.config,
-            review_interval=loop.get("review_interval", default.review_interval),
-            repack_interval=loop.get("repack_interval", default.repack_interval),
+    def make(self) -> Policy:
+        loop = dict(self.policy)  # those not set keep the controller's defaults
+        return make_policy(
+            "capstan",
+            planner=self.config,
+            review_interval=loop.get("review_interval"),
+            repack_interval=loop.get("repack_interval"),
         )
 
 

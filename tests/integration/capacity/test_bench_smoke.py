@@ -132,6 +132,10 @@ def test_capacity_headroom_bound_bench_smoke(tmp_path: Path) -> None:
         "capstan, told each 4 h",
         "capstan, told each day",
     ]
-    assert all(r["seed"] == 0 and r["cost_vs_oracle"] > 0 for r in data["seeded"])
+    assert all(r["seed"] == 0 for r in data["seeded"])
+    # the seeds bench's verdicts; told each hour's pods, fewer pods wait than with the planner's own forecast
+    seeded = {r["policy"]: r for r in data["seeded"]}
+    assert seeded["capstan, told each hour"]["goals_met"] == "all"
+    assert seeded["capstan, told each hour"]["slow_starts"] < seeded["capstan (its forecast)"]["slow_starts"]
     assert run_bench("capacity_headroom_bound.py", "--seeds", "-1").returncode == 2
     assert (tmp_path / "capacity" / "headroom_bound.png").stat().st_size > 0
