@@ -1,4 +1,5 @@
-"""Logging set-up shared by every command: stderr, human-readable on a TTY, one JSON object per line otherwise.
+"""Logging set-up shared by every command: stderr, human-readable on a TTY, one JSON object per line otherwise;
+every record redacted (:class:`capstan.redact.RedactingFilter`).
 
 Nothing here runs at import time; the CLI calls :func:`configure_logging` once per process.
 """
@@ -10,6 +11,8 @@ import logging
 import sys
 import time
 from typing import Any
+
+from capstan.redact import RedactingFilter
 
 _RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
@@ -28,7 +31,9 @@ class JsonFormatter(logging.Formatter):
         for key, value in record.__dict__.items():
             if key not in _RESERVED and not key.startswith("_"):
                 payload[key] = value
-        if record.exc_info:
+        if record.exc_text:
+            payload["exc"] = record.exc_text
+        elif record.exc_info:
             payload["exc"] = self.formatException(record.exc_info)
         return json.dumps(payload, default=str)
 
@@ -37,6 +42,9 @@ def configure_logging(level: str = "INFO", *, json_output: bool | None = None) -
     """Route the ``capstan`` loggers to stderr; JSON unless stderr is a terminal (or as forced)."""
     use_json = (not sys.stderr.isatty()) if json_output is None else json_output
     handler = logging.StreamHandler(sys.stderr)
+    # every record is redacted by shape before it is formatted (capstan.redact): an exception text or a server's
+    # reply in a log line may hold a credential
+    handler.addFilter(RedactingFilter())
     if use_json:
         handler.setFormatter(JsonFormatter())
     else:

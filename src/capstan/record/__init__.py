@@ -6,10 +6,8 @@ from capstan.record._diff import (
     DEFAULT_DROP_PATHS,
     DiffPolicy,
     apply_patch,
-    data_hash,
     make_patch,
     normalize,
-    redact_secret,
 )
 from capstan.record._engine_core import (
     PollPlan,
@@ -54,7 +52,6 @@ __all__ = [
     "RingEntry",
     "ServerInfo",
     "apply_patch",
-    "data_hash",
     "engine_collectors",
     "event_record",
     "kind_key",
@@ -67,5 +64,4 @@ __all__ = [
     "plan_config",
     "plan_ring",
     "plan_server",
-    "redact_secret",
 ]

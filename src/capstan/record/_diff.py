@@ -1,4 +1,5 @@
-"""The pure diff builder: noise removal, Secret redaction and RFC 6902 patches between two object versions.
+"""The pure diff builder: noise removal, redaction (:mod:`capstan.redact`) and RFC 6902 patches between two object
+versions.
 
 Everything here is a function of its inputs (no clock, no I/O), so the same code runs in the live recorder, in
 tests and in benchmarks. Patches come from the well-kept ``jsonpatch`` library; this module only decides what an
@@ -7,10 +8,7 @@ object looks like before it is compared (``normalize``).
 
 from __future__ import annotations
 
-import copy
 import functools
-import hashlib
-import json
 from typing import Any
 
 import jsonpatch
@@ -18,9 +16,9 @@ from pydantic import Field
 
 from capstan import jsontext
 from capstan.config import StrictModel
+from capstan.redact import Redactor
 
 JsonDict = dict[str, Any]
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 DEFAULT_DROP_PATHS: tuple[str, ...] = (
     "/metadata/managedFields",
@@ -86,43 +84,16 @@ def _dropped(node: Any, parts: tuple[str, ...]) -> Any:
     return node
 
 
-def data_hash(data: Any) -> str:
-    """sha256 of the canonical JSON of ``data`` (the only trace of a Secret's values that is ever stored)."""
-    canon = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return "sha256:" + hashlib.sha256(canon.encode()).hexdigest()
-
-
-def redact_secret(obj: JsonDict) -> JsonDict:
-    """A Secret reduced to metadata, type, key names and a hash of the data; no value survives.
-
-    ``kubectl apply`` copies the whole manifest (values included) into the last-applied annotation, so that
-    annotation is replaced by its hash as well.
-    """
-    out: JsonDict = {
-        k: copy.deepcopy(v) for k, v in obj.items() if k in ("apiVersion", "kind", "type", "immutable")
-    }
-    meta = copy.deepcopy(obj.get("metadata") or {})
-    annotations = meta.get("annotations")
-    if isinstance(annotations, dict) and LAST_APPLIED in annotations:
-        annotations[LAST_APPLIED] = data_hash(annotations[LAST_APPLIED])
-    out["metadata"] = meta
-    merged: JsonDict = {}
-    for field in ("data", "stringData"):
-        values = obj.get(field)
-        if isinstance(values, dict):
-            merged.update({f"{field}/{k}": v for k, v in values.items()})
-    out["dataKeys"] = sorted({k.split("/", 1)[1] for k in merged})
-    out["dataHash"] = data_hash(merged)
-    return out
-
-
-def normalize(obj: JsonDict, policy: DiffPolicy) -> JsonDict:
-    """The object as it is stored and compared: Secrets redacted, noise paths removed. Never mutates ``obj``; the
-    result shares every part that was not removed with ``obj`` (so ``obj`` must not be mutated afterwards)."""
-    out: JsonDict = redact_secret(obj) if obj.get("kind") in policy.redact_kinds else obj
+def normalize(obj: JsonDict, policy: DiffPolicy, redactor: Redactor | None = None) -> JsonDict:
+    """The object as it is stored and compared: noise paths removed, then secrets redacted (``policy.redact_kinds``
+    reduced to key names and keyed hashes, every other kind through :meth:`Redactor.kube_object`; a default,
+    unkeyed redactor when none is given). Never mutates ``obj``; the result shares every part that was not changed
+    with ``obj`` (so ``obj`` must not be mutated afterwards)."""
+    out: JsonDict = obj
     for pointer in policy.drop_paths:
         out = _dropped(out, _split(pointer))
-    return out
+    r = redactor if redactor is not None else Redactor()
+    return r.secret(out) if out.get("kind") in policy.redact_kinds else r.kube_object(out)
 
 
 _SCALARS = (str, int, float, bool)

@@ -8,7 +8,7 @@ server restarted (run id changed, or ids went backwards). The shell in ``_redis.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,16 +175,20 @@ def plan_config(
     *,
     observed_at: float,
     ignore: frozenset[str] = frozenset(),
+    redact: Callable[[str, str], str] = lambda _name, value: value,
 ) -> tuple[list[EngineEntry], EngineCursor]:
     """Each parameter whose value differs from the stored snapshot becomes one ``config`` record.
 
     The first snapshot is only stored (there is nothing to compare with). ``last_id`` counts the changes ever
     recorded for the target and is the native id, so re-running a poll after a crash writes nothing twice.
+    ``redact(name, value)`` is applied to both the server's values and the stored snapshot's before they are
+    compared (it must be idempotent and keyed: a secret parameter is stored and compared as its keyed hash, and a
+    snapshot stored before redaction compares equal to the same value redacted, so no record shows it).
     """
-    current = {k: v for k, v in config.items() if k not in ignore}
+    current = {k: redact(k, v) for k, v in config.items() if k not in ignore}
     if cursor is None:
         return [], EngineCursor(target, "config", run_id, 0, {"config": current})
-    before: Mapping[str, str] = cursor.state.get("config", {})
+    before = {k: redact(k, v) for k, v in cursor.state.get("config", {}).items()}
     seq = cursor.last_id
     out: list[EngineEntry] = []
     for key in sorted(set(before) | set(current)):

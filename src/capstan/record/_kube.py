@@ -28,6 +28,7 @@ from capstan.config import StrictModel
 from capstan.kube import Delta, Informer, KubeClient, Resource, resource_for
 from capstan.record._diff import DiffPolicy
 from capstan.record._objects import ObjectHistory, event_record, kind_key
+from capstan.redact import Redactor
 from capstan.store import Batch, Gap, HistoryMetrics, KindCursor, ObservedVia, Store
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class KubeCollector:
         metrics: HistoryMetrics | None = None,
         clock: Callable[[], float] = time.time,
         watch_timeout: int = 300,
+        redactor: Redactor | None = None,
     ) -> None:
         self.name = f"kubernetes/{source}"
         self.config = config
@@ -118,6 +120,8 @@ class KubeCollector:
         self.metrics = metrics
         self.clock = clock
         self.watch_timeout = watch_timeout
+        # None: the store's keyed redactor, read when the collector starts
+        self._redactor = redactor
         self._pending = Batch()
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
@@ -225,7 +229,9 @@ class KubeCollector:
         now = self.clock()
         if is_event:
             if delta.type != "deleted":  # an Event expiring (TTL) is not a change worth a record
-                batch.kube_events.append(event_record(self.source, obj, observed_at=now))
+                batch.kube_events.append(
+                    event_record(self.source, obj, observed_at=now, redactor=history.redactor)
+                )
             if delta.via == "watch":
                 batch.kind_cursors.append(KindCursor(self.source, key, delta.resource_version))
             return
@@ -262,8 +268,12 @@ class KubeCollector:
 
             raise UserError("kubernetes recorder: no kubeconfig configured (kubernetes.kubeconfig)")
         client = await KubeClient.from_kubeconfig(self.kubeconfig)
+        redactor = self._redactor or await asyncio.to_thread(self.store.redactor)
         history = ObjectHistory(
-            self.source, await asyncio.to_thread(self.store.object_states, self.source), policy=self.policy
+            self.source,
+            await asyncio.to_thread(self.store.object_states, self.source),
+            policy=self.policy,
+            redactor=redactor,
         )
         kinds = [(r, False) for r in self.config.resources()]
         if self.config.events:

@@ -14,6 +14,7 @@ from typing import Any
 
 from capstan import jsontext
 from capstan.record._diff import DiffPolicy, make_patch, normalize
+from capstan.redact import Redactor
 from capstan.store import Batch, ChangeType, KindCursor, KubeEvent, ObjectChange, ObjectState, ObservedVia
 
 JsonDict = dict[str, Any]
@@ -34,9 +35,13 @@ class ObjectHistory:
         states: Mapping[str, ObjectState] | None = None,
         *,
         policy: DiffPolicy | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.source = source
         self.policy = policy or DiffPolicy()
+        # NOTE: the recorder passes the store's keyed redactor, so a redacted value's marker is the same across
+        # restarts (an unkeyed default would make every stored state differ from the next observation).
+        self.redactor = redactor or Redactor()
         # NOTE: the last version of every live object is kept serialised (compact JSON bytes, ~7x smaller than the
         # dicts) beside an ObjectState whose ``object`` is empty; it is decoded only when a change needs a diff.
         self._states: dict[str, ObjectState] = {}
@@ -131,7 +136,7 @@ class ObjectHistory:
         uid = str(meta.get("uid", ""))
         if not uid:
             raise ValueError("object without metadata.uid")
-        norm = obj if normalized else normalize(obj, self.policy)
+        norm = obj if normalized else normalize(obj, self.policy, self.redactor)
         kept = self._states.get(uid)
         prev = None if kept is None else self._full(kept)
         patch: list[JsonDict] | None
@@ -208,8 +213,12 @@ def _parse_time(value: Any) -> float | None:
         return None
 
 
-def event_record(source: str, obj: JsonDict, *, observed_at: float) -> KubeEvent:
-    """A core/v1 or events.k8s.io/v1 Event object -> one occurrence row (each count/series bump is a new row)."""
+def event_record(
+    source: str, obj: JsonDict, *, observed_at: float, redactor: Redactor | None = None
+) -> KubeEvent:
+    """A core/v1 or events.k8s.io/v1 Event object -> one occurrence row (each count/series bump is a new row), its
+    message and payload redacted (:meth:`Redactor.json`)."""
+    r = redactor if redactor is not None else Redactor()
     meta = obj.get("metadata") or {}
     involved = obj.get("involvedObject") or obj.get("regarding") or {}
     series = obj.get("series") or {}
@@ -223,6 +232,7 @@ def event_record(source: str, obj: JsonDict, *, observed_at: float) -> KubeEvent
     )
     payload = {k: v for k, v in obj.items() if k != "metadata"}
     payload["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    payload = r.json(payload)
     return KubeEvent(
         source=source,
         uid=str(meta.get("uid", "")),
@@ -233,7 +243,7 @@ def event_record(source: str, obj: JsonDict, *, observed_at: float) -> KubeEvent
         name=str(meta.get("name", "")),
         reason=str(obj.get("reason", "") or ""),
         type=str(obj.get("type", "") or ""),
-        message=str(obj.get("message", obj.get("note", "")) or ""),
+        message=r.text(str(obj.get("message", obj.get("note", "")) or "")),
         count=int(count),
         involved_uid=str(involved.get("uid", "") or ""),
         involved_kind=str(involved.get("kind", "") or ""),

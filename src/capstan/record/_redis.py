@@ -30,6 +30,7 @@ from capstan.record._engine_core import (
     plan_ring,
     plan_server,
 )
+from capstan.redact import Redactor
 from capstan.store import HistoryMetrics, Store, StoreWriteError
 
 log = logging.getLogger(__name__)
@@ -105,40 +106,47 @@ def _pairs(flat: list[Any] | dict[Any, Any]) -> dict[str, Any]:
     return {_s(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
 
 
-def parse_slowlog(raw: list[Any]) -> list[RingEntry]:
-    """SLOWLOG GET / COMMANDLOG GET raw replies: [id, unix_ts, duration_or_size, [args], client_addr, client_name]."""
+def parse_slowlog(raw: list[Any], redactor: Redactor | None = None) -> list[RingEntry]:
+    """SLOWLOG GET / COMMANDLOG GET raw replies: [id, unix_ts, duration_or_size, [args], client_addr, client_name];
+    the command's credentials and secret values redacted (:meth:`Redactor.redis_command`)."""
+    r = redactor if redactor is not None else Redactor()
     out = []
     for item in raw:
         entry_id, ts, value, args = int(item[0]), int(item[1]), int(item[2]), item[3]
         payload: dict[str, Any] = {
             "id": entry_id,
             "value": value,
-            "args": [_s(a) for a in args],
+            "args": r.redis_command([_s(a) for a in args]),
             "client_address": _s(item[4]) if len(item) > 4 else "",
-            "client_name": _s(item[5]) if len(item) > 5 else "",
+            "client_name": r.text(_s(item[5])) if len(item) > 5 else "",
         }
         out.append(RingEntry(entry_id, float(ts), payload))
     return out
 
 
-def parse_acllog(raw: list[Any]) -> tuple[list[RingEntry], list[dict[str, Any]]]:
+def parse_acllog(
+    raw: list[Any], redactor: Redactor | None = None
+) -> tuple[list[RingEntry], list[dict[str, Any]]]:
     """ACL LOG raw reply -> (entries keyed by ``entry-id`` (Redis 7.2+, Valkey), entries without one, newest
-    first, for older servers)."""
+    first, for older servers); every text field redacted (:meth:`Redactor.json`)."""
+    r = redactor if redactor is not None else Redactor()
     out = []
     legacy: list[dict[str, Any]] = []
     for item in raw:
         d = _pairs(item)
         if "entry-id" not in d:
             legacy.append(
-                {
-                    "count": int(d.get("count", 0)),
-                    "reason": _s(d.get("reason", "")),
-                    "context": _s(d.get("context", "")),
-                    "object": _s(d.get("object", "")),
-                    "username": _s(d.get("username", "")),
-                    "client_info": _s(d.get("client-info", "")),
-                    "age_seconds": float(_s(d.get("age-seconds", 0))),
-                }
+                r.json(
+                    {
+                        "count": int(d.get("count", 0)),
+                        "reason": _s(d.get("reason", "")),
+                        "context": _s(d.get("context", "")),
+                        "object": _s(d.get("object", "")),
+                        "username": _s(d.get("username", "")),
+                        "client_info": _s(d.get("client-info", "")),
+                        "age_seconds": float(_s(d.get("age-seconds", 0))),
+                    }
+                )
             )
             continue
         payload: dict[str, Any] = {
@@ -152,6 +160,7 @@ def parse_acllog(raw: list[Any]) -> tuple[list[RingEntry], list[dict[str, Any]]]
             "timestamp_created_ms": int(d.get("timestamp-created", 0)),
             "timestamp_last_updated_ms": int(d.get("timestamp-last-updated", 0)),
         }
+        payload = r.json(payload)
         out.append(
             RingEntry(
                 payload["entry_id"],
@@ -176,6 +185,7 @@ class EngineCollector:
         clock: Callable[[], float] = time.time,
         metrics: HistoryMetrics | None = None,
         max_backoff_s: float = 60.0,
+        redactor: Redactor | None = None,
     ) -> None:
         self.target = target
         self.name = f"redis:{target.name}"
@@ -183,6 +193,8 @@ class EngineCollector:
         self._clock = clock
         self._metrics = metrics
         self._max_backoff = max_backoff_s
+        # None: the store's keyed redactor, read on the first poll (so a changed secret parameter shows as a change)
+        self._redactor = redactor
         self._client: redis.Redis | None = None
         self._commandlog_supported: bool | None = None
         self.last_error: str | None = None
@@ -214,6 +226,9 @@ class EngineCollector:
         """
         client = self._connect()
         name = self.target.name
+        if self._redactor is None:
+            self._redactor = self._store.redactor()
+        redactor = self._redactor
         info = client.info("server")
         server = ServerInfo(
             run_id=_s(info.get("run_id", "")),
@@ -229,13 +244,13 @@ class EngineCollector:
         logs = set(self.target.logs)
         if "slowlog" in logs:
             raw = _command(client, "SLOWLOG", "GET", "-1")
-            self._ring(plan, "slowlog", server.run_id, parse_slowlog(raw), now)
+            self._ring(plan, "slowlog", server.run_id, parse_slowlog(raw, redactor), now)
         if "acllog" in logs:
             max_len = int(
                 _pairs(_command(client, "CONFIG", "GET", "acllog-max-len")).get("acllog-max-len", 128)
             )
             raw = _command(client, "ACL", "LOG", str(max(max_len, 1)))
-            with_ids, without_ids = parse_acllog(raw)
+            with_ids, without_ids = parse_acllog(raw, redactor)
             if without_ids:
                 acl_cursor = self._store.engine_cursor(name, "acllog")
                 entries, acur = plan_acllog_without_ids(
@@ -255,12 +270,12 @@ class EngineCollector:
                         break
                     raise
                 self._commandlog_supported = True
-                self._ring(plan, f"commandlog-{ctype}", server.run_id, parse_slowlog(raw), now)
+                self._ring(plan, f"commandlog-{ctype}", server.run_id, parse_slowlog(raw, redactor), now)
         if "config" in logs:
             config = {_s(k): _s(v) for k, v in _pairs(_command(client, "CONFIG", "GET", "*")).items()}
             entries, ccur = plan_config(
                 name, server.run_id, self._store.engine_cursor(name, "config"), config, observed_at=now,
-                ignore=VOLATILE_CONFIG,
+                ignore=VOLATILE_CONFIG, redact=redactor.named,
             )  # fmt: skip
             plan.add(entries, [], ccur)
         self._store.write(plan.batch)

@@ -24,6 +24,7 @@ from capstan.config import StrictModel, load_file
 from capstan.record._diff import DiffPolicy
 from capstan.record._kube import KubeCollector, KubernetesConfig
 from capstan.record._redis import EngineCollector, RedisTargetConfig
+from capstan.redact import RedactionPolicy, Redactor
 from capstan.store import (
     INGEST_CACHE_KIB,
     HistoryMetrics,
@@ -66,6 +67,10 @@ class RecorderConfig(StrictModel):
     redis: list[RedisTargetConfig] = Field(default_factory=list)
     kubernetes: KubernetesConfig | None = Field(default=None, description="Record cluster objects and Events")
     diff: DiffPolicy = Field(default_factory=DiffPolicy)
+    redaction: RedactionPolicy = Field(
+        default_factory=RedactionPolicy,
+        description="What is redacted before anything is stored (capstan.redact)",
+    )
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     otlp: OtlpConfig | None = None
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
@@ -139,9 +144,10 @@ def engine_collectors(
     *,
     metrics: HistoryMetrics | None,
     clock: Callable[[], float] = time.time,
+    redactor: Redactor | None = None,
 ) -> list[EngineCollector]:
-    """One collector per configured Redis/Valkey target."""
-    return [EngineCollector(t, store, clock=clock, metrics=metrics) for t in config.redis]
+    """One collector per configured Redis/Valkey target (``redactor``: the store's keyed one by default)."""
+    return [EngineCollector(t, store, clock=clock, metrics=metrics, redactor=redactor) for t in config.redis]
 
 
 class Recorder:
@@ -165,11 +171,15 @@ class Recorder:
         self.store = open_store(
             config.store, clock=clock, metrics=self.metrics, writer_cache_kib=INGEST_CACHE_KIB
         )
+        # one redactor for everything this process records, keyed with the store's key (capstan.redact)
+        self.redactor = self.store.redactor(config.redaction)
         self._otlp: OtlpExporter | None = None
         if config.otlp is not None:
             self._otlp = otlp_http_exporter(config.otlp.endpoint, timeout_s=config.otlp.timeout_s)
             self.store.add_commit_listener(self._otlp)
-        self.engines = engine_collectors(config, self.store, metrics=self.metrics, clock=clock)
+        self.engines = engine_collectors(
+            config, self.store, metrics=self.metrics, clock=clock, redactor=self.redactor
+        )
         self.runner = RecorderRunner()
         for collector in self.engines:
             self.runner.add(collector)
@@ -182,6 +192,7 @@ class Recorder:
                 policy=config.diff,
                 metrics=self.metrics,
                 clock=clock,
+                redactor=self.redactor,
             )
             self.runner.add(self.kubernetes)
 

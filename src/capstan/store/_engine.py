@@ -29,7 +29,7 @@ from capstan.errors import UserError
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # the newest migration's revision id; a test checks it against Alembic's head, so opening an up-to-date store
 # never imports Alembic (it costs ~10 MB of memory in every long-running process)
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 INGEST_CACHE_KIB = 32_768  # the recorder's writer page cache
 CONNECT_TIMEOUT_S = 10

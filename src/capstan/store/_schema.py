@@ -213,6 +213,17 @@ notify_threads = Table(
     Column("created_at", BigInteger, nullable=False),
 )
 
+# Keys the store keeps for its own use (revision 0004): ``redaction`` is the random key of the keyed hashes that
+# stand for redacted values (capstan.redact), so a changed secret still shows as a change but no one without the
+# key can test a guess. Created on first use; never served.
+store_keys = Table(
+    "store_keys",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(128), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
 # NOTE: the tables revision 0001 creates (its migration creates them from this metadata); tables added later
 # are created by their own revision and listed in TABLES only.
 ALL_TABLES = (
@@ -228,7 +239,7 @@ ALL_TABLES = (
     restart_counts,
 )
 
-TABLES = (*ALL_TABLES, notify_threads)
+TABLES = (*ALL_TABLES, notify_threads, store_keys)
 
 # ---------------------------------------------------------------------- PostgreSQL's physical schema (revision 0003)
 # On PostgreSQL the three high-volume history tables are range-partitioned by observed_at, one partition per UTC

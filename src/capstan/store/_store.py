@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +40,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from capstan import jsontext
 from capstan.errors import UserError
+from capstan.redact import RedactionPolicy, Redactor
 from capstan.store import _schema as s
 from capstan.store._engine import (
     check_connect,
@@ -136,6 +138,7 @@ class Store:
         self._write_lock = threading.Lock()
         self._listeners: list[Callable[[Batch], None]] = []
         self._partitions = PartitionCache(write_engine) if self.dialect == "postgresql" else None
+        self._redaction_key: bytes | None = None
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -149,6 +152,37 @@ class Store:
 
     def schema_revision(self) -> str | None:
         return current_revision(self._read)
+
+    def redaction_key(self, *, create: bool = True) -> bytes | None:
+        """The random key of the keyed hashes that stand for redacted values (:mod:`capstan.redact`), created on
+        first use by a writer (``create``; a reader gets None while no writer has made one). Every process on this
+        store gets the same key, so a value redacted by the recorder yesterday and by the HTTP API today has the
+        same marker; the key itself is never served."""
+        if self._redaction_key is not None:
+            return self._redaction_key
+        t = s.store_keys
+        with self._read.begin() as conn:
+            row = conn.execute(select(t.c.value).where(t.c.name == "redaction")).first()
+        if row is None and not create:
+            return None
+        if row is None:
+            stmt = (
+                self._insert(t)
+                .values(name="redaction", value=secrets.token_hex(32), created_at=to_us(self._clock()))
+                .on_conflict_do_nothing(index_elements=["name"])
+            )
+            with self._writing() as conn:
+                conn.execute(stmt)
+                # another process may have won the race: read what is stored, in the same transaction
+                row = conn.execute(select(t.c.value).where(t.c.name == "redaction")).first()
+        assert row is not None
+        self._redaction_key = bytes.fromhex(row.value)
+        return self._redaction_key
+
+    def redactor(self, policy: RedactionPolicy | None = None, *, create_key: bool = True) -> Redactor:
+        """A :class:`~capstan.redact.Redactor` keyed with this store's :meth:`redaction_key` (readers pass
+        ``create_key=False``: without a key yet, markers carry no hash)."""
+        return Redactor(policy, key=self.redaction_key(create=create_key))
 
     def add_commit_listener(self, listener: Callable[[Batch], None]) -> None:
         """Call ``listener(batch)`` after each successful commit (OTLP export, live feeds). Errors are logged."""

@@ -224,7 +224,8 @@ def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0002")
     with engine.connect() as conn:
-        assert compare_metadata(MigrationContext.configure(conn), s.metadata) == []
+        at_0002 = MigrationContext.configure(conn, opts={"include_object": _before_0004})
+        assert compare_metadata(at_0002, s.metadata) == []
         counts = [conn.exec_driver_sql(f"SELECT count(*), max(id) FROM {t}").one() for t in s.PARTITION_KEYS]
         partitions = conn.exec_driver_sql("SELECT count(*) FROM pg_inherits").scalar_one()
     assert [c[0] for c in counts] == [26, 6, 8] and partitions == 0
@@ -238,6 +239,11 @@ def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
     assert again.count("engine_entries") == 9
     again.close()
     engine.dispose()
+
+
+def _before_0004(_obj: Any, name: str | None, type_: str, _reflected: bool, _other: Any) -> bool:
+    """The tables revision 0002 has (revision 0004 added ``store_keys``)."""
+    return not (type_ == "table" and name == "store_keys")
 
 
 def _not_a_partition(name: str | None, type_: str, _parent: Any) -> bool:

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capstan.record import DiffPolicy, apply_patch, make_patch, normalize, redact_secret
+from capstan.record import DiffPolicy, apply_patch, make_patch, normalize
+from capstan.redact import Redactor
 
 pytestmark = pytest.mark.unit
 
@@ -62,7 +63,7 @@ def test_normalize_never_mutates_its_input() -> None:
     assert node["metadata"]["managedFields"] == [{"manager": "kubelet"}]
 
 
-def test_a_secret_keeps_metadata_key_names_and_a_hash_but_no_value() -> None:
+def test_a_secret_keeps_metadata_key_names_and_a_keyed_hash_per_value_but_no_value() -> None:
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -77,11 +78,22 @@ def test_a_secret_keeps_metadata_key_names_and_a_hash_but_no_value() -> None:
         "data": {"pw": "c2VjcmV0LXZhbHVl"},
         "stringData": {"token": "plain-secret-token"},
     }
-    out = normalize(secret, DiffPolicy())
+    redactor = Redactor(key=b"k" * 32)
+    out = normalize(secret, DiffPolicy(), redactor)
     text = repr(out)
     assert "c2VjcmV0LXZhbHVl" not in text
     assert "plain-secret-token" not in text
-    assert out["dataKeys"] == ["pw", "token"]
+    assert sorted(out["data"]) == ["pw"]
+    assert sorted(out["stringData"]) == ["token"]
     assert out["metadata"]["name"] == "db"
+    assert out["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].startswith(
+        "hmac-sha256:"
+    )
+    # a changed value is a change (a patch on that key only) ...
     changed = {**secret, "data": {"pw": "b3RoZXI="}}
-    assert redact_secret(changed)["dataHash"] != out["dataHash"]
+    patch = make_patch(out, normalize(changed, DiffPolicy(), redactor))
+    assert [op["path"] for op in patch] == ["/data/pw"]
+    # ... the same value is not, and another store's key gives other markers (no offline guessing without the key)
+    assert make_patch(out, normalize(secret, DiffPolicy(), redactor)) == []
+    other = normalize(secret, DiffPolicy(), Redactor(key=b"j" * 32))
+    assert other["data"]["pw"] != out["data"]["pw"]
