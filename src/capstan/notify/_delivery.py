@@ -44,6 +44,7 @@ from capstan.notify._notice import Notice, combine_notices
 from capstan.notify._outbox import Outbox
 from capstan.notify._ratelimit import Backoff, TokenBucket
 from capstan.notify._sinks import Delivery, Sink
+from capstan.redact import Redactor
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,7 @@ class Drainer:
         policy: DeliveryPolicy | None = None,
         metrics: NotifyMetrics | None = None,
         sleep: Sleep = asyncio.sleep,
+        redactor: Redactor | None = None,
     ) -> None:
         self._outbox = outbox
         self._sinks = dict(sinks)
@@ -154,6 +156,9 @@ class Drainer:
         self._policy = policy or DeliveryPolicy()
         self._metrics = metrics or NotifyMetrics(CollectorRegistry())
         self._sleep = sleep
+        # every notice is redacted before it enters the outbox, and every delivery error before it is stored or
+        # logged (a webhook URL in an HTTP error is a credential)
+        self._redactor = redactor or Redactor()
         self._buckets: dict[str, TokenBucket] = {}
         self._backoff = Backoff(self._policy.backoff_base_seconds, self._policy.backoff_cap_seconds)
         self._wake = asyncio.Event()
@@ -164,7 +169,8 @@ class Drainer:
 
     def enqueue(self, destination: str, notice: Notice, dedupe_key: str) -> bool:
         """Put ``notice`` in the outbox for ``destination``; False if ``dedupe_key`` was already there."""
-        item = self._outbox.enqueue(destination, notice.to_json(), dedupe_key, now=self._clock())
+        payload = self._redactor.strings(notice.to_json())
+        item = self._outbox.enqueue(destination, payload, dedupe_key, now=self._clock())
         if item is None:
             return False
         self._metrics.enqueued.labels(destination).inc()
@@ -230,7 +236,7 @@ class Drainer:
                     report.combined += len(chunk)
                     self._metrics.combined.labels(destination).inc(len(chunk))
                 if result.warning:
-                    log.warning("notification to %s: %s", destination, result.warning)
+                    log.warning("notification to %s: %s", destination, self._redactor.text(result.warning))
                 continue
             if result.retry_after is not None:
                 until = now + result.retry_after
@@ -247,7 +253,7 @@ class Drainer:
                     if item.attempts >= self._policy.max_attempts * 10:
                         self._dead(item, f"still rate limited after {item.attempts} attempts", report)
                         continue
-                    error = (
+                    error = self._redactor.text(
                         (result.error or "rate limited")
                         if any(item is c for c, _ in chunk)
                         else (item.last_error or "deferred: destination rate limited")
@@ -299,6 +305,7 @@ class Drainer:
             return Delivery.failed(f"timed out after {self._policy.send_timeout_seconds:g}s")
 
     def _fail(self, item: Any, error: str, report: DrainReport) -> None:
+        error = self._redactor.text(error)
         report.failed += 1
         report.errors.append(error)
         log.warning(
@@ -313,6 +320,7 @@ class Drainer:
         self._metrics.retried.labels(item.destination, "error").inc()
 
     def _dead(self, item: Any, error: str, report: DrainReport) -> None:
+        error = self._redactor.text(error)
         report.dead += 1
         log.error(
             "notification %s to %s is dead after %d attempts: %s",

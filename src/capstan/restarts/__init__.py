@@ -11,7 +11,6 @@ from capstan.restarts._accounting import (
     messages_from_slack_receiver,
 )
 from capstan.restarts._config import (
-    DEFAULT_REDACT,
     FilterConfig,
     ReportConfig,
     RestartsConfig,
@@ -60,14 +59,12 @@ from capstan.restarts._report import (
     build_report,
     last_termination,
     log_tail,
-    redact,
     resolve_owner,
 )
 
 __all__ = [
     "AIRWALLEX_PATTERN",
     "CAPSTAN_PATTERN",
-    "DEFAULT_REDACT",
     "Accounting",
     "ChatMessage",
     "ContainerCount",
@@ -107,7 +104,6 @@ __all__ = [
     "notified_restarts",
     "parse_label_selector",
     "recovered_digest_notices",
-    "redact",
     "report_notice",
     "resolve_owner",
     "restart_batch",

@@ -3,27 +3,15 @@ stops Capstan with one line naming the setting (e.g. ``restarts.yaml: filters.ex
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Final
 
 from pydantic import Field, field_validator
 
 from capstan.config import StrictModel, load_file
 from capstan.notify import DeliveryPolicy, SinkConfig
+from capstan.redact import RedactionPolicy, Redactor
 from capstan.restarts._noise import RestartFilter, compile_patterns, parse_label_selector
 from capstan.restarts._report import ReportSettings
-
-DEFAULT_REDACT: Final = (
-    r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})",
-    r"(?i)\b(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|client[_-]?secret)\b[\"']?\s*[:=]\s*"
-    r"[\"']?(?P<secret>[^\s\"',;]{3,})",
-    r"\bxox[abprs]-[A-Za-z0-9-]{8,}",
-    r"\bAKIA[0-9A-Z]{16}\b",
-    r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-    r"://[^/\s:@]+:(?P<secret>[^/\s@]+)@",
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
-)
 
 
 class FilterConfig(StrictModel):
@@ -62,7 +50,10 @@ class FilterConfig(StrictModel):
 class ReportConfig(StrictModel):
     log_lines: int = Field(default=50, ge=0, le=5000)
     max_line_chars: int = Field(default=400, ge=40, le=10_000)
-    redact_patterns: list[str] = Field(default_factory=lambda: list(DEFAULT_REDACT))
+    # Regular expressions of further secret shapes, added to the built-in ones of ``capstan.redact`` (a
+    # ``(?P<secret>…)`` group limits what is replaced). Both names are accepted; ``redaction.extra_value_patterns``
+    # is the same list.
+    redact_patterns: list[str] = Field(default_factory=list)
     extra_redact_patterns: list[str] = Field(default_factory=list)
     change_window_seconds: float = Field(default=3600.0, ge=0)
     max_events: int = Field(default=20, ge=0, le=500)
@@ -86,6 +77,10 @@ class RestartsConfig(StrictModel):
     channel_annotation: str = "capstan.io/restart-channel"
     report: ReportConfig = Field(default_factory=ReportConfig)
     delivery: DeliveryPolicy = Field(default_factory=DeliveryPolicy)
+    redaction: RedactionPolicy = Field(
+        default_factory=RedactionPolicy,
+        description="What is redacted from reports, notifications and the outbox (capstan.redact)",
+    )
 
     @field_validator("sinks")
     @classmethod
@@ -95,13 +90,22 @@ class RestartsConfig(StrictModel):
             raise ValueError(f"sink names must be unique, repeated: {', '.join(dupes)}")
         return value
 
-    def report_settings(self) -> ReportSettings:
-        patterns = self.report.redact_patterns + self.report.extra_redact_patterns
+    def redaction_policy(self) -> RedactionPolicy:
+        """``redaction`` with the report's extra patterns added."""
+        extra = [*self.redaction.extra_value_patterns]
+        extra += [
+            p for p in (*self.report.redact_patterns, *self.report.extra_redact_patterns) if p not in extra
+        ]
+        return self.redaction.model_copy(update={"extra_value_patterns": extra})
+
+    def report_settings(self, redactor: Redactor | None = None) -> ReportSettings:
+        """How reports are built; ``redactor`` (the store's keyed one in production) defaults to an unkeyed one of
+        :meth:`redaction_policy`."""
         return ReportSettings(
             cluster=self.cluster_name,
             log_lines=self.report.log_lines,
             max_line_chars=self.report.max_line_chars,
-            redact=tuple(re.compile(p) for p in patterns),
+            redactor=redactor if redactor is not None else Redactor(self.redaction_policy()),
             change_window_seconds=self.report.change_window_seconds,
             max_events=self.report.max_events,
         )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from capstan.notify import Notice
+from capstan.redact import Redactor
 from capstan.restarts._config import RestartsConfig
 from capstan.restarts._detect import ContainerRestart, Pod
 from capstan.restarts._noise import Digest, NoiseGate
@@ -40,11 +41,11 @@ class Outcome:
 class RestartNotifier:
     """The notification half of restart diagnostics, driven by the shell."""
 
-    def __init__(self, config: RestartsConfig, enqueue: Enqueue) -> None:
+    def __init__(self, config: RestartsConfig, enqueue: Enqueue, *, redactor: Redactor | None = None) -> None:
         self._config = config
         self._enqueue = enqueue
         self._filter = config.filters.build()
-        self._settings = config.report_settings()
+        self._settings = config.report_settings(redactor)
         self._gate = NoiseGate(config.mute_seconds, config.restart_cap, config.cap_window_seconds)
         self._destinations = [s.name for s in config.sinks]
         self._channels: dict[str, str | None] = {}

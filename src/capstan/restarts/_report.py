@@ -8,12 +8,13 @@ so missing pieces (a deleted node, no previous log) only make the report say "un
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from capstan.redact import Redactor
 from capstan.restarts._detect import ContainerRestart, Pod
 from capstan.restarts._meaning import explain, signal_of
 
@@ -103,12 +104,13 @@ class RestartSnapshot:
 
 @dataclass(frozen=True)
 class ReportSettings:
-    """How much of the log goes in a report and what is hidden."""
+    """How much of the log goes in a report and what is hidden: ``redactor`` is applied to every piece of evidence
+    that holds free text (the termination message, Event and probe messages, the previous log, read errors)."""
 
     cluster: str = "cluster"
     log_lines: int = 50
     max_line_chars: int = 400
-    redact: tuple[re.Pattern[str], ...] = ()
+    redactor: Redactor = field(default_factory=Redactor)
     change_window_seconds: float = 3600.0
     max_events: int = 20
 
@@ -316,25 +318,6 @@ def node_info(name: str, node: Mapping[str, Any] | None, error: str | None) -> N
 # ---- logs ------------------------------------------------------------------------------------------------
 
 
-def redact(text: str, patterns: Sequence[re.Pattern[str]]) -> str:
-    """Replace secrets: a pattern's ``secret`` group if it has one, else the whole match, by ``[REDACTED]``."""
-    for pattern in patterns:
-        if "secret" in pattern.groupindex:
-
-            def keep_context(m: re.Match[str]) -> str:
-                start, end = m.span("secret")
-                if start < 0:
-                    return m.group(0)
-                base = m.start(0)
-                whole = m.group(0)
-                return whole[: start - base] + "[REDACTED]" + whole[end - base :]
-
-            text = pattern.sub(keep_context, text)
-        else:
-            text = pattern.sub("[REDACTED]", text)
-    return text
-
-
 def log_tail(text: str, lines: int, max_line_chars: int) -> str:
     """The last ``lines`` lines, each cut to ``max_line_chars`` with a note of how much was cut."""
     kept = text.splitlines()[-lines:] if lines > 0 else []
@@ -417,15 +400,21 @@ def build_report(
     restart = snapshot.restart
     pod = snapshot.pod
     uid = restart.pod_uid
+    r = settings.redactor
     owner = resolve_owner(pod, snapshot.owners)
     node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-    node = node_info(node_name, snapshot.node, snapshot.node_error)
+    node = node_info(
+        node_name, snapshot.node, None if snapshot.node_error is None else r.text(snapshot.node_error)
+    )
     termination = last_termination(pod, restart.container)
+    if termination is not None and termination.message:
+        termination = dataclasses.replace(termination, message=r.text(termination.message))
+    events = [r.json(e) for e in snapshot.events]
     spec = container_spec(pod, restart.container)
     resources = spec.get("resources") or {}
     requests = {str(k): str(v) for k, v in sorted((resources.get("requests") or {}).items())}
     limits = {str(k): str(v) for k, v in sorted((resources.get("limits") or {}).items())}
-    probes = probe_failures(snapshot.events, uid, restart.container)
+    probes = probe_failures(events, uid, restart.container)
     liveness = any("liveness" in p.lower() for p in probes)
     meaning = explain(
         termination.reason if termination else None,
@@ -437,9 +426,9 @@ def build_report(
     )
     if snapshot.previous_log is None:
         tail, full = None, None
-        unavailable = snapshot.log_error or "no previous container log"
+        unavailable = r.text(snapshot.log_error or "no previous container log")
     else:
-        full = redact(snapshot.previous_log, settings.redact)
+        full = r.text(snapshot.previous_log)
         tail = log_tail(full, settings.log_lines, settings.max_line_chars)
         unavailable = None
         if not tail.strip():
@@ -463,7 +452,7 @@ def build_report(
         requests=requests,
         limits=limits,
         probe_failures=probes,
-        events=pod_events(snapshot.events, uid, settings.max_events),
+        events=pod_events(events, uid, settings.max_events),
         log_tail=tail,
         log_unavailable=unavailable,
         full_log=full,

@@ -141,6 +141,8 @@ class RestartWatcher:
         self.registry = registry or CollectorRegistry()
         threads = StoreThreads(store)
         self.sinks = {s.name: build_sink(s, threads=threads) for s in config.sinks}
+        # one redactor for the evidence, the notices and the delivery errors, keyed with the store's key
+        self.redactor = store.redactor(config.redaction_policy())
         self.drainer = Drainer(
             store,
             self.sinks,
@@ -148,8 +150,9 @@ class RestartWatcher:
             rng=rng or random.Random(0),
             policy=config.delivery,
             metrics=NotifyMetrics(self.registry),
+            redactor=self.redactor,
         )
-        self.notifier = RestartNotifier(config, self.drainer.enqueue)
+        self.notifier = RestartNotifier(config, self.drainer.enqueue, redactor=self.redactor)
         self.workers = workers
         self.call_timeout = call_timeout
         self._previous: dict[str, Counts] = {}  # pod uid → restart counts last seen

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
 
 from capstan.notify import blocks_problem, render_slack
 from capstan.restarts import (
-    DEFAULT_REDACT,
     RecordedChange,
     ReportSettings,
     RestartSnapshot,
@@ -26,9 +24,7 @@ from tests.unit.restarts.podkit import event, node, pod, status
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = ReportSettings(
-    cluster="dev", log_lines=5, max_line_chars=60, redact=tuple(map(re.compile, DEFAULT_REDACT))
-)
+SETTINGS = ReportSettings(cluster="dev", log_lines=5, max_line_chars=60)
 
 
 def _snapshot(old: dict[str, Any], new: dict[str, Any], **kw: Any) -> RestartSnapshot:
