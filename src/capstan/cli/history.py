@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from capstan.errors import UserError
+from capstan.redact import Redactor
 from capstan.store import Store, open_store, parse_time, rfc3339, to_json
 
 app = typer.Typer(
@@ -52,7 +53,9 @@ def _time(value: str | None, option: str) -> float | None:
 
 
 def _emit_json(data: Any) -> None:
-    typer.echo(json.dumps(to_json(data), indent=2, sort_keys=True))
+    # what a store holds is redacted again on the way out (capstan.redact): defence in depth, and the only
+    # redaction of anything written before redaction existed
+    typer.echo(json.dumps(Redactor().served(to_json(data)), indent=2, sort_keys=True))
 
 
 def _short(value: Any, width: int = 80) -> str:
@@ -64,8 +67,9 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
     table = Table(title=title)
     for col in columns:
         table.add_column(col)
+    redactor = Redactor()
     for row in rows:
-        table.add_row(*[str(v) for v in row])
+        table.add_row(*[redactor.text(str(v)) for v in row])
     Console().print(table)
 
 
@@ -139,7 +143,7 @@ def object_at(
         f"[bold]{kind} {namespace}/{name}[/] uid={version.uid} rv={version.resource_version} "
         f"version={version.version_seq} observed={rfc3339(version.observed_at)} ({state})"
     )
-    typer.echo(json.dumps(version.object, indent=2, sort_keys=True))
+    typer.echo(json.dumps(Redactor().kube_object(version.object), indent=2, sort_keys=True))
 
 
 @app.command()

@@ -62,6 +62,7 @@ def outbox(
     from rich.console import Console
     from rich.table import Table
 
+    from capstan.redact import Redactor
     from capstan.store import open_store
 
     st = open_store(store)
@@ -97,7 +98,7 @@ def outbox(
             }
             for i in items
         ]
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps(Redactor().strings(rows), indent=2))
         return
     table = Table(title=f"Outbox ({state.value}): {len(items)} message(s)")
     for column in (
@@ -120,13 +121,14 @@ def outbox(
             _when(i.next_attempt_at) if i.state == "pending" else "-",
             f"{max(0.0, now - i.created_at):.0f}s",
             str(i.payload.get("title", ""))[:80],
-            i.last_error or "",
+            Redactor().text(i.last_error or ""),
         )
     Console().print(table)
 
 
 def _print_message(item: Any, output: Output) -> None:
     from capstan.notify import Notice
+    from capstan.redact import Redactor
 
     if output is Output.json:
         typer.echo(
@@ -135,13 +137,13 @@ def _print_message(item: Any, output: Output) -> None:
                     "id": item.id,
                     "destination": item.destination,
                     "state": item.state,
-                    "payload": item.payload,
+                    "payload": Redactor().strings(item.payload),
                 },
                 indent=2,
             )
         )
         return
-    notice = Notice.from_json(item.payload)
+    notice = Notice.from_json(Redactor().strings(item.payload))
     lines = [
         f"#{item.id} to {item.destination} ({item.state}, {item.attempts} attempt(s))",
         notice.title,
