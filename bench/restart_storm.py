@@ -10,10 +10,14 @@ peak RSS of the collector process.
 
 The collector is a command-line template; placeholders: {python} {kubeconfig} {webhook} {namespace} {workdir}.
 The default runs `capstan restarts run` with a generated configuration (Slack webhook sink, mute 30 s). Another
-tool is measured the same way, e.g. the airwallex collector (give its messages' pattern with --pattern airwallex):
+tool is measured the same way, e.g. the airwallex collector (give its messages' pattern with --pattern airwallex,
+and a --label for the row and the output files):
 
-    --collector 'env SLACK_WEBHOOK_URL={webhook} CLUSTER_NAME=bench /path/to/k8s-pod-restart-info-collector \\
-                 -kubeconfig {kubeconfig}' --pattern airwallex
+    --collector 'env SLACK_WEBHOOK_URL={webhook} CLUSTER_NAME=bench WATCHED_NAMESPACES=^{namespace}$ \\
+                 /path/to/k8s-pod-restart-info-collector -kubeconfig {kubeconfig}' --pattern airwallex --label airwallex
+
+The receiver keeps every part of a Slack message (text, blocks, attachments, files) and refuses what Slack
+refuses, so a collector is scored on what it sent; posts the receiver refused are counted in "refused".
 
     .venv/bin/python bench/restart_storm.py                      # 1,000 restarts over 200 pods in 60 s
     .venv/bin/python bench/restart_storm.py --smoke
@@ -199,6 +203,7 @@ async def storm(
             if i in result.first_seen and i not in result.digested
         )
         stages = stage_latencies(workdir / "collector.log", injected, result)
+        args.collector_log = (workdir / "collector.log").read_bytes()
         return {
             "injected": len(injected),
             "accounted": result.accounted,
@@ -211,6 +216,7 @@ async def storm(
             "rss_mb": rss,
             "messages": len(receiver.messages),
             "count_429": receiver.count_429,
+            "refused": len(receiver.snapshot()["rejected"]),
             "inject_s": inject_s,
             "stages": stages,
             "latencies_s": lat,
@@ -300,6 +306,9 @@ def main() -> None:
         "--collector", default=DEFAULT_COLLECTOR, help="command-line template of the collector under test"
     )
     ap.add_argument("--pattern", choices=["capstan", "airwallex"], default="capstan")
+    ap.add_argument(
+        "--label", default=None, help="name of the collector in the table; also names the output files"
+    )
     ap.add_argument("--warmup", type=float, default=20.0)
     ap.add_argument("--drain-timeout", type=float, default=240.0)
     ap.add_argument("--rate", type=float, default=None, help="receiver rate limit per destination (msgs/s)")
@@ -344,10 +353,12 @@ def main() -> None:
         finally:
             if not (args.sandbox_dir or args.keep):
                 box.down()
+    label = args.label or ("capstan" if args.collector == DEFAULT_COLLECTOR else "collector")
     table = Table(
         title=f"restart storm: {args.restarts} restarts over {args.pods} pods in {args.seconds:.0f} s"
     )
     for col in (
+        "collector",
         "accounted",
         "individually",
         "in digests",
@@ -356,11 +367,13 @@ def main() -> None:
         "CPU",
         "peak RSS",
         "messages",
+        "refused",
         "429s",
     ):
         table.add_column(col, justify="right")
     fmt = lambda v, unit="s": "-" if v is None else f"{v:.2f} {unit}"  # noqa: E731
     table.add_row(
+        label,
         f"{result['accounted']}/{result['injected']}",
         str(result["individually"]),
         str(result["in_digest"]),
@@ -369,6 +382,7 @@ def main() -> None:
         fmt(result["cpu_s"]),
         fmt(result["rss_mb"], "MB"),
         str(result["messages"]),
+        str(result["refused"]),
         str(result["count_429"]),
     )
     console.print(table)
@@ -378,10 +392,15 @@ def main() -> None:
         )
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    plot(result, out / "restart_storm_latency.png", args)
-    (out / "restart_storm.json").write_text(
+    stem = "restart_storm" if args.label is None else f"restart_storm_{args.label}"
+    (out / f"{stem}_collector.log").write_bytes(args.collector_log)  # what the collector said, for the docs
+    plot(result, out / f"{stem}_latency.png", args)
+    (out / f"{stem}.json").write_text(
         json.dumps(
-            {"args": {k: v for k, v in vars(args).items() if k != "receiver"}, **result},
+            {
+                "args": {k: v for k, v in vars(args).items() if k not in ("receiver", "collector_log")},
+                **result,
+            },
             indent=2,
             default=str,
         )

@@ -47,6 +47,13 @@ from capstan.notify._sinks import (
     ThreadIndex,
     parse_retry_after,
 )
+from capstan.notify._slack_message import (
+    SlackRefusal,
+    slack_message_problem,
+    slack_message_text,
+    slack_message_texts,
+    stored_slack_message,
+)
 
 # The local receiver and the loopback server pull in Starlette and uvicorn; a process that only delivers
 # notifications never needs them, so they are imported on first use (PEP 562) to keep its memory down.
@@ -56,6 +63,8 @@ _LAZY = {
     "ReceivedMessage": "capstan.notify._receiver",
     "ReceiverConfig": "capstan.notify._receiver",
     "SlackReceiver": "capstan.notify._receiver",
+    "WEBHOOK_PATH": "capstan.notify._receiver",
+    "render_page": "capstan.notify._receiver",
     "RunningServer": "capstan.notify._serving",
     "serve_in_thread": "capstan.notify._serving",
 }
@@ -68,9 +77,11 @@ if TYPE_CHECKING:
     from capstan.notify._receiver import (
         DEV_TOKEN,
         DEV_WEBHOOK_PATH,
+        WEBHOOK_PATH,
         ReceivedMessage,
         ReceiverConfig,
         SlackReceiver,
+        render_page,
     )
     from capstan.notify._serving import RunningServer, serve_in_thread
 
@@ -80,6 +91,7 @@ __all__ = [
     "MAX_BLOCKS",
     "MAX_HEADER_TEXT",
     "MAX_SECTION_TEXT",
+    "WEBHOOK_PATH",
     "Backoff",
     "Delivery",
     "DeliveryPolicy",
@@ -106,6 +118,7 @@ __all__ = [
     "SlackBotSink",
     "SlackBotSinkConfig",
     "SlackReceiver",
+    "SlackRefusal",
     "SlackWebhookSink",
     "SlackWebhookSinkConfig",
     "TeamsSink",
@@ -122,8 +135,13 @@ __all__ = [
     "render_discord",
     "render_google_chat",
     "render_json",
+    "render_page",
     "render_slack",
     "render_teams",
     "serve_in_thread",
+    "slack_message_problem",
+    "slack_message_text",
+    "slack_message_texts",
+    "stored_slack_message",
     "tail_lines",
 ]

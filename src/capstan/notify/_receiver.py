@@ -1,14 +1,31 @@
 """A local Slack-compatible receiver (`capstan dev slack`) so the notifier, its tests, the demo and the
-storm benchmark can talk to "Slack" without the internet.
+storm benchmark can talk to "Slack" without the internet, and so any collector is scored on what it sent.
 
-It implements what Capstan calls through slack_sdk: incoming webhooks (``POST /services/T…/B…/…``) and
-the Web API methods ``auth.test``, ``chat.postMessage`` (with ``thread_ts``),
-``files.getUploadURLExternal``, the upload URL it hands out, and ``files.completeUploadExternal`` (the
-three steps of ``files_upload_v2``). It refuses what Slack refuses (Block Kit limits from
-:mod:`capstan.notify._blockkit`, missing text, bad or missing tokens, unknown channels) with Slack's
-error strings, and it can answer 429 with ``Retry-After`` on demand: a number of armed 429s or a steady
-per-destination rate (admin endpoint ``POST /_admin/ratelimit``). Received messages are kept in memory,
-served as JSON at ``/_admin/messages`` and listed on a small HTML page at ``/``.
+It implements incoming webhooks (``POST /services/T…/B…/…``) and the Web API methods ``auth.test``,
+``chat.postMessage`` (with ``thread_ts``), ``files.getUploadURLExternal``, the upload URL it hands out, and
+``files.completeUploadExternal`` (the three steps of ``files_upload_v2``).
+
+It keeps every part of a message Slack keeps (:mod:`capstan.notify._slack_message`): top-level text, blocks of
+every documented type, legacy attachments with all their fields (pretext, text, title, fields, footer,
+fallback, color, author, image and thumb URLs, blocks inside attachments), ``markdown_text``, files shared
+with ``files_upload_v2``, ``thread_ts``, ``username``, ``icon_emoji``/``icon_url`` and the requested
+``channel`` (an app's incoming webhook posts to its own channel whatever ``channel`` says, so that is kept as
+``requested_channel``). It refuses what Slack refuses, with Slack's status codes and error strings:
+
+- webhooks: ``400 invalid_payload`` (body not a JSON object, in JSON or in a form's ``payload`` field),
+  ``400 no_text``, ``400 invalid_blocks``/``invalid_blocks_format``, ``400 too_many_attachments``,
+  ``404 no_service``/``no_team`` and ``403 invalid_token`` (unknown hooks), ``429 rate_limited``;
+- Web API (HTTP 200, ``ok: false``): ``not_authed``/``invalid_auth`` (a token inside a JSON body does not
+  count, as on Slack), ``invalid_json``, ``json_not_object``, ``invalid_form_data``, ``invalid_post_type``,
+  ``missing_post_type``, ``invalid_charset``, ``channel_not_found``, ``no_text``, ``invalid_blocks``,
+  ``invalid_blocks_format``, ``too_many_attachments``, ``invalid_arguments``, ``invalid_array_arg``,
+  ``markdown_text_conflict``, ``msg_too_long``, ``invalid_metadata_format``; HTTP 429 ``ratelimited``.
+
+It can answer 429 with ``Retry-After`` on demand: a number of armed 429s or a steady per-destination rate
+(admin endpoint ``POST /_admin/ratelimit``). It stays bounded: request bodies above ``max_body_bytes`` get
+``413 request_too_large`` (the receiver's own limit, not a Slack error), at most ``max_messages`` messages
+are kept (the oldest are dropped and counted), pending uploads and rejections are capped. Received messages
+are served as JSON at ``/_admin/messages``, files at ``/_admin/files/<id>``, and rendered on a page at ``/``.
 """
 
 from __future__ import annotations
@@ -19,27 +36,52 @@ import json
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from capstan.notify._blockkit import MAX_MESSAGE_TEXT, blocks_problem
+from capstan.notify._blockkit import blocks_problem
 from capstan.notify._ratelimit import TokenBucket
+from capstan.notify._slack_message import (
+    MESSAGE_OPTIONS,
+    SlackRefusal,
+    decode_json_argument,
+    slack_message_problem,
+    slack_message_texts,
+    stored_slack_message,
+)
 
-WEBHOOK_PATH = re.compile(r"^T[A-Z0-9]{1,20}/B[A-Z0-9]{1,20}/[A-Za-z0-9]{8,64}$")
+WEBHOOK_PATH = re.compile(r"^(T[A-Z0-9]{1,20})/(B[A-Z0-9]{1,20})/([A-Za-z0-9]{8,64})$")
 DEV_TOKEN = "xoxb-capstan-dev-token"
 DEV_WEBHOOK_PATH = "T0CAPSTAN/B0CAPSTAN/capstandevwebhook0000001"
-_MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+_MAX_UPLOAD_BYTES: Final = 50 * 1024 * 1024
+_MAX_PENDING_UPLOADS: Final = 1000
+_MAX_REJECTED: Final = 10_000
+_CHARSETS: Final = frozenset({"utf-8", "utf8", "iso-8859-1", "latin-1", "latin1"})
+_FORM_TYPES: Final = frozenset({"application/x-www-form-urlencoded", "text/plain"})
+
+
+class _RequestRefused(Exception):
+    """A Web API request refused before its method runs (Slack's error string, HTTP status)."""
+
+    def __init__(self, error: str, status: int = 200) -> None:
+        super().__init__(error)
+        self.error = error
+        self.status = status
 
 
 @dataclass
 class ReceivedMessage:
-    """One message the receiver accepted."""
+    """One message the receiver accepted, with every part Slack keeps."""
 
     seq: int
     via: str  # "webhook" | "api"
@@ -51,20 +93,35 @@ class ReceivedMessage:
     files: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     received_at: float = 0.0
+    attachments: list[dict[str, Any]] | None = None
+    markdown_text: str | None = None
+    requested_channel: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)  # username, icon_emoji, icon_url, mrkdwn, parse, …
+    truncated: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "seq": self.seq,
             "via": self.via,
             "channel": self.channel,
             "ts": self.ts,
             "text": self.text,
             "blocks": self.blocks,
+            "attachments": self.attachments,
+            "markdown_text": self.markdown_text,
             "thread_ts": self.thread_ts,
+            "requested_channel": self.requested_channel,
+            "username": self.options.get("username"),
+            "icon_emoji": self.options.get("icon_emoji"),
+            "icon_url": self.options.get("icon_url"),
+            "options": dict(self.options),
+            "truncated": self.truncated,
             "files": self.files,
             "extra": self.extra,
             "received_at": self.received_at,
         }
+        body["plain_text"] = "\n".join(slack_message_texts(body))
+        return body
 
 
 @dataclass
@@ -72,17 +129,77 @@ class _Upload:
     file_id: str
     filename: str
     length: int
+    alt_txt: str | None = None
+    snippet_type: str | None = None
     content: bytes | None = None
 
 
 @dataclass
 class ReceiverConfig:
-    """Who the receiver accepts: tokens, channels (id → name), webhook paths (None = any well-formed path)."""
+    """Who the receiver accepts: tokens, channels (id → name), webhook paths (None = any well-formed path),
+    and its bounds (request body bytes, messages kept)."""
 
     tokens: frozenset[str] = frozenset({DEV_TOKEN})
     channels: Mapping[str, str] = field(default_factory=lambda: {"C0ALERTS": "alerts", "C0OPS": "ops"})
     webhook_paths: frozenset[str] | None = None
     webhook_channel: str = "C0ALERTS"
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_messages: int = 100_000
+
+
+def _content_type(request: Request) -> tuple[str | None, str | None]:
+    """``(media type, charset)`` of a request, lower-cased; None for a missing header."""
+    header = request.headers.get("content-type")
+    if header is None:
+        return None, None
+    media, _, rest = header.partition(";")
+    charset = None
+    for param in rest.split(";"):
+        name, _, value = param.strip().partition("=")
+        if name.lower() == "charset":
+            charset = value.strip().strip('"').lower()
+    return media.strip().lower(), charset
+
+
+def _loads(raw: bytes | str) -> Any:
+    """JSON or None (malformed, undecodable or nested deeper than the parser allows)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+async def _read_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None once it is larger than ``limit`` bytes (reading stops there)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _multipart_fields(request: Request, body: bytes) -> dict[str, str]:
+    """The string fields of a multipart body already read (replayed to Starlette's parser)."""
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    try:
+        form = await Request(request.scope, replay).form()
+    except (HTTPException, MultiPartException) as exc:  # Starlette raises the first inside an app
+        raise ValueError("malformed multipart body") from exc
+    return {k: v for k, v in form.items() if isinstance(v, str)}
 
 
 class SlackReceiver:
@@ -96,8 +213,9 @@ class SlackReceiver:
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
         self._file_seq = itertools.count(1)
-        self.messages: list[ReceivedMessage] = []
-        self.rejected: list[dict[str, Any]] = []
+        self.messages: deque[ReceivedMessage] = deque(maxlen=max(1, self.config.max_messages))
+        self.rejected: deque[dict[str, Any]] = deque(maxlen=_MAX_REJECTED)
+        self.dropped = 0
         self._uploads: dict[str, _Upload] = {}
         self._armed_429 = 0
         self._retry_after = 1
@@ -105,6 +223,8 @@ class SlackReceiver:
         self._buckets: dict[str, TokenBucket] = {}
         self.count_429 = 0
         self.base_url = ""  # set by whoever serves the app, used to build upload URLs
+        known = self.config.webhook_paths
+        self._hooks = None if known is None else {tuple(p.split("/")) for p in known}
         self.app = Starlette(
             routes=[
                 Route("/", self._page, methods=["GET"]),
@@ -112,6 +232,7 @@ class SlackReceiver:
                 Route("/api/{method}", self._api, methods=["GET", "POST"]),
                 Route("/upload/v1/{file_id}", self._upload, methods=["POST"]),
                 Route("/_admin/messages", self._admin_messages, methods=["GET", "DELETE"]),
+                Route("/_admin/files/{file_id}", self._admin_file, methods=["GET"]),
                 Route("/_admin/ratelimit", self._admin_ratelimit, methods=["POST"]),
             ]
         )
@@ -135,6 +256,7 @@ class SlackReceiver:
                 "messages": [m.as_json() for m in self.messages],
                 "rejected": list(self.rejected),
                 "count_429": self.count_429,
+                "dropped": self.dropped,
             }
 
     def clear(self) -> None:
@@ -142,6 +264,7 @@ class SlackReceiver:
             self.messages.clear()
             self.rejected.clear()
             self.count_429 = 0
+            self.dropped = 0
 
     # ---- helpers ---------------------------------------------------------------------------------
     def _throttle(self, destination: str) -> int | None:
@@ -176,107 +299,162 @@ class SlackReceiver:
                 return cid
         return None
 
-    def _store(self, via: str, channel: str, payload: Mapping[str, Any], **more: Any) -> ReceivedMessage:
+    def _store(
+        self,
+        via: str,
+        channel: str,
+        payload: Mapping[str, Any],
+        *,
+        files: list[dict[str, Any]] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> ReceivedMessage:
+        kept = stored_slack_message(payload)
         with self._lock:
             seq = next(self._seq)
             now = self._clock()
-            ts = f"{int(now)}.{seq:06d}"
-            text = payload.get("text")
-            if isinstance(text, str) and len(text) > MAX_MESSAGE_TEXT:
-                text = text[:MAX_MESSAGE_TEXT]  # Slack truncates, it does not refuse
-            thread_ts = payload.get("thread_ts")
             message = ReceivedMessage(
                 seq=seq,
                 via=via,
                 channel=channel,
-                ts=ts,
-                text=text if isinstance(text, str) else None,
-                blocks=payload.get("blocks") if isinstance(payload.get("blocks"), list) else None,
-                thread_ts=str(thread_ts) if thread_ts else None,
+                ts=f"{int(now)}.{seq:06d}",
+                text=kept["text"],
+                blocks=kept["blocks"],
+                thread_ts=kept["thread_ts"],
+                files=files or [],
+                extra=extra or {},
                 received_at=now,
-                **more,
+                attachments=kept["attachments"],
+                markdown_text=kept["markdown_text"],
+                requested_channel=kept["requested_channel"],
+                options={k: kept[k] for k in MESSAGE_OPTIONS if k in kept},
+                truncated=kept["truncated"],
             )
+            if len(self.messages) == self.messages.maxlen:
+                self.dropped += 1  # the deque drops the oldest
             self.messages.append(message)
             return message
 
-    @staticmethod
-    def _content_problem(payload: Mapping[str, Any]) -> tuple[str, str] | None:
-        text, blocks, attachments = payload.get("text"), payload.get("blocks"), payload.get("attachments")
-        if blocks is not None and (problem := blocks_problem(blocks)):
-            return problem
-        if not (isinstance(text, str) and text.strip()) and not blocks and not attachments:
-            return ("no_text", "text, blocks or attachments are required")
+    # ---- incoming webhooks -----------------------------------------------------------------------
+    def _hook_refusal(self, path: str) -> tuple[int, str] | None:
+        match = WEBHOOK_PATH.match(path)
+        if match is None:
+            return (404, "no_service")
+        if self._hooks is None:
+            return None
+        team, service, secret = match.groups()
+        if not any(h[0] == team for h in self._hooks):
+            return (404, "no_team")
+        if not any(h[:2] == (team, service) for h in self._hooks):
+            return (404, "no_service")
+        if (team, service, secret) not in self._hooks:
+            return (403, "invalid_token")
         return None
 
-    # ---- incoming webhooks -----------------------------------------------------------------------
+    async def _webhook_payload(self, request: Request, raw: bytes) -> Any:
+        """The payload of a webhook post: a JSON body, or the ``payload`` field of a form."""
+        payload = _loads(raw) if raw else None
+        if isinstance(payload, dict):
+            return payload
+        media, charset = _content_type(request)
+        try:
+            if media == "application/x-www-form-urlencoded":
+                fields = dict(
+                    parse_qsl(raw.decode(charset or "utf-8"), keep_blank_values=True, errors="strict")
+                )
+            elif media == "multipart/form-data":
+                fields = await _multipart_fields(request, raw)
+            else:
+                return payload
+        except (UnicodeDecodeError, LookupError, ValueError):
+            return None
+        return _loads(fields["payload"]) if "payload" in fields else None
+
     async def _webhook(self, request: Request) -> Response:
         path = request.path_params["path"].strip("/")
-        known = self.config.webhook_paths
-        if not WEBHOOK_PATH.match(path) or (known is not None and path not in known):
-            self._reject("webhook", "no_service", path)
-            return PlainTextResponse("no_service", status_code=404)
-        raw = await request.body()
-        try:
-            payload = json.loads(raw) if raw else None
-        except ValueError:
-            payload = None
-        if payload is None and request.headers.get("content-type", "").startswith("application/x-www-form"):
-            form = await request.form()
-            try:
-                payload = json.loads(str(form.get("payload", "")))
-            except ValueError:
-                payload = None
+        if (refusal := self._hook_refusal(path)) is not None:
+            self._reject("webhook", refusal[1], path)
+            return PlainTextResponse(refusal[1], status_code=refusal[0])
+        raw = await _read_body(request, self.config.max_body_bytes)
+        if raw is None:
+            self._reject("webhook", "request_too_large", f"over {self.config.max_body_bytes} bytes")
+            return PlainTextResponse("request_too_large", status_code=413)
+        payload = await self._webhook_payload(request, raw)
         if not isinstance(payload, dict):
             self._reject("webhook", "invalid_payload", "body is not a JSON object")
             return PlainTextResponse("invalid_payload", status_code=400)
-        if problem := self._content_problem(payload):
-            self._reject("webhook", *problem)
-            return PlainTextResponse(problem[0], status_code=400)
+        if problem := slack_message_problem(payload):
+            self._reject("webhook", problem.for_webhook, problem.detail)
+            return PlainTextResponse(problem.for_webhook, status_code=400)
         if (retry := self._throttle("webhook:" + path)) is not None:
             return PlainTextResponse("rate_limited", status_code=429, headers={"Retry-After": str(retry)})
         self._store("webhook", self.config.webhook_channel, payload, extra={"webhook": path})
         return PlainTextResponse("ok")
 
     # ---- Web API ---------------------------------------------------------------------------------
-    @staticmethod
-    async def _params(request: Request) -> dict[str, Any]:
+    async def _params(self, request: Request) -> tuple[dict[str, Any], bool]:
+        """The call's arguments and whether a ``token`` among them may authenticate it (not from JSON)."""
         params: dict[str, Any] = dict(request.query_params)
-        if request.method == "POST":
-            ctype = request.headers.get("content-type", "")
-            if ctype.startswith("application/json"):
-                raw = await request.body()
-                try:
-                    body = json.loads(raw) if raw else {}
-                except ValueError:
-                    body = None
-                if not isinstance(body, dict):
-                    raise ValueError("invalid_json")
-                params.update(body)
-            elif ctype.startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
-                form = await request.form()
-                params.update({k: v for k, v in form.items() if isinstance(v, str)})
-        return params
+        if request.method != "POST":
+            return params, True
+        raw = await _read_body(request, self.config.max_body_bytes)
+        if raw is None:
+            raise _RequestRefused("request_too_large", 413)
+        media, charset = _content_type(request)
+        if media is None:
+            if raw:
+                raise _RequestRefused("missing_post_type")
+            return params, True
+        if charset is not None and charset not in _CHARSETS:
+            raise _RequestRefused("invalid_charset")
+        if media == "application/json":
+            body = _loads(raw) if raw else {}
+            if body is None:
+                raise _RequestRefused("invalid_json")
+            if not isinstance(body, dict):
+                raise _RequestRefused("json_not_object")
+            body.pop("token", None)  # Slack reads a JSON call's token from the Authorization header only
+            params.update(body)
+            return params, "token" in request.query_params
+        try:
+            if media in _FORM_TYPES:
+                params.update(
+                    parse_qsl(raw.decode(charset or "utf-8"), keep_blank_values=True, errors="strict")
+                )
+            elif media == "multipart/form-data":
+                params.update(await _multipart_fields(request, raw))
+            else:
+                raise _RequestRefused("invalid_post_type")
+        except (UnicodeDecodeError, LookupError, ValueError) as exc:
+            raise _RequestRefused("invalid_form_data") from exc
+        return params, True
 
-    def _auth(self, request: Request, params: Mapping[str, Any]) -> str | None:
+    def _auth(self, request: Request, params: Mapping[str, Any], token_allowed: bool) -> str | None:
         """Slack's auth error for this request, or None when the token is known."""
         header = request.headers.get("authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else params.get("token")
+        if header.lower().startswith("bearer "):
+            token: Any = header[7:].strip()
+        else:
+            token = params.get("token") if token_allowed else None
         if not token:
             return "not_authed"
         return None if token in self.config.tokens else "invalid_auth"
 
     @staticmethod
-    def _error(error: str, **more: Any) -> JSONResponse:
-        return JSONResponse({"ok": False, "error": error, **more})
+    def _error(error: str, status: int = 200, **more: Any) -> JSONResponse:
+        return JSONResponse({"ok": False, "error": error, **more}, status_code=status)
+
+    def _refuse(self, method: str, problem: SlackRefusal) -> JSONResponse:
+        self._reject("api", problem.error, f"{method}: {problem.detail}")
+        return self._error(problem.error, errors=[problem.detail])
 
     async def _api(self, request: Request) -> Response:
         method = request.path_params["method"]
         try:
-            params = await self._params(request)
-        except ValueError:
-            self._reject("api", "invalid_json", method)
-            return self._error("invalid_json")
-        if (auth_error := self._auth(request, params)) is not None:
+            params, token_allowed = await self._params(request)
+        except _RequestRefused as refused:
+            self._reject("api", refused.error, method)
+            return self._error(refused.error, refused.status)
+        if (auth_error := self._auth(request, params, token_allowed)) is not None:
             self._reject("api", auth_error, method)
             return self._error(auth_error)
         handler = {
@@ -302,32 +480,58 @@ class SlackReceiver:
             }
         )
 
+    @staticmethod
+    def _decoded(params: Mapping[str, Any]) -> tuple[dict[str, Any], SlackRefusal | None]:
+        """The message arguments with JSON-string ``blocks``/``attachments``/``metadata`` decoded."""
+        payload = dict(params)
+        for name, error in (
+            ("blocks", "invalid_blocks_format"),
+            ("attachments", "invalid_arguments"),
+            ("metadata", "invalid_metadata_format"),
+        ):
+            if name in payload:
+                payload[name], ok = decode_json_argument(payload[name])
+                if not ok:
+                    return payload, SlackRefusal(error, f"{name} is not valid JSON")
+        metadata = payload.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            return payload, SlackRefusal("invalid_metadata_format", "metadata must be a JSON object")
+        return payload, None
+
     def _post_message(self, params: Mapping[str, Any]) -> Response:
         channel = self._resolve_channel(params.get("channel"))
         if channel is None:
             self._reject("api", "channel_not_found", str(params.get("channel")))
             return self._error("channel_not_found")
-        blocks = params.get("blocks")
-        if isinstance(blocks, str):  # form-encoded callers send blocks as a JSON string
-            try:
-                blocks = json.loads(blocks)
-            except ValueError:
-                return self._error("invalid_blocks_format")
-        payload = {**params, "blocks": blocks}
-        if problem := self._content_problem(payload):
-            self._reject("api", *problem)
-            return self._error(problem[0])
+        payload, problem = self._decoded(params)
+        if problem is None:
+            problem = slack_message_problem(payload)
+        if problem is not None:
+            return self._refuse("chat.postMessage", problem)
         if (retry := self._throttle("channel:" + channel)) is not None:
             return JSONResponse(
                 {"ok": False, "error": "ratelimited"}, status_code=429, headers={"Retry-After": str(retry)}
             )
         message = self._store("api", channel, payload)
+        shown = {
+            k: v
+            for k, v in message.as_json().items()
+            if k in ("text", "blocks", "attachments", "thread_ts", "username", "icon_emoji", "icon_url")
+            and v is not None
+        }
         return JSONResponse(
             {
                 "ok": True,
                 "channel": channel,
                 "ts": message.ts,
-                "message": {"type": "message", "text": message.text or "", "ts": message.ts},
+                "message": {
+                    "type": "message",
+                    "subtype": "bot_message",
+                    "bot_id": "B0CAPSTAN",
+                    **shown,
+                    "text": message.text or "",
+                    "ts": message.ts,
+                },
             }
         )
 
@@ -337,18 +541,34 @@ class SlackReceiver:
             length = int(params.get("length", ""))
         except (TypeError, ValueError):
             length = -1
-        if not filename or length < 0 or length > _MAX_UPLOAD_BYTES:
+        if not isinstance(filename, str) or not filename or length < 0 or length > _MAX_UPLOAD_BYTES:
             return self._error("invalid_arguments")
         with self._lock:
             file_id = f"F{next(self._file_seq):08d}"
-            self._uploads[file_id] = _Upload(file_id=file_id, filename=str(filename), length=length)
+            if len(self._uploads) >= _MAX_PENDING_UPLOADS:
+                self._uploads.pop(next(iter(self._uploads)))  # the oldest pending upload
+            self._uploads[file_id] = _Upload(
+                file_id=file_id,
+                filename=filename,
+                length=length,
+                alt_txt=params.get("alt_txt") if isinstance(params.get("alt_txt"), str) else None,
+                snippet_type=params.get("snippet_type")
+                if isinstance(params.get("snippet_type"), str)
+                else None,
+            )
         return JSONResponse(
             {"ok": True, "upload_url": f"{self.base_url}/upload/v1/{file_id}", "file_id": file_id}
         )
 
     async def _upload(self, request: Request) -> Response:
         file_id = request.path_params["file_id"]
-        body = await request.body()
+        with self._lock:
+            known = file_id in self._uploads
+        if not known:
+            return PlainTextResponse("not found", status_code=404)
+        body = await _read_body(request, _MAX_UPLOAD_BYTES)
+        if body is None:
+            return PlainTextResponse("request_too_large", status_code=413)
         with self._lock:
             upload = self._uploads.get(file_id)
             if upload is None:
@@ -357,13 +577,8 @@ class SlackReceiver:
         return PlainTextResponse(f"OK - {len(body)}")
 
     def _complete_upload(self, params: Mapping[str, Any]) -> Response:
-        files = params.get("files")
-        if isinstance(files, str):
-            try:
-                files = json.loads(files)
-            except ValueError:
-                return self._error("invalid_arguments")
-        if not isinstance(files, list) or not files:
+        files, ok = decode_json_argument(params.get("files"))
+        if not ok or not isinstance(files, list) or not files:
             return self._error("invalid_arguments")
         channel: str | None = None
         if params.get("channel_id") or params.get("channels"):
@@ -372,6 +587,13 @@ class SlackReceiver:
             if channel is None:
                 self._reject("api", "channel_not_found", str(wanted))
                 return self._error("channel_not_found")
+        comment = params.get("initial_comment")
+        message: dict[str, Any] = {"text": comment if isinstance(comment, str) and comment else None}
+        if "blocks" in params:
+            message["blocks"], ok = decode_json_argument(params["blocks"])
+            if not ok or blocks_problem(message["blocks"]) is not None:
+                return self._error("invalid_blocks")
+        message["thread_ts"] = params.get("thread_ts")
         shared: list[dict[str, Any]] = []
         with self._lock:
             for item in files:
@@ -384,17 +606,13 @@ class SlackReceiver:
                         "name": upload.filename,
                         "title": item.get("title") or upload.filename,
                         "size": len(upload.content),
+                        "alt_txt": upload.alt_txt,
+                        "snippet_type": upload.snippet_type,
                         "content": upload.content.decode("utf-8", errors="replace"),
                     }
                 )
         if channel is not None:
-            comment = params.get("initial_comment")
-            self._store(
-                "api",
-                channel,
-                {"text": comment if isinstance(comment, str) else None, "thread_ts": params.get("thread_ts")},
-                files=shared,
-            )
+            self._store("api", channel, message, files=shared)
         public = [{k: v for k, v in f.items() if k != "content"} for f in shared]
         return JSONResponse({"ok": True, "files": public})
 
@@ -405,9 +623,18 @@ class SlackReceiver:
             return JSONResponse({"ok": True})
         return JSONResponse(self.snapshot())
 
+    async def _admin_file(self, request: Request) -> Response:
+        file_id = request.path_params["file_id"]
+        with self._lock:
+            for message in reversed(self.messages):
+                for shared in message.files:
+                    if shared["id"] == file_id:
+                        return PlainTextResponse(shared["content"])
+        return PlainTextResponse("not found", status_code=404)
+
     async def _admin_ratelimit(self, request: Request) -> Response:
+        body = _loads(await request.body() or b"{}")
         try:
-            body = json.loads(await request.body() or b"{}")
             if not isinstance(body, dict):
                 raise ValueError
             if "count" in body:
@@ -415,36 +642,121 @@ class SlackReceiver:
             if "rate" in body:
                 rate = body["rate"]
                 self.set_rate(None if rate is None else float(rate), float(body.get("burst", 1)))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):
             return JSONResponse(
                 {"ok": False, "error": "expected {count, retry_after} or {rate, burst}"}, status_code=400
             )
         return JSONResponse({"ok": True})
 
     async def _page(self, request: Request) -> Response:
-        snap = self.snapshot()
-        rows = []
-        for m in reversed(snap["messages"][-200:]):
-            body = m["text"] or ""
-            for block in m["blocks"] or []:
-                text = block.get("text") if isinstance(block, dict) else None
-                if isinstance(text, dict):
-                    body += "\n" + str(text.get("text", ""))
-            files = ", ".join(f"{f['name']} ({f['size']} B)" for f in m["files"])
-            rows.append(
-                f"<tr><td>{m['seq']}</td><td>{html.escape(m['channel'])}</td><td>{html.escape(m['ts'])}</td>"
-                f"<td>{html.escape(m['thread_ts'] or '')}</td><td><pre>{html.escape(body)}</pre>"
-                f"{html.escape(files)}</td></tr>"
-            )
-        page = (
-            "<!doctype html><html><head><meta charset='utf-8'><title>capstan dev slack</title>"
-            "<style>body{font-family:sans-serif}td{vertical-align:top;border-top:1px solid #ccc}"
-            "pre{white-space:pre-wrap;margin:0}</style></head><body>"
-            f"<h1>capstan dev slack</h1><p>{len(snap['messages'])} received, "
-            f"{len(snap['rejected'])} rejected, "
-            f"{snap['count_429']} answered 429. JSON: <a href='/_admin/messages'>/_admin/messages</a></p>"
-            "<table><tr><th>#</th><th>channel</th><th>ts</th><th>thread</th><th>message</th></tr>"
-            + "".join(rows)
-            + "</table></body></html>"
+        return HTMLResponse(render_page(self.snapshot()))
+
+
+# ---- the web page ------------------------------------------------------------------------------------
+_COLOR: Final = re.compile(r"^#?[0-9A-Fa-f]{3,8}$")
+_NAMED_COLORS: Final = {"good": "#2eb67d", "warning": "#ecb22e", "danger": "#e01e5a"}
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _link(url: Any, label: Any = None) -> str:
+    """A link only for http(s) URLs (anything else is shown as text)."""
+    text = _e(label if label else url)
+    if isinstance(url, str) and url.startswith(("http://", "https://")):
+        return f"<a href='{_e(url)}' rel='noreferrer'>{text}</a>"
+    return text
+
+
+def _render_blocks(blocks: Any) -> str:
+    out = []
+    for block in blocks or []:
+        if not isinstance(block, Mapping):
+            continue
+        texts = "\n".join(slack_message_texts({"blocks": [block]}))
+        kind = _e(block.get("type"))
+        extra = ""
+        if block.get("type") == "image" and block.get("image_url"):
+            extra = " " + _link(block["image_url"], "image")
+        if block.get("type") == "video" and block.get("video_url"):
+            extra = " " + _link(block["video_url"], "video")
+        out.append(f"<div class='block'><span class='kind'>{kind}</span>{extra}<pre>{_e(texts)}</pre></div>")
+    return "".join(out)
+
+
+def _render_attachment(item: Mapping[str, Any]) -> str:
+    color = item.get("color")
+    color = _NAMED_COLORS.get(str(color), str(color)) if color else "#ddd"
+    if not _COLOR.match(color):
+        color = "#ddd"
+    if not color.startswith("#"):
+        color = "#" + color
+    rows = []
+    if item.get("author_name"):
+        rows.append(f"<div class='author'>{_link(item.get('author_link'), item['author_name'])}</div>")
+    if item.get("title"):
+        rows.append(f"<div class='title'><b>{_link(item.get('title_link'), item['title'])}</b></div>")
+    if item.get("text") not in (None, ""):
+        rows.append(f"<pre>{_e(item['text'])}</pre>")
+    fields = [f for f in item.get("fields") or [] if isinstance(f, Mapping)]
+    if fields:
+        cells = "".join(
+            f"<tr><th>{_e(f.get('title', ''))}</th><td><pre>{_e(f.get('value', ''))}</pre></td></tr>"
+            for f in fields
         )
-        return HTMLResponse(page)
+        rows.append(f"<table class='fields'>{cells}</table>")
+    rows.append(_render_blocks(item.get("blocks")))
+    links = [_link(item[k], k) for k in ("image_url", "thumb_url") if item.get(k)]
+    if links:
+        rows.append("<div>" + " ".join(links) + "</div>")
+    if item.get("footer") or item.get("ts"):
+        rows.append(f"<div class='footer'>{_e(item.get('footer', ''))} {_e(item.get('ts', ''))}</div>")
+    if item.get("fallback"):
+        rows.append(f"<div class='fallback'>fallback: {_e(item['fallback'])}</div>")
+    pretext = f"<pre>{_e(item['pretext'])}</pre>" if item.get("pretext") else ""
+    return f"{pretext}<div class='attachment' style='border-left-color:{_e(color)}'>{''.join(rows)}</div>"
+
+
+def _render_message(m: Mapping[str, Any]) -> str:
+    who = " ".join(_e(v) for v in (m.get("username"), m.get("icon_emoji")) if v) + (
+        " " + _link(m["icon_url"], "icon") if m.get("icon_url") else ""
+    )
+    asked = f" (asked for {_e(m['requested_channel'])})" if m.get("requested_channel") else ""
+    body = []
+    for name in ("text", "markdown_text"):
+        if m.get(name):
+            body.append(f"<pre>{_e(m[name])}</pre>")
+    if m.get("truncated"):
+        body.append("<div class='note'>text truncated at 40,000 characters, as Slack does</div>")
+    body.append(_render_blocks(m.get("blocks")))
+    for item in m.get("attachments") or []:
+        if isinstance(item, Mapping):
+            body.append(_render_attachment(item))
+    for shared in m.get("files") or []:
+        body.append(
+            f"<div class='file'><a href='/_admin/files/{_e(shared['id'])}'>{_e(shared['name'])}</a> "
+            f"{_e(shared.get('title', ''))} ({_e(shared['size'])} B)</div>"
+        )
+    return (
+        f"<tr><td>{_e(m['seq'])}</td><td>{_e(m['via'])}</td><td>{_e(m['channel'])}{asked}</td>"
+        f"<td>{_e(m['ts'])}</td><td>{_e(m.get('thread_ts') or '')}</td><td>{who}</td>"
+        f"<td>{''.join(body)}</td></tr>"
+    )
+
+
+def render_page(snapshot: Mapping[str, Any], *, last: int = 200) -> str:
+    """The receiver's HTML page: the last ``last`` messages, newest first, every part escaped."""
+    messages = snapshot["messages"]
+    rows = "".join(_render_message(m) for m in reversed(messages[-last:]))
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>capstan dev slack</title>"
+        "<style>body{font-family:sans-serif}td{vertical-align:top;border-top:1px solid #ccc}"
+        "pre{white-space:pre-wrap;margin:0}.attachment{border-left:4px solid #ddd;padding-left:8px;margin:4px 0}"
+        ".kind,.footer,.fallback,.note{color:#666;font-size:smaller}</style></head><body>"
+        f"<h1>capstan dev slack</h1><p>{len(messages)} received, {len(snapshot['rejected'])} rejected, "
+        f"{snapshot['count_429']} answered 429, {snapshot.get('dropped', 0)} dropped. "
+        "JSON: <a href='/_admin/messages'>/_admin/messages</a></p>"
+        "<table><tr><th>#</th><th>via</th><th>channel</th><th>ts</th><th>thread</th><th>as</th>"
+        "<th>message</th></tr>" + rows + "</table></body></html>"
+    )

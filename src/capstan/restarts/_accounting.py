@@ -1,10 +1,16 @@
 """Receiver-side accounting for restart storms: which injected restarts reached chat, individually or inside a
 digest, matched by namespace, pod, container and restart number.
 
-It works for any collector whose messages a pattern can read. Capstan's messages carry the canonical token
-``<namespace>/<pod> · <container> restart #N`` (or ``#N–#M``); for a tool that names only the pod (for example
-the airwallex collector's ``pod: `Y`, namespace: `Z```), give a pattern with just ``ns`` and ``pod`` groups and
-the k-th message about a pod accounts for that pod's k-th injected restart (pod-level accounting).
+It works for any collector whose messages a pattern can read, whatever parts of a Slack message it uses: the
+readable text of a received message is every part Slack shows (top-level text, blocks, legacy attachments'
+pretext, title, text, fields and footer, file titles: :func:`capstan.notify.slack_message_text`), so a collector
+that posts attachments only (the airwallex collector) is scored on what it sent.
+
+Capstan's messages carry the canonical token ``<namespace>/<pod> · <container> restart #N`` (or ``#N–#M``); for
+a tool that names only the pod (for example the airwallex collector's ``pod: `Y`, namespace: `Z```), give a
+pattern with just ``ns`` and ``pod`` groups and the k-th message about a pod accounts for that pod's k-th
+injected restart (pod-level accounting). A message counts once per pod it names, however often it names it (a
+pretext and a fallback that both name the pod are one report).
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ from __future__ import annotations
 import html
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from capstan.notify import slack_message_text
 
 Injected = tuple[str, str, str, int]  # namespace, pod, container, restart number
 
@@ -54,31 +62,22 @@ class Accounting:
         return self.accounted / self.injected if self.injected else 1.0
 
 
-def _texts(value: Any) -> Iterable[str]:
-    """Every string under a Slack message's blocks (text objects, fields, context elements)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for key in ("text", "fields", "elements"):
-            if key in value:
-                yield from _texts(value[key])
-    elif isinstance(value, list):
-        for item in value:
-            yield from _texts(item)
+def _is_digest(message: Mapping[str, Any], text: str) -> bool:
+    return "Restart digest" in text.split("\n", 1)[0] or any(
+        isinstance(b, Mapping) and b.get("type") == "header" and "Restart digest" in str(b.get("text"))
+        for b in message.get("blocks") or []
+    )
 
 
 def messages_from_slack_receiver(snapshot: Mapping[str, Any]) -> list[ChatMessage]:
-    """Readable messages from :meth:`capstan.notify.SlackReceiver.snapshot` (file-only uploads skipped)."""
+    """Readable messages from :meth:`capstan.notify.SlackReceiver.snapshot`, every part of each (messages with
+    nothing readable, such as a file shared without a title or comment, are skipped)."""
     out = []
     for m in snapshot.get("messages", []):
-        parts = [m.get("text") or "", *_texts(m.get("blocks") or [])]
-        text = html.unescape("\n".join(p for p in parts if p))
+        text = html.unescape(slack_message_text(m))
         if not text.strip():
             continue
-        digest = "Restart digest" in text.split("\n", 1)[0] or any(
-            isinstance(b, Mapping) and b.get("type") == "header" and "Restart digest" in str(b.get("text"))
-            for b in m.get("blocks") or []
-        )
+        digest = _is_digest(m, text)
         out.append(ChatMessage(text=text, digest=digest, received_at=m.get("received_at")))
     return out
 
@@ -111,9 +110,13 @@ def account(
 
     for message in messages:
         found: set[Injected] = set()
+        pods_named: set[tuple[str, str]] = set()
         for m in pattern.finditer(message.text):
             ns, pod = m.group("ns"), m.group("pod")
             if pod_level:
+                if (ns, pod) in pods_named:
+                    continue  # the same report naming its pod again (pretext and fallback, say)
+                pods_named.add((ns, pod))
                 queue = by_pod.get((ns, pod), [])
                 index = pod_cursor[(ns, pod)]
                 pod_cursor[(ns, pod)] += 1
