@@ -352,7 +352,7 @@ class Redactor:
             parameter = data.get("parameter")
             if isinstance(parameter, str) and "old" in data and "new" in data:
                 return {
-                    **data,
+                    **self.strings(data),
                     "old": self.named(parameter, data["old"])
                     if isinstance(data["old"], str)
                     else data["old"],
@@ -360,7 +360,7 @@ class Redactor:
                     if isinstance(data["new"], str)
                     else data["new"],
                 }
-            out = {k: (self.json(v) if k == "payload" else self.served(v)) for k, v in data.items()}
+            out = {k: (self._payload(v) if k == "payload" else self.served(v)) for k, v in data.items()}
             return data if all(out[k] is v for k, v in data.items()) else out
         if kind is list:
             items = [self.served(v) for v in data]

@@ -59,6 +59,8 @@ def _emit_json(data: Any) -> None:
 
 
 def _short(value: Any, width: int = 80) -> str:
+    """A cell: redacted as a served record (before it is cut, so a cut cannot hide a secret's shape)."""
+    value = Redactor().served(value)
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text if len(text) <= width else text[: width - 1] + "…"
 

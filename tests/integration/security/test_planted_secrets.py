@@ -514,7 +514,7 @@ async def test_no_planted_secret_reaches_any_output(
             # every output
             outputs: dict[str, str] = {
                 "store rows": "\n".join(store.dump_all_text()),
-                "Slack messages": json.dumps([vars(m) for m in receiver.messages], default=str),
+                "Slack messages": json.dumps(receiver.snapshot(), default=str),
                 "outbox": json.dumps(
                     [(i.payload, i.last_error) for i in store.outbox(limit=1000)], default=str
                 ),

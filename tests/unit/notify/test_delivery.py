@@ -322,3 +322,25 @@ async def test_an_enqueue_wakes_an_idle_drainer() -> None:
     _fill(drainer, "slack", 1)
     await asyncio.wait_for(task, timeout=5)
     assert [t for _, t in sink.sends] == ["m0"]
+
+
+async def test_notices_and_delivery_errors_are_redacted_before_the_outbox_and_the_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    hook = "https://hooks.slack.com/services/T0/B0/Pl4ntedHookSecret"
+    sink = ScriptedSink(
+        "slack", clock, default=Delivery.failed(f"Client error '404 Not Found' for url '{hook}'")
+    )
+    drainer = _drainer(outbox, [sink], clock, max_attempts=2)
+    notice = Notice(
+        title="crash", summary="token ghp_Pl4ntedGithubToken0123456789abcdef", sections=(Section("log", "x"),)
+    )
+    assert drainer.enqueue("slack", notice, "k")
+    with caplog.at_level("WARNING", logger="capstan.notify"):
+        await _drain_until_empty(drainer, outbox, clock)
+    [item] = outbox.outbox()
+    assert item.state == "dead"
+    assert "Pl4nted" not in repr(item.payload) + str(item.last_error) + caplog.text
+    assert "[REDACTED]" in str(item.last_error) and "[REDACTED]" in item.payload["summary"]
+    assert all("Pl4nted" not in n.summary for n in sink.notices)  # what was sent, too
