@@ -13,7 +13,8 @@ local server from the Debian package, ``fsync=off`` as in the tests, so compare 
    ``Store.timeline(kind, namespace, name)`` for ``--queries`` random objects, and of ``Store.object_at`` (rebuild
    from snapshot + patches).
 
-Prints Rich tables, writes bench/out/history_ingest.json and a PNG. ``--smoke`` runs in seconds.
+Prints Rich tables, writes bench/out/history_ingest.json and a PNG. ``--smoke`` runs in seconds. ``--diff-only N``
+runs just the diff builder over N changes of 500 Deployments (what the docs count with callgrind).
 """
 
 from __future__ import annotations
@@ -216,7 +217,17 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    parser.add_argument(
+        "--diff-only",
+        type=int,
+        metavar="N",
+        help="only run the diff builder over N changes and print how many it built (for callgrind counts)",
+    )
     args = parser.parse_args()
+    if args.diff_only is not None:
+        built = sum(len(b.object_changes) for b in diffed_batches("bench", args.diff_only, 500, args.batch))
+        print(f"diff builder: {built} changes")
+        return
     if args.smoke:
         args.changes, args.objects, args.records, args.query_objects, args.queries = (
             4_000,
