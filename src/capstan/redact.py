@@ -360,6 +360,9 @@ class Redactor:
                     if isinstance(data["new"], str)
                     else data["new"],
                 }
+            if isinstance(data.get("op"), str) and isinstance(data.get("path"), str) and "value" in data:
+                # a JSON-patch operation: its value is a piece of a Kubernetes object
+                return {**self.strings(data), "value": self.json(data["value"])}
             out = {k: (self._payload(v) if k == "payload" else self.served(v)) for k, v in data.items()}
             return data if all(out[k] is v for k, v in data.items()) else out
         if kind is list:
@@ -409,6 +412,13 @@ class Redactor:
                     if out is None:
                         out = dict(node)
                     out[key] = new
+            # a name/value pair (container env, and the same shape in custom resources): the name says
+            pair_name, pair_value = node.get("name"), node.get("value")
+            if type(pair_name) is str and type(pair_value) is str and self.is_sensitive_name(pair_name):
+                redacted = self.value(pair_value)
+                if redacted != pair_value:
+                    out = dict(node) if out is None else out
+                    out["value"] = redacted
             return node if out is None else out
         if kind is list:
             out_list: list[Any] | None = None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -14,7 +15,23 @@ from rich.table import Table
 
 from capstan.errors import UserError
 from capstan.redact import Redactor
-from capstan.store import Store, open_store, parse_time, rfc3339, to_json
+from capstan.store import (
+    BadCursor,
+    EngineEntry,
+    Gap,
+    KubeEvent,
+    ObjectChange,
+    Position,
+    Restart,
+    Store,
+    decode_cursor,
+    encode_cursor,
+    open_store,
+    parse_time,
+    position_of,
+    rfc3339,
+    to_json,
+)
 
 app = typer.Typer(
     help="Query the durable history of cluster changes and engine events.", no_args_is_help=True
@@ -29,6 +46,10 @@ _STORE = typer.Option(
 _SINCE = typer.Option(None, "--since", help="Start: epoch seconds, RFC 3339, or an age like 15m/2h/7d.")
 _UNTIL = typer.Option(None, "--until", help="End (default: now): epoch seconds, RFC 3339, or an age.")
 _LIMIT = typer.Option(1000, "--limit", min=1, max=100_000, help="Maximum rows.")
+_CURSOR = typer.Option(
+    None, "--cursor", help="Go on after a previous page: its next_cursor (from here or the HTTP API)."
+)
+T = TypeVar("T", bound=ObjectChange | KubeEvent | EngineEntry | Gap | Restart)
 
 
 class Output(StrEnum):
@@ -50,6 +71,31 @@ def _time(value: str | None, option: str) -> float | None:
         return parse_time(value, time.time(), what=option)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+
+
+def _page(
+    listing: str, cursor: str | None, limit: int, fetch: Callable[[Position | None, int], list[T]]
+) -> tuple[list[T], str | None]:
+    """One page of a listing: at most ``limit`` rows after ``cursor``, and the cursor of the next page (None on
+    the last). Cursors are the HTTP API's, so a page can be taken from either."""
+    try:
+        after = None if cursor is None else decode_cursor(listing, cursor, what="--cursor")
+    except BadCursor as exc:
+        raise UserError(str(exc)) from None
+    rows = fetch(after, limit + 1)
+    if len(rows) <= limit:
+        return rows, None
+    rows = rows[:limit]
+    return rows, encode_cursor(listing, position_of(rows[-1]))
+
+
+def _emit_page(items: Sequence[Any], next_cursor: str | None) -> None:
+    _emit_json({"items": items, "next_cursor": next_cursor})
+
+
+def _more(next_cursor: str | None) -> None:
+    if next_cursor is not None:
+        typer.echo(f"more: --cursor {next_cursor}")
 
 
 def _emit_json(data: Any) -> None:
@@ -85,21 +131,29 @@ def timeline(
     since: str | None = _SINCE,
     until: str | None = _UNTIL,
     limit: int = _LIMIT,
+    cursor: str | None = _CURSOR,
     output: Output = _OUTPUT,
 ) -> None:
     """Changes of one object, or of a namespace/kind, in a time window (oldest first)."""
+    start, end = _time(since, "--since"), _time(until, "--until")
     st = _open(store)
-    items = st.timeline(
-        source=source,
-        kind=kind,
-        namespace=namespace,
-        name=name,
-        since=_time(since, "--since"),
-        until=_time(until, "--until"),
-        limit=limit,
+    items, next_cursor = _page(
+        "timeline",
+        cursor,
+        limit,
+        lambda after, n: st.timeline(
+            source=source,
+            kind=kind,
+            namespace=namespace,
+            name=name,
+            since=start,
+            until=end,
+            limit=n,
+            after=after,
+        ),
     )
     if output is Output.json:
-        _emit_json({"items": items})
+        _emit_page(items, next_cursor)
         return
     _table(
         "object changes",
@@ -117,6 +171,7 @@ def timeline(
             for c in items
         ],
     )
+    _more(next_cursor)
 
 
 @app.command("object")
@@ -183,20 +238,28 @@ def events(
     since: str | None = _SINCE,
     until: str | None = _UNTIL,
     limit: int = _LIMIT,
+    cursor: str | None = _CURSOR,
     output: Output = _OUTPUT,
 ) -> None:
     """Kubernetes Events (every occurrence) by involved object."""
+    start, end = _time(since, "--since"), _time(until, "--until")
     st = _open(store)
-    items = st.events(
-        involved_uid=involved_uid,
-        involved_name=involved_name,
-        namespace=namespace,
-        since=_time(since, "--since"),
-        until=_time(until, "--until"),
-        limit=limit,
+    items, next_cursor = _page(
+        "events",
+        cursor,
+        limit,
+        lambda after, n: st.events(
+            involved_uid=involved_uid,
+            involved_name=involved_name,
+            namespace=namespace,
+            since=start,
+            until=end,
+            limit=n,
+            after=after,
+        ),
     )
     if output is Output.json:
-        _emit_json({"items": items})
+        _emit_page(items, next_cursor)
         return
     _table(
         "events",
@@ -213,6 +276,7 @@ def events(
             for e in items
         ],
     )
+    _more(next_cursor)
 
 
 @app.command()
@@ -223,21 +287,29 @@ def engine(
     since: str | None = _SINCE,
     until: str | None = _UNTIL,
     limit: int = _LIMIT,
+    cursor: str | None = _CURSOR,
     output: Output = _OUTPUT,
 ) -> None:
     """Redis/Valkey engine entries by target."""
+    start, end = _time(since, "--since"), _time(until, "--until")
     st = _open(store)
-    items = st.engine_entries(
-        target=target, log_name=log, since=_time(since, "--since"), until=_time(until, "--until"), limit=limit
+    items, next_cursor = _page(
+        "engine",
+        cursor,
+        limit,
+        lambda after, n: st.engine_entries(
+            target=target, log_name=log, since=start, until=end, limit=n, after=after
+        ),
     )
     if output is Output.json:
-        _emit_json({"items": items})
+        _emit_page(items, next_cursor)
         return
     _table(
         "engine entries",
         ["happened", "target", "log", "id", "entry"],
         [(rfc3339(e.happened_at), e.target, e.log, e.native_id, _short(e.payload)) for e in items],
     )
+    _more(next_cursor)
 
 
 @app.command()
@@ -247,13 +319,20 @@ def gaps(
     since: str | None = _SINCE,
     until: str | None = _UNTIL,
     limit: int = _LIMIT,
+    cursor: str | None = _CURSOR,
     output: Output = _OUTPUT,
 ) -> None:
     """Explicit holes in the history (entries lost before they could be read)."""
+    start, end = _time(since, "--since"), _time(until, "--until")
     st = _open(store)
-    items = st.gaps(source=source, since=_time(since, "--since"), until=_time(until, "--until"), limit=limit)
+    items, next_cursor = _page(
+        "gaps",
+        cursor,
+        limit,
+        lambda after, n: st.gaps(source=source, since=start, until=end, limit=n, after=after),
+    )
     if output is Output.json:
-        _emit_json({"items": items})
+        _emit_page(items, next_cursor)
         return
     _table(
         "gaps",
@@ -263,6 +342,7 @@ def gaps(
             for g in items
         ],
     )
+    _more(next_cursor)
 
 
 @app.command()
@@ -276,15 +356,59 @@ def migrate(store: str = _STORE) -> None:
 @app.command()
 def serve(
     store: str = _STORE,
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8765, "--port", min=1, max=65535),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to listen on (not loopback: needs a token)."
+    ),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port (0: any free port)."),
+    token_file: Path | None = typer.Option(
+        None,
+        "--token-file",
+        envvar="CAPSTAN_HISTORY_TOKEN_FILE",
+        help="File holding the bearer token every route but /healthz then requires.",
+    ),
+    max_connections: int = typer.Option(
+        100, "--max-connections", min=1, max=10_000, help="Concurrent connections; more get a 503."
+    ),
 ) -> None:
-    """Serve the query API over HTTP JSON (/v1/timeline, /v1/object, /v1/diff, /v1/events, /v1/engine, /v1/gaps)."""
+    """Serve the query API over HTTP JSON (/v1/timeline, /v1/events, /v1/engine, /v1/gaps, /v1/restarts, /v1/object,
+    /v1/diff, /openapi.json, /healthz, /metrics). The bearer token comes from --token-file or the
+    CAPSTAN_HISTORY_TOKEN environment variable; one is required unless --host is a loopback address."""
+    import os
+
     import uvicorn
     from prometheus_client import CollectorRegistry
 
     from capstan.store import HistoryMetrics, create_history_app
+    from capstan.store._http import bind_listener, is_loopback, load_token
 
+    token = load_token(token_file, os.environ.get(TOKEN_ENV), env_name=TOKEN_ENV)
+    if token is None and not is_loopback(host):
+        raise UserError(
+            f"history serve: --host {host!r} is not a loopback address, and the history holds cluster state: "
+            f"give a bearer token (--token-file FILE or {TOKEN_ENV}), or listen on 127.0.0.1"
+        )
     registry = CollectorRegistry()
     st = open_store(store, metrics=HistoryMetrics(registry))
-    uvicorn.run(create_history_app(st, registry=registry), host=host, port=port, log_level="warning")
+    sock = bind_listener(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    auth = "on: bearer token required on every route but /healthz" if token else "off: loopback only"
+    typer.echo(
+        f"history API listening on http://{shown}:{bound_port} (auth {auth}), store {st.display_url}",
+        err=True,
+    )
+    config = uvicorn.Config(
+        create_history_app(st, registry=registry, token=token),
+        log_level="warning",
+        lifespan="off",
+        limit_concurrency=max_connections,
+        server_header=False,
+    )
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+        st.close()
+
+
+TOKEN_ENV = "CAPSTAN_HISTORY_TOKEN"

@@ -8,6 +8,7 @@ imports a collector: collectors live in :mod:`capstan.record`.
 from typing import TYPE_CHECKING
 
 from capstan.lazy import lazy_attributes
+from capstan.store._cursor import BadCursor, Position, decode_cursor, encode_cursor
 from capstan.store._engine import INGEST_CACHE_KIB, parse_database_url
 from capstan.store._metrics import HistoryMetrics
 from capstan.store._models import (
@@ -33,7 +34,7 @@ from capstan.store._models import (
     to_json,
 )
 from capstan.store._retention import RetentionPolicy, RetentionWorker, apply_retention
-from capstan.store._store import Store, StoreCorruptHistory, StoreWriteError, open_store
+from capstan.store._store import Store, StoreCorruptHistory, StoreWriteError, open_store, position_of
 from capstan.store._timeparse import parse_time
 from capstan.store._writer import BatchWriter
 
@@ -58,6 +59,7 @@ __all__ = [
     "CHANGE_TYPES",
     "INGEST_CACHE_KIB",
     "OBSERVED_VIA",
+    "BadCursor",
     "Batch",
     "BatchWriter",
     "ChangeType",
@@ -74,6 +76,7 @@ __all__ = [
     "ObservedVia",
     "OtlpExporter",
     "OutboxItem",
+    "Position",
     "Restart",
     "RestartCount",
     "RetentionPolicy",
@@ -84,11 +87,14 @@ __all__ = [
     "WriteResult",
     "apply_retention",
     "create_history_app",
+    "decode_cursor",
+    "encode_cursor",
     "engine_event_name",
     "open_store",
     "otlp_http_exporter",
     "parse_database_url",
     "parse_time",
+    "position_of",
     "rfc3339",
     "to_json",
 ]

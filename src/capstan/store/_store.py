@@ -42,6 +42,7 @@ from capstan import jsontext
 from capstan.errors import UserError
 from capstan.redact import RedactionPolicy, Redactor
 from capstan.store import _schema as s
+from capstan.store._cursor import Position
 from capstan.store._engine import (
     check_connect,
     create_engines,
@@ -423,8 +424,10 @@ class Store:
         since: float | None = None,
         until: float | None = None,
         limit: int = DEFAULT_LIMIT,
+        after: Position | None = None,
     ) -> list[ObjectChange]:
-        """Object changes matching the filters, oldest first (``observed_at`` in [since, until])."""
+        """Object changes matching the filters, oldest first (``observed_at`` in [since, until]); ``after``: only
+        those after that (observed_at µs, id) position (see :func:`position_of`)."""
         t = s.object_changes
         q = select(t)
         for col, value in (
@@ -436,7 +439,7 @@ class Store:
         ):
             if value is not None:
                 q = q.where(col == value)
-        q = _window(q, t.c.observed_at, since, until).order_by(t.c.observed_at, t.c.id).limit(_limit(limit))
+        q = _page(_window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
         with self._read.begin() as conn:
             return [_change_from_row(r) for r in conn.execute(q)]
 
@@ -519,7 +522,9 @@ class Store:
         since: float | None = None,
         until: float | None = None,
         limit: int = DEFAULT_LIMIT,
+        after: Position | None = None,
     ) -> list[KubeEvent]:
+        """Event occurrences, oldest observed first; ``after`` as in :meth:`timeline`."""
         t = s.kube_events
         q = select(t)
         if involved_uid is not None:
@@ -528,7 +533,7 @@ class Store:
             q = q.where(t.c.namespace == namespace)
         if involved_name is not None:
             q = q.where(t.c.involved_name == involved_name)
-        q = _window(q, t.c.observed_at, since, until).order_by(t.c.observed_at, t.c.id).limit(_limit(limit))
+        q = _page(_window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
         with self._read.begin() as conn:
             return [_event_from_row(r) for r in conn.execute(q)]
 
@@ -540,15 +545,18 @@ class Store:
         since: float | None = None,
         until: float | None = None,
         limit: int = DEFAULT_LIMIT,
+        after: Position | None = None,
     ) -> list[EngineEntry]:
-        """Engine entries by target and log, ordered by when they happened (then by native id order of insertion)."""
+        """Engine entries by target and log, ordered by when they happened (then by native id order of insertion);
+        ``after`` a (happened_at µs, id) position. NOTE: an ACL LOG entry whose count rose has a later happened_at,
+        so a client paging meanwhile sees it again, at its new place."""
         t = s.engine_entries
         q = select(t)
         if target is not None:
             q = q.where(t.c.target == target)
         if log_name is not None:
             q = q.where(t.c.log == log_name)
-        q = _window(q, t.c.happened_at, since, until).order_by(t.c.happened_at, t.c.id).limit(_limit(limit))
+        q = _page(_window(q, t.c.happened_at, since, until), t.c.happened_at, t.c.id, after, limit)
         with self._read.begin() as conn:
             return [_entry_from_row(r) for r in conn.execute(q)]
 
@@ -559,12 +567,14 @@ class Store:
         since: float | None = None,
         until: float | None = None,
         limit: int = DEFAULT_LIMIT,
+        after: Position | None = None,
     ) -> list[Gap]:
+        """Gap records, oldest observed first; ``after`` as in :meth:`timeline`."""
         t = s.gaps
         q = select(t)
         if source is not None:
             q = q.where(t.c.source == source)
-        q = _window(q, t.c.observed_at, since, until).order_by(t.c.observed_at, t.c.id).limit(_limit(limit))
+        q = _page(_window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
         with self._read.begin() as conn:
             return [
                 Gap(r.source, r.log, r.key, from_us(r.observed_at), r.lost, r.reason, r.detail, r.id)
@@ -579,14 +589,16 @@ class Store:
         since: float | None = None,
         until: float | None = None,
         limit: int = DEFAULT_LIMIT,
+        after: Position | None = None,
     ) -> list[Restart]:
+        """Observed restarts, oldest first; ``after`` as in :meth:`timeline`."""
         t = s.restarts
         q = select(t)
         if namespace is not None:
             q = q.where(t.c.namespace == namespace)
         if pod is not None:
             q = q.where(t.c.pod == pod)
-        q = _window(q, t.c.observed_at, since, until).order_by(t.c.observed_at, t.c.id).limit(_limit(limit))
+        q = _page(_window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
         with self._read.begin() as conn:
             return [
                 Restart(
@@ -1025,6 +1037,24 @@ def _sqlite_upsert_states(conn: Connection, states: Sequence[ObjectState], now_u
 
 def _limit(limit: int) -> int:
     return max(1, min(int(limit), MAX_LIMIT))
+
+
+def _page(q: Select[Any], time_col: Any, id_col: Any, after: Position | None, limit: int) -> Select[Any]:
+    """``q`` in (time, id) order from just after ``after``, at most ``limit`` rows (one more than MAX_LIMIT may be
+    asked for, so a caller can tell a full last page from a page with more after it). The keyset condition is
+    written as ``time >= t AND (time > t OR id > i)`` so both back ends range-scan the time index."""
+    if after is not None:
+        t_us, row_id = after
+        q = q.where(time_col >= t_us, or_(time_col > t_us, id_col > row_id))
+    return q.order_by(time_col, id_col).limit(max(1, min(int(limit), MAX_LIMIT + 1)))
+
+
+def position_of(record: ObjectChange | KubeEvent | EngineEntry | Gap | Restart) -> Position:
+    """The keyset position of a record a listing returned: (its ordering time in µs, its row id)."""
+    if record.id is None:
+        raise ValueError("a record not read from the store has no position")
+    at = record.happened_at if isinstance(record, EngineEntry) else record.observed_at
+    return to_us(at), record.id
 
 
 def _window(q: Select[Any], col: Any, since: float | None, until: float | None) -> Select[Any]:

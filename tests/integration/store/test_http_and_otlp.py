@@ -55,7 +55,9 @@ def test_http_api_serves_timeline_object_diff_engine_and_gaps(history_store_url:
     )
     app = create_history_app(store, registry=registry, clock=lambda: 2000.0)
     with serve(app) as base, httpx.Client(base_url=base, timeout=10) as http:
-        timeline = http.get("/v1/timeline", params={"kind": "Deployment", "namespace": "ml"}).json()["items"]
+        page = http.get("/v1/timeline", params={"kind": "Deployment", "namespace": "ml"}).json()
+        assert page["next_cursor"] is None
+        timeline = page["items"]
         assert [c["change_type"] for c in timeline] == ["added", "modified"]
         assert timeline[0]["observed_at"] == "1970-01-01T00:16:40.000000Z"
         version = http.get(

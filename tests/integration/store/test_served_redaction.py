@@ -1,4 +1,5 @@
-"""History written before redaction existed (clear text in the store) is redacted on the way out of the CLI."""
+"""History written before redaction existed (clear text in the store) is redacted on the way out of the CLI and
+the HTTP API."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
-from capstan.store import Batch, EngineEntry, ObjectChange, open_store
+from capstan.store import Batch, EngineEntry, ObjectChange, create_history_app, open_store
+from tests.integration.store._loopback import serve
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +98,22 @@ def test_the_cli_redacts_clear_text_history_it_reads(history_store_url: str) -> 
         assert done.returncode == 0, out
         assert "Pl4nted" not in out, (argv, out)
         assert "REDACTED" in out, (argv, out)
+
+
+def test_the_http_api_redacts_clear_text_history_it_reads(history_store_url: str) -> None:
+    _legacy_rows(history_store_url)
+    store = open_store(history_store_url)
+    try:
+        with serve(create_history_app(store)) as base, httpx.Client(base_url=base, timeout=30) as http:
+            q = {"kind": "Deployment", "namespace": "ml", "name": "api"}
+            for path, params in (
+                ("/v1/timeline", {}),
+                ("/v1/engine", {}),
+                ("/v1/object", q),
+                ("/v1/diff", {**q, "since": "0"}),
+            ):
+                body = http.get(path, params=params).text
+                assert "Pl4nted" not in body, (path, body)
+                assert "REDACTED" in body, (path, body)
+    finally:
+        store.close()
