@@ -124,6 +124,18 @@ def parse_slowlog(raw: list[Any], redactor: Redactor | None = None) -> list[Ring
     return out
 
 
+def _acl_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """The fields every ACL LOG entry has, with or without an ``entry-id``."""
+    return {
+        "count": int(d.get("count", 0)),
+        "reason": _s(d.get("reason", "")),
+        "context": _s(d.get("context", "")),
+        "object": _s(d.get("object", "")),
+        "username": _s(d.get("username", "")),
+        "client_info": _s(d.get("client-info", "")),
+    }
+
+
 def parse_acllog(
     raw: list[Any], redactor: Redactor | None = None
 ) -> tuple[list[RingEntry], list[dict[str, Any]]]:
@@ -135,28 +147,11 @@ def parse_acllog(
     for item in raw:
         d = _pairs(item)
         if "entry-id" not in d:
-            legacy.append(
-                r.json(
-                    {
-                        "count": int(d.get("count", 0)),
-                        "reason": _s(d.get("reason", "")),
-                        "context": _s(d.get("context", "")),
-                        "object": _s(d.get("object", "")),
-                        "username": _s(d.get("username", "")),
-                        "client_info": _s(d.get("client-info", "")),
-                        "age_seconds": float(_s(d.get("age-seconds", 0))),
-                    }
-                )
-            )
+            legacy.append(r.json({**_acl_fields(d), "age_seconds": float(_s(d.get("age-seconds", 0)))}))
             continue
         payload: dict[str, Any] = {
             "entry_id": int(d["entry-id"]),
-            "count": int(d.get("count", 0)),
-            "reason": _s(d.get("reason", "")),
-            "context": _s(d.get("context", "")),
-            "object": _s(d.get("object", "")),
-            "username": _s(d.get("username", "")),
-            "client_info": _s(d.get("client-info", "")),
+            **_acl_fields(d),
             "timestamp_created_ms": int(d.get("timestamp-created", 0)),
             "timestamp_last_updated_ms": int(d.get("timestamp-last-updated", 0)),
         }
