@@ -6,14 +6,19 @@ import json
 import time
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from capstan.errors import UserError
-from capstan.store import Store, open_store, parse_time, rfc3339, to_json
+
+if TYPE_CHECKING:
+    from capstan.store import Store
+
+# NOTE: capstan.store (SQLAlchemy) is imported inside the commands, so `capstan history … --help` and usage errors
+# answer without loading it.
 
 app = typer.Typer(
     help="Query the durable history of cluster changes and engine events.", no_args_is_help=True
@@ -38,6 +43,20 @@ class Output(StrEnum):
 _OUTPUT = typer.Option(Output.table, "--output", "-o", help="table (Rich) or json.")
 
 
+def open_store(location: str, *, create: bool = False, **options: Any) -> Store:
+    """:func:`capstan.store.open_store`, imported on first use. Every command here but ``migrate`` only reads, so a
+    store that does not exist is an error (``create=False``), not a new empty file."""
+    from capstan.store import open_store as _open_store
+
+    return _open_store(location, create=create, **options)
+
+
+def rfc3339(seconds: float) -> str:
+    from capstan.store import rfc3339 as _rfc3339
+
+    return _rfc3339(seconds)
+
+
 def _open(location: str) -> Store:
     return open_store(location)
 
@@ -45,6 +64,8 @@ def _open(location: str) -> Store:
 def _time(value: str | None, option: str) -> float | None:
     if value is None:
         return None
+    from capstan.store import parse_time
+
     try:
         return parse_time(value, time.time(), what=option)
     except ValueError as exc:
@@ -52,6 +73,8 @@ def _time(value: str | None, option: str) -> float | None:
 
 
 def _emit_json(data: Any) -> None:
+    from capstan.store import to_json
+
     typer.echo(json.dumps(to_json(data), indent=2, sort_keys=True))
 
 
@@ -82,15 +105,10 @@ def timeline(
     output: Output = _OUTPUT,
 ) -> None:
     """Changes of one object, or of a namespace/kind, in a time window (oldest first)."""
+    start, end = _time(since, "--since"), _time(until, "--until")  # bad input is reported before any I/O
     st = _open(store)
     items = st.timeline(
-        source=source,
-        kind=kind,
-        namespace=namespace,
-        name=name,
-        since=_time(since, "--since"),
-        until=_time(until, "--until"),
-        limit=limit,
+        source=source, kind=kind, namespace=namespace, name=name, since=start, until=end, limit=limit
     )
     if output is Output.json:
         _emit_json({"items": items})
@@ -124,8 +142,8 @@ def object_at(
     output: Output = _OUTPUT,
 ) -> None:
     """The object as it was at a time, rebuilt from snapshot + patches."""
-    st = _open(store)
     when = _time(at, "--at") or time.time()
+    st = _open(store)
     version = st.object_at(kind, namespace, name, when, source=source)
     if version is None:
         raise UserError(
@@ -154,10 +172,11 @@ def diff(
     output: Output = _OUTPUT,
 ) -> None:
     """The JSON patch between the object at two times."""
-    st = _open(store)
     start = _time(since, "--since")
     assert start is not None
-    result = st.diff(kind, namespace, name, start, _time(until, "--until") or time.time(), source=source)
+    end = _time(until, "--until") or time.time()
+    st = _open(store)
+    result = st.diff(kind, namespace, name, start, end, source=source)
     if output is Output.json:
         _emit_json(result)
         return
@@ -180,13 +199,14 @@ def events(
     output: Output = _OUTPUT,
 ) -> None:
     """Kubernetes Events (every occurrence) by involved object."""
+    start, end = _time(since, "--since"), _time(until, "--until")
     st = _open(store)
     items = st.events(
         involved_uid=involved_uid,
         involved_name=involved_name,
         namespace=namespace,
-        since=_time(since, "--since"),
-        until=_time(until, "--until"),
+        since=start,
+        until=end,
         limit=limit,
     )
     if output is Output.json:
@@ -220,10 +240,9 @@ def engine(
     output: Output = _OUTPUT,
 ) -> None:
     """Redis/Valkey engine entries by target."""
+    start, end = _time(since, "--since"), _time(until, "--until")
     st = _open(store)
-    items = st.engine_entries(
-        target=target, log_name=log, since=_time(since, "--since"), until=_time(until, "--until"), limit=limit
-    )
+    items = st.engine_entries(target=target, log_name=log, since=start, until=end, limit=limit)
     if output is Output.json:
         _emit_json({"items": items})
         return
@@ -244,8 +263,9 @@ def gaps(
     output: Output = _OUTPUT,
 ) -> None:
     """Explicit holes in the history (entries lost before they could be read)."""
+    start, end = _time(since, "--since"), _time(until, "--until")
     st = _open(store)
-    items = st.gaps(source=source, since=_time(since, "--since"), until=_time(until, "--until"), limit=limit)
+    items = st.gaps(source=source, since=start, until=end, limit=limit)
     if output is Output.json:
         _emit_json({"items": items})
         return
@@ -262,7 +282,7 @@ def gaps(
 @app.command()
 def migrate(store: str = _STORE) -> None:
     """Create or upgrade the store schema (the recorder also does this on start)."""
-    st = _open(store)
+    st = open_store(store, create=True)
     typer.echo(f"{st.display_url}: schema at revision {st.schema_revision()}")
     st.close()
 

@@ -64,7 +64,7 @@ def outbox(
 
     from capstan.store import open_store
 
-    st = open_store(store)
+    st = open_store(store, create=False)  # a reader: a store that does not exist is an error, not a new file
     if show is not None:
         try:
             item = st.outbox_item(show)

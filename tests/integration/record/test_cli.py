@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,3 +64,88 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFi
     config.write_text(f"store: {tmp_path / 'h.db'}\nredis:\n  - name: a\n    adress: 127.0.0.1:1\n")
     code, _, err = run(["record", "--config", str(config), "--once"], capsys)
     assert code == 2 and err.count("\n") == 1 and "adress" in err and "bad.yaml" in err
+
+
+READERS: list[list[str]] = [
+    ["history", "timeline"],
+    ["history", "events"],
+    ["history", "engine"],
+    ["history", "gaps"],
+    ["history", "object", "Pod", "p"],
+    ["history", "diff", "Pod", "p", "--since", "1h"],
+    ["restarts", "outbox"],
+]
+
+
+@pytest.mark.parametrize("reader", READERS, ids=lambda r: " ".join(r[:2]))
+def test_a_reader_given_a_store_that_does_not_exist_says_so_and_creates_nothing(
+    tmp_path: Path, reader: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "typo.db"
+    code, _, err = run([*reader, "--store", str(db)], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert str(db) in err and "no such file" in err and "capstan record" in err
+    assert not db.exists() and list(tmp_path.iterdir()) == []  # no file, no -wal/-shm either
+
+
+def test_a_reader_given_a_database_without_a_store_says_so(
+    history_store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An existing but empty SQLite file, or an empty PostgreSQL database: no tables are created by a read."""
+    from sqlalchemy import create_engine, inspect
+
+    from capstan.store import parse_database_url
+
+    url = parse_database_url(history_store_url)
+    if url.get_backend_name() == "sqlite":
+        Path(str(url.database)).touch()
+    code, _, err = run(["history", "gaps", "--store", history_store_url], capsys)
+    assert code == 2 and err.count("\n") == 1 and "holds no Capstan store" in err, err
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert inspect(conn).get_table_names() == []
+    finally:
+        engine.dispose()
+    # a writer creates it; then the reader reads it
+    assert run(["history", "migrate", "--store", history_store_url], capsys)[0] == 0
+    code, out, _ = run(["history", "gaps", "--store", history_store_url, "-o", "json"], capsys)
+    assert code == 0 and json.loads(out) == {"items": []}
+
+
+def _commands_with_store(tmp_path: Path, store: str) -> dict[str, list[str]]:
+    """Every command that opens a store, given ``store``."""
+    record = tmp_path / "record.yaml"
+    record.write_text(json.dumps({"store": store}))
+    restarts = tmp_path / "restarts.yaml"
+    restarts.write_text("sinks:\n  - {type: webhook, name: audit, url: 'http://127.0.0.1:9/hook'}\n")
+    kubeconfig = tmp_path / "kubeconfig"  # never reached: the store is opened first
+    return {
+        **{" ".join(r[:2]): [*r, "--store", store] for r in READERS},
+        "history migrate": ["history", "migrate", "--store", store],
+        "record --once": ["record", "--config", str(record), "--once"],
+        "restarts run": [
+            "restarts", "run", "--config", str(restarts), "--kubeconfig", str(kubeconfig), "--store", store,
+        ],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("store", "problem"),
+    [
+        ("postgresql://u:hunter2@127.0.0.1:notaport/db", "not a valid URL"),
+        ("postgresql://u:hunter2@[::1/db", "not a valid URL"),
+        ("mysql://u:hunter2@127.0.0.1/db", "unsupported scheme"),
+        ("postgresql://u:hunter2@127.0.0.1:{port}/db", "Connection refused"),
+        ("/no/such/dir/h.db", "does not exist|no such file"),
+    ],
+    ids=["bad-port", "bad-host", "scheme", "unreachable", "no-dir"],
+)
+def test_every_command_says_what_is_wrong_with_its_store_in_one_line(
+    tmp_path: Path, store: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = store.format(port=free_port())
+    for name, argv in _commands_with_store(tmp_path, store).items():
+        code, _, err = run(argv, capsys)
+        assert code == 2 and err.count("\n") == 1, f"{name}: {err!r}"
+        assert re.search(problem, err) and "hunter2" not in err, f"{name}: {err!r}"
