@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
-from capstan.record import Recorder, load_recorder_config
-from capstan.store import StoreWriteError
+if TYPE_CHECKING:
+    from capstan.record import Recorder
+
+# NOTE: capstan.record (the store, Redis, the cluster client) is imported inside the command, so `--help` and
+# usage errors answer without loading it.
 
 app = typer.Typer(
     help="Record cluster changes, Events and engine logs durably into the history store.",
@@ -29,7 +33,8 @@ def record(
     ),
 ) -> None:
     """Run the recorder until SIGINT/SIGTERM; a failing target is retried, a failing store stops it (exit 1)."""
-    from capstan.record import KubernetesConfig
+    from capstan.record import KubernetesConfig, Recorder, load_recorder_config
+    from capstan.store import StoreWriteError
 
     cfg = load_recorder_config(config)
     if kubeconfig is not None:
