@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import pytest
 import redis
 
 from capstan.cli.main import main
+from capstan.kube import KubeClient, resources
 from capstan.sandbox.datastores import RedisServer, free_port
 
 pytestmark = pytest.mark.integration
@@ -149,3 +153,107 @@ def test_every_command_says_what_is_wrong_with_its_store_in_one_line(
         code, _, err = run(argv, capsys)
         assert code == 2 and err.count("\n") == 1, f"{name}: {err!r}"
         assert re.search(problem, err) and "hunter2" not in err, f"{name}: {err!r}"
+
+
+CAPSTAN = Path(sys.executable).with_name("capstan")
+
+_KUBECONFIGS: dict[str, tuple[bytes | None, str]] = {
+    "missing": (None, "file not found"),
+    "empty": (b"", "no clusters defined"),
+    "binary": (bytes(range(256)) * 4, "not UTF-8 text"),
+    "broken": (b"clusters: [\n  - a: b\n bad", "invalid YAML"),
+    "no-context": (
+        b"clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        b"contexts: [{name: x, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n",
+        "no current-context set",
+    ),
+    "unknown-cluster": (
+        b"clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        b"contexts: [{name: x, context: {cluster: d, user: u}}]\nusers: [{name: u, user: {}}]\n"
+        b"current-context: x\n",
+        "context 'x' names cluster 'd', not defined",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", ["once", "daemon"])
+@pytest.mark.parametrize("case", sorted(_KUBECONFIGS))
+def test_record_with_a_kubeconfig_that_cannot_work_is_one_line_and_exit_2(
+    tmp_path: Path, case: str, mode: str
+) -> None:
+    """With --once (which said nothing and exited 0) and as a daemon (which restarted the collector for ever)."""
+    content, problem = _KUBECONFIGS[case]
+    kubeconfig = tmp_path / "kubeconfig"
+    if content is not None:
+        kubeconfig.write_bytes(content)
+    config = tmp_path / "record.yaml"
+    config.write_text(
+        json.dumps({"store": str(tmp_path / "h.db"), "kubernetes": {"kubeconfig": str(kubeconfig)}})
+    )
+    argv = [
+        str(CAPSTAN),
+        "--log-text",
+        "record",
+        "--config",
+        str(config),
+        *(["--once"] if mode == "once" else []),
+    ]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"still running after 60 s (a crash-restart loop?): {str(exc.stderr)[-500:]}")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-800:]
+    assert lines[0].startswith(f"capstan: error: kubeconfig {kubeconfig}") and problem in lines[0]
+    assert not (tmp_path / "h.db").exists()  # refused before anything was opened
+
+
+def test_record_with_a_kubernetes_section_and_no_kubeconfig(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "record.yaml"
+    config.write_text(json.dumps({"store": str(tmp_path / "h.db"), "kubernetes": {"kinds": ["Pod"]}}))
+    code, _, err = run(["record", "--config", str(config), "--once"], capsys)
+    assert (
+        code == 2
+        and err
+        == f"capstan: error: {config}: kubernetes.kubeconfig: not set (set it, or give --kubeconfig)\n"
+    )
+
+
+async def test_record_once_records_the_cluster_once(
+    tmp_path: Path, kubeconfig: Path, kube: KubeClient, namespace: str
+) -> None:
+    """--once lists every configured kind, writes it with its cursor and exits: the history has the objects."""
+    await kube.create(
+        resources.CONFIGMAPS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": namespace}},
+    )
+    db = tmp_path / "h.db"
+    config = tmp_path / "record.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "store": str(db),
+                "kubernetes": {"kinds": ["ConfigMap"], "events": False, "namespace": namespace},
+            }
+        )
+    )
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [str(CAPSTAN), "record", "--config", str(config), "--kubeconfig", str(kubeconfig), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0 and "kubernetes/default: ok" in proc.stdout, proc.stdout + proc.stderr
+    out = subprocess.run(
+        [str(CAPSTAN), "history", "timeline", "--store", str(db), "--kind", "ConfigMap", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    names = {(i["namespace"], i["name"]) for i in json.loads(out)["items"]}
+    assert (namespace, "settings") in names
