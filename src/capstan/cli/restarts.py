@@ -195,8 +195,13 @@ def run(
     limit_malloc_arenas()
 
     async def main() -> None:
-        st = open_store(store)
+        # the kubeconfig (and its credential plugin) first: a configuration that cannot work creates no store
         client = await KubeClient.from_kubeconfig(kubeconfig)
+        try:
+            st = open_store(store)
+        except BaseException:
+            await client.close()
+            raise
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

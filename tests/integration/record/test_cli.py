@@ -257,3 +257,21 @@ async def test_record_once_records_the_cluster_once(
     ).stdout
     names = {(i["namespace"], i["name"]) for i in json.loads(out)["items"]}
     assert (namespace, "settings") in names
+
+
+@pytest.mark.parametrize("case", sorted(_KUBECONFIGS))
+def test_restarts_run_with_a_kubeconfig_that_cannot_work_is_one_line_and_creates_no_store(
+    tmp_path: Path, case: str
+) -> None:
+    content, problem = _KUBECONFIGS[case]
+    kubeconfig = tmp_path / "kubeconfig"
+    if content is not None:
+        kubeconfig.write_bytes(content)
+    config = tmp_path / "restarts.yaml"
+    config.write_text("sinks:\n  - {type: webhook, name: audit, url: 'http://127.0.0.1:9/hook'}\n")
+    db = tmp_path / "r.db"
+    argv = ["restarts", "run", "--config", str(config), "--kubeconfig", str(kubeconfig), "--store", str(db)]
+    proc = subprocess.run([str(CAPSTAN), *argv], capture_output=True, text=True, timeout=60, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and problem in lines[0], proc.stderr[-800:]
+    assert not db.exists()
