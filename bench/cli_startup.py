@@ -20,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,16 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = "import sys; from capstan.cli.main import main; main(sys.argv[1:])"
+# NOTE: the child reports its own peak RSS (VmHWM of its address space) at exit: wait4's ru_maxrss would carry
+# the forking parent's high-water mark across exec (Linux keeps it), the bench's own ~40 MiB for every child.
+_HWM = (
+    "import atexit, os\n"
+    "def _hwm():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            open(os.environ['CLI_BENCH_HWM'], 'w').write(line.split()[1])\n"
+    "atexit.register(_hwm)\n"
+)
 
 
 @dataclass
@@ -63,18 +74,25 @@ def _env(src: Path) -> dict[str, str]:
     return env
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one process."""
+def timed(code: str, args: list[str], env: dict[str, str], scratch: Path) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one ``python -c code args`` process."""
+    hwm = scratch / "hwm"
+    hwm.unlink(missing_ok=True)
+    argv = [sys.executable, "-c", _HWM + code, *args]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env
+    proc = subprocess.run(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        env={**env, "CLI_BENCH_HWM": str(hwm)},
+        timeout=120,
+        check=False,
     )
-    _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited with {proc.returncode}")
-    return elapsed, int(usage.ru_maxrss)
+        raise RuntimeError(f"{' '.join(args)} exited with {proc.returncode}")
+    return elapsed, int(hwm.read_text()) if hwm.exists() else 0
 
 
 def heaviest_imports(path: tuple[str, ...], env: dict[str, str], top: int = 3) -> list[tuple[str, float]]:
@@ -115,24 +133,25 @@ def main() -> None:
     env = _env(ROOT / "src")
     paths = command_paths(leaves=not args.smoke)
 
+    scratch = Path(tempfile.mkdtemp(prefix="cli-bench-"))
+    load_before = os.getloadavg()[0]
     rows: list[Row] = []
     for label, code in (("(python, empty)", "pass"), ("(python, import typer)", "import typer")):
         row = Row(label)
         for _ in range(runs):
-            elapsed, rss = timed([sys.executable, "-c", code], env)
+            elapsed, rss = timed(code, [], env, scratch)
             row.runs.append(elapsed)
             row.rss_kib.append(rss)
         rows.append(row)
     for path in paths:
         row = Row(" ".join(("capstan", *path, "--help")))
         for _ in range(runs):
-            elapsed, rss = timed([sys.executable, "-c", ENTRY, *path, "--help"], env)
+            elapsed, rss = timed(ENTRY, [*path, "--help"], env, scratch)
             row.runs.append(elapsed)
             row.rss_kib.append(rss)
             if args.compare_src is not None:
-                row.compare.append(
-                    timed([sys.executable, "-c", ENTRY, *path, "--help"], _env(args.compare_src))[0]
-                )
+                before = timed(ENTRY, [*path, "--help"], _env(args.compare_src), scratch)[0]
+                row.compare.append(before)
         if len(path) <= 1:
             row.heaviest = heaviest_imports(path, env)
         rows.append(row)
@@ -159,6 +178,9 @@ def main() -> None:
     Console(width=200).print(table)
     worst = max(rows[2:], key=lambda r: statistics.median(r.runs))
     print(f"slowest help: {worst.path} (median {statistics.median(worst.runs):.3f} s)")
+    print(
+        f"1-minute load average: {load_before:.2f} before, {os.getloadavg()[0]:.2f} after ({os.cpu_count()} CPUs)"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cli_startup.json").write_text(json.dumps([asdict(r) for r in rows], indent=2))
 
