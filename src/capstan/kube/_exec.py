@@ -139,10 +139,9 @@ def parse_exec_credential(output: bytes, config: ExecConfig, now: float) -> Cred
     try:
         obj = json.loads(output)
     except (ValueError, UnicodeDecodeError) as exc:
-        first = output[:80].decode("utf-8", "replace").splitlines()[0] if output.strip() else "nothing"
-        raise ExecCredentialError(
-            f"exec plugin {name} did not print an ExecCredential (invalid JSON: {exc}; it printed {first!r})"
-        ) from None
+        # NOTE: what it printed is not shown: a plugin's standard output is where its secrets are
+        said = f"invalid JSON: {exc}" if output.strip() else "it printed nothing"
+        raise ExecCredentialError(f"exec plugin {name} did not print an ExecCredential ({said})") from None
     if not isinstance(obj, dict) or obj.get("kind") != "ExecCredential":
         raise ExecCredentialError(f"exec plugin {name} printed JSON that is not an ExecCredential")
     if obj.get("apiVersion") != config.api_version:

@@ -75,7 +75,8 @@ def test_a_good_answer_gives_the_token_and_its_expiry() -> None:
     ("output", "problem"),
     [
         (b"Open https://login.example to sign in\n", "did not print an ExecCredential (invalid JSON"),
-        (b"", "it printed 'nothing'"),
+        (b"", "it printed nothing"),
+        (b"token: k8s-aws-v1.secret", "invalid JSON: Expecting value: line 1 column 1 (char 0))"),
         (_answer({"token": "t"}, kind="Status"), "printed JSON that is not an ExecCredential"),
         (
             _answer({"token": "t"}, version=V1BETA1),
@@ -92,6 +93,7 @@ def test_a_bad_answer_is_one_line_naming_the_plugin(output: bytes, problem: str)
     with pytest.raises(ExecCredentialError) as info:
         parse_exec_credential(output, CONFIG, 0.0)
     assert str(info.value).startswith("exec plugin aws") and problem in str(info.value)
+    assert "secret" not in str(info.value)  # what a plugin prints is never echoed
     assert "\n" not in str(info.value)
 
 
