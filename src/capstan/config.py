@@ -7,9 +7,9 @@ that names the file and the key path.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -98,6 +98,19 @@ def _text(path: Path) -> str:
         raise UserError(
             f"{path}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
+
+
+def decoded_lines(path: Path, fh: BinaryIO) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` for each line of a file opened in binary, decoded one by one, so a byte that is not
+    UTF-8 is a :class:`UserError` naming the file and its line (a text stream decodes ahead in blocks and can only
+    raise UnicodeDecodeError, a traceback). The one reader of line-based inputs: traces, request files, CSVs."""
+    for number, raw in enumerate(fh, 1):  # bounded by the file
+        try:
+            yield number, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserError(
+                f"{path}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+            ) from None
 
 
 def read_mapping(path: Path) -> dict[str, Any]:

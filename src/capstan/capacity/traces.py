@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from capstan.capacity.model import GPU_MILLI, NodeType, Pod, Toleration, Workload
+from capstan.config import decoded_lines
 from capstan.errors import UserError
 
 OPENB_POD_COLUMNS = (
@@ -59,9 +60,8 @@ def sniff_format(path: Path) -> str:
     try:
         with path.open("rb") as fh:
             lineno, first = 0, ""
-            for n, text in enumerate(
-                _lines(path, fh), 1
-            ):  # bounded by the file: stops at the first non-blank line
+            # bounded by the file: stops at the first non-blank line
+            for n, text in decoded_lines(path, fh):
                 if text.strip():
                     lineno, first = n, text
                     break
@@ -166,21 +166,9 @@ def read_openb_pods(path: Path, not_safe_to_evict: frozenset[str] = frozenset())
     return Workload(name=path.name, pods=tuple(pods))
 
 
-def _lines(path: Path, fh: BinaryIO) -> Iterator[str]:
-    """The lines of a file opened in binary, each decoded on its own, so a byte that is not UTF-8 is a
-    :class:`UserError` naming its line (a text stream decodes ahead in blocks and cannot say which)."""
-    for number, raw in enumerate(fh, 1):  # bounded by the file
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise UserError(
-                f"{path}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-            ) from None
-
-
 def _rows(path: Path, fh: BinaryIO) -> Iterator[tuple[int, list[str]]]:
     """``(line, row)`` for each CSV row of ``fh``; bad bytes and malformed rows are one-line UserErrors."""
-    reader = csv.reader(_lines(path, fh))
+    reader = csv.reader(line for _, line in decoded_lines(path, fh))
     for _ in itertools.count():  # bounded by the file
         try:
             row = next(reader)

@@ -124,3 +124,38 @@ def test_every_command_reading_a_config_file_says_which_file_and_line(
         if not (proc.returncode == 2 and len(lines) == 1 and str(config) in lines[0] and problem in lines[0]):
             failures.append(f"{name}: exit {proc.returncode}: {proc.stderr[-400:]!r}")
     assert not failures, "\n".join(failures)
+
+
+def test_every_command_reading_a_trace_or_request_file_names_the_line_of_a_bad_byte(tmp_path: Path) -> None:
+    """Mooncake traces, request files and openb CSVs go through one reader (capstan.config.decoded_lines)."""
+    mooncake = tmp_path / "mooncake.jsonl"
+    mooncake.write_bytes(
+        b'{"timestamp": 0, "input_length": 32, "output_length": 4, "hash_ids": [1]}\n\xff\xfe\n'
+    )
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(
+        b'{"t": 0, "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}\n'
+        b'{"t": 1, "body": {"model": "m", "messages": [{"role": "user", "content": "caf\xe9"}]}}\n'
+    )
+    openb = tmp_path / "openb_pod_list_x.csv"
+    openb.write_bytes(
+        b"name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+        b"scheduled_time\np\xe91,1000,1000,1,1000,,LS,Running,0,100,0\n"
+    )
+    commands = {
+        "route simulate": (["route", "simulate", "--trace", str(mooncake)], f"{mooncake}:2: not UTF-8 text"),
+        "replay mooncake": (["replay", "mooncake", str(mooncake), "--out", str(tmp_path / "o.jsonl")], f"{mooncake}:2:"),
+        "capacity simulate (mooncake)": (["capacity", "simulate", "--trace", str(mooncake)], f"{mooncake}:2:"),
+        "capacity simulate (requests)": (["capacity", "simulate", "--trace", str(requests)], f"{requests}:2:"),
+        "capacity simulate (openb)": (["capacity", "simulate", "--trace", str(openb)], f"{openb}:2:"),
+        "replay run": (["replay", "run", str(requests), "--target", "http://127.0.0.1:9"], f"{requests}:2:"),
+    }  # fmt: skip
+    failures = []
+    for name, (argv, problem) in commands.items():
+        proc = subprocess.run([str(CAPSTAN), *argv], capture_output=True, text=True, timeout=120, check=False)
+        lines = proc.stderr.strip().splitlines()
+        if not (
+            proc.returncode == 2 and len(lines) == 1 and problem in lines[0] and "not UTF-8 text" in lines[0]
+        ):
+            failures.append(f"{name}: exit {proc.returncode}: {proc.stderr[-300:]!r}")
+    assert not failures, "\n".join(failures)
