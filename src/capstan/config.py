@@ -7,9 +7,9 @@ that names the file and the key path.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -34,21 +34,100 @@ def describe_validation_error(err: ValidationError, where: str) -> str:
     return f"{where}: " + "; ".join(parts)
 
 
-def read_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML/JSON mapping from ``path`` or raise :class:`UserError` naming the file and line."""
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+"""A configuration file larger than this is refused (it is not one: a log, a dump, /dev/zero...)."""
+MAX_YAML_ALIASES = 1000
+"""More aliases than this is refused: a few anchors referring to each other expand to billions of nodes."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a key given twice in one mapping, at any depth (PyYAML keeps the last
+    one silently, so a typo'd override or a pasted block changes a setting without a word), and refuses alias
+    bombs. Keys merged in with ``<<`` may be overridden, as YAML says."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(
+                    None, None, f"more than {MAX_YAML_ALIASES} aliases", event.start_mark
+                )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # an unhashable key: the base class says so
+            if first is None:
+                seen[key] = key_node.start_mark.line
+            else:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first at line {first + 1})", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _text(path: Path) -> str:
+    """The file as text, or a :class:`UserError` naming the file (and the line of a byte that is not UTF-8)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
     except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UserError(
+            f"{path}: larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB: not a configuration file"
+        )
     try:
-        data = yaml.safe_load(text)
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise UserError(
+            f"{path}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+
+
+def decoded_lines(path: Path, fh: BinaryIO) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` for each line of a file opened in binary, decoded one by one, so a byte that is not
+    UTF-8 is a :class:`UserError` naming the file and its line (a text stream decodes ahead in blocks and can only
+    raise UnicodeDecodeError, a traceback). The one reader of line-based inputs: traces, request files, CSVs."""
+    for number, raw in enumerate(fh, 1):  # bounded by the file
+        try:
+            yield number, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UserError(
+                f"{path}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+            ) from None
+
+
+def read_mapping(path: Path) -> dict[str, Any]:
+    """Read a YAML/JSON mapping from ``path`` or raise :class:`UserError` naming the file and line: a file that is
+    not UTF-8, invalid YAML, a key given twice in one mapping, or anything but a mapping at the top."""
+    text = _text(path)
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        at = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{path}:{at}: invalid YAML: {problem}") from None
+        at = f" line {mark.line + 1} column {mark.column + 1}:" if mark is not None else ""
+        if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow (NUL, other controls)
+            at = f" line {text.count(chr(10), 0, exc.position) + 1}:"
+            problem = f"character #x{exc.character:04x} is not allowed in YAML"
+        else:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{path}:{at} invalid YAML: {problem}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

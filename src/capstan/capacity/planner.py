@@ -27,6 +27,7 @@ import bisect
 import functools
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -358,7 +359,9 @@ class PlanCache:
             self._forecast = (key, self._sliding.forecast(snap, cfg, headroom_window(cfg, self.horizon)))
         return self._forecast[1]
 
-    def phantoms(self, fc: Forecast, cfg: PlannerConfig) -> list[Pod]:
+    def phantoms(
+        self, fc: Forecast, cfg: PlannerConfig, fits: Callable[[Pod], frozenset[str]] | None = None
+    ) -> list[Pod]:
         """The forecast's pods as headroom phantoms (:func:`_headroom_pods`), the first ``max_phantoms`` in
         queue order, placed most constrained first: those limited to fewest GPU models, then the rest, each in
         queue order. Kept while the forecast holds the same pods.
@@ -368,7 +371,12 @@ class PlanCache:
         first, fewer pods waited longer than a minute on openb gpuspec20 at every boot delay from 3 to 15
         minutes (docs/benchmarks.md)."""
         if self._phantoms is None or self._phantoms[0].pods != fc.pods or self._phantoms[1] != cfg:
-            pods = sorted(_headroom_pods(fc.pods, cfg), key=_queue_key)[: cfg.max_phantoms]
+            # NOTE: a forecast pod no node type can run (``fits``: the types it fits, by shape) is never held
+            # as headroom: nothing could serve it, and split into one phantom per GPU, a pod asking for a
+            # million GPUs made a million phantoms in every decision. What is left is at most a node's GPUs
+            # per pod, whatever the trace asks for.
+            wanted = fc.pods if fits is None else tuple(p for p in fc.pods if fits(p))
+            pods = sorted(_headroom_pods(wanted, cfg), key=_queue_key)[: cfg.max_phantoms]
             pods.sort(key=_constraint_key)  # stable: queue order among equally constrained phantoms
             self._phantoms = (fc, cfg, pods)
         return self._phantoms[2]
@@ -446,7 +454,7 @@ class _Work:
             views[n.id] = n
         self.fc = self.cache.forecast(snap, cfg) if cfg.headroom else Forecast((), None)
         # the phantoms headroom places (big forecast pods split into smaller ones), not the forecast's own pods
-        self.phantoms = self.cache.phantoms(self.fc, cfg) if cfg.headroom else []
+        self.phantoms = self.cache.phantoms(self.fc, cfg, self.ok_types) if cfg.headroom else []
         # the smallest request this decision may place: bins with less free are left out of the scans
         cpus.extend(p.cpu_milli for p in (*snap.pending, *self.phantoms))
         mems.extend(p.memory_mib for p in (*snap.pending, *self.phantoms))

@@ -38,7 +38,15 @@ from dataclasses import dataclass
 
 from capstan.capacity.forecast import Forecaster, forecast_lookback, gpu_horizon
 from capstan.capacity.model import GPU_MILLI, IN_FLIGHT, NodeState, NodeType, Pod, PodShape
-from capstan.capacity.placement import Assignment, Capacity, choose_devices, fits, give, take
+from capstan.capacity.placement import (
+    Assignment,
+    Capacity,
+    choose_devices,
+    fits,
+    give,
+    take,
+    why_incompatible,
+)
 from capstan.capacity.planner import PlanCache, PlannerConfig, Scope, plan
 from capstan.capacity.sim import Policy, Sim, SimNode, SimPod
 from capstan.errors import UserError
@@ -249,9 +257,14 @@ def buffer_size_and_template(
 ) -> tuple[int, Pod]:
     """A CapacityBuffer of ``count`` one-GPU pods (None: the peak burst over one boot plus GPU-ready delay of
     ``types``) and its pod template (:func:`buffer_template`)."""
+    # pods no node type can run are no burst a buffer could absorb (and may ask for any number of GPUs)
+    fit: dict[PodShape, bool] = {}
+    servable = [
+        p for p in pods if fit.setdefault(p.shape, any(why_incompatible(t, p) is None for t in types))
+    ]
     if count is None:
-        count = peak_burst_gpus(pods, gpu_horizon(types))
-    return count, buffer_template(pods)
+        count = peak_burst_gpus(servable, gpu_horizon(types))
+    return count, buffer_template(servable)
 
 
 def peak_burst_gpus(pods: list[Pod] | tuple[Pod, ...], horizon: float) -> int:

@@ -20,14 +20,18 @@ A malformed row raises :class:`UserError` naming the file and line.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import random
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import BinaryIO
 
 from capstan.capacity.model import GPU_MILLI, NodeType, Pod, Toleration, Workload
+from capstan.config import decoded_lines
 from capstan.errors import UserError
 
 OPENB_POD_COLUMNS = (
@@ -54,16 +58,17 @@ def sniff_format(path: Path) -> str:
     """``openb-pods`` or ``genai-qps`` from the CSV header, ``requests`` or ``mooncake`` from the first JSON line;
     anything else is a one-line error."""
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        with path.open("rb") as fh:
             lineno, first = 0, ""
-            for n, text in enumerate(fh, 1):  # bounded by the file: stops at the first non-blank line
+            # bounded by the file: stops at the first non-blank line
+            for n, text in decoded_lines(path, fh):
                 if text.strip():
                     lineno, first = n, text
                     break
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read ({exc})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if first.lstrip().startswith("{"):
         return _sniff_json(path, lineno, first)
     header = next(csv.reader([first]), [])
@@ -108,13 +113,12 @@ def read_openb_pods(path: Path, not_safe_to_evict: frozenset[str] = frozenset())
     class (``qos``: LS, BE, Burstable, Guaranteed) is in ``not_safe_to_evict`` get
     :attr:`Pod.safe_to_evict` False (BE: the batch tasks, whose work an eviction would lose)."""
     pods: list[Pod] = []
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        header = tuple(h.strip() for h in next(reader, ()))
+    with path.open("rb") as fh:
+        rows = _rows(path, fh)
+        header = tuple(h.strip() for h in next(rows, (1, []))[1])
         if header != OPENB_POD_COLUMNS:
             raise UserError(f"{path}:1: expected header {','.join(OPENB_POD_COLUMNS)}")
-        for row in reader:
-            line = reader.line_num
+        for line, row in rows:
             if not row:
                 continue
             if len(row) != len(OPENB_POD_COLUMNS):
@@ -137,6 +141,10 @@ def read_openb_pods(path: Path, not_safe_to_evict: frozenset[str] = frozenset())
                 raise UserError(f"{path}:{line}: deletion_time before creation_time")
             models = frozenset(m.strip() for m in row[5].split("|") if m.strip())
             qos = row[6].strip()
+            if qos not in QOS_PRIORITY:
+                raise UserError(
+                    f"{path}:{line}: column qos: unknown QoS class {qos!r}; expected one of {', '.join(OPENB_QOS)}"
+                )
             pods.append(
                 Pod(
                     name=name,
@@ -147,13 +155,28 @@ def read_openb_pods(path: Path, not_safe_to_evict: frozenset[str] = frozenset())
                     gpu_milli=gpu_milli,
                     gpu_models=models,
                     tolerations=(GPU_TOLERATION,) if num_gpu else (),
-                    priority=QOS_PRIORITY.get(qos, 0),
+                    priority=QOS_PRIORITY[qos],
                     duration=float(max(1, deleted - max(scheduled, created))),
                     safe_to_evict=qos not in not_safe_to_evict,
                 )
             )
+    if not pods:
+        raise UserError(f"{path}: no pods (the file holds only the header)")
     pods.sort(key=lambda p: (p.arrival, p.name))
     return Workload(name=path.name, pods=tuple(pods))
+
+
+def _rows(path: Path, fh: BinaryIO) -> Iterator[tuple[int, list[str]]]:
+    """``(line, row)`` for each CSV row of ``fh``; bad bytes and malformed rows are one-line UserErrors."""
+    reader = csv.reader(line for _, line in decoded_lines(path, fh))
+    for _ in itertools.count():  # bounded by the file
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise UserError(f"{path}:{reader.line_num}: {exc}") from None
+        yield reader.line_num, row
 
 
 @dataclass(frozen=True)
@@ -268,13 +291,12 @@ def read_genai_qps(
     if window <= 0:
         raise UserError("window must be > 0 seconds")
     sums: dict[int, float] = defaultdict(float)
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        header = tuple(h.strip() for h in next(reader, ()))
+    with path.open("rb") as fh:
+        rows = _rows(path, fh)
+        header = tuple(h.strip() for h in next(rows, (1, []))[1])
         if header != GENAI_QPS_COLUMNS:
             raise UserError(f"{path}:1: expected header {','.join(GENAI_QPS_COLUMNS)}")
-        for row in reader:
-            line = reader.line_num
+        for line, row in rows:
             if not row:
                 continue
             if len(row) != len(GENAI_QPS_COLUMNS):

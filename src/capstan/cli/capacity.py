@@ -9,32 +9,20 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from capstan.capacity import (
-    IDLE_CAUSES,
-    OPENB_QOS,
-    POLICY_NAMES,
-    STAGES,
-    Delay,
-    NodeType,
-    PlannerConfig,
-    Summary,
-    Workload,
-    inference_node_types,
-    load_node_type_file,
-    load_trace,
-    read_openb_nodes,
-    run_policies,
-    write_plots,
-    write_sweep_plot,
-)
-from capstan.capacity.policies import buffer_size_and_template
 from capstan.errors import UserError
+
+if TYPE_CHECKING:
+    from capstan.capacity import Delay, NodeType, PlannerConfig, Summary, Workload
+
+# NOTE: capstan.capacity (its pydantic models, the planner) is imported inside the functions, so
+# `capstan capacity … --help` and usage errors answer without loading it.
 
 app = typer.Typer(help="GPU capacity planning: simulate policies on real traces.", no_args_is_help=True)
 
@@ -87,6 +75,8 @@ def parse_buffer(text: str, option: str) -> int | None:
 
 def buffer_line(workload: Workload, types: tuple[NodeType, ...], count: int | None) -> str:
     """What ``ca-buffer`` held: how many one-GPU pods of which template (and, at ``peak``, why that many)."""
+    from capstan.capacity.policies import buffer_size_and_template
+
     why = ", the trace's peak burst: the most GPUs asked for within one boot plus GPU-ready delay"
     if count is not None:
         why = ""
@@ -100,6 +90,8 @@ def buffer_line(workload: Workload, types: tuple[NodeType, ...], count: int | No
 def resolve_node_types(trace: str, nodes: Path | None, boot: Delay, gpu_ready: Delay) -> tuple[NodeType, ...]:
     """Node types from ``--nodes`` (YAML node-type file or openb node CSV), the openb list next to the trace,
     or the built-in inference menu."""
+    from capstan.capacity import inference_node_types, load_node_type_file, read_openb_nodes
+
     if nodes is not None:
         if nodes.suffix.lower() in (".yaml", ".yml", ".json"):
             return load_node_type_file(nodes, boot, gpu_ready)
@@ -115,6 +107,8 @@ def resolve_node_types(trace: str, nodes: Path | None, boot: Delay, gpu_ready: D
 
 
 def summary_table(summaries: list[Summary], title: str) -> Table:
+    from capstan.capacity import IDLE_CAUSES, STAGES
+
     table = Table(title=title)
     table.add_column("policy", no_wrap=True, min_width=18)
     for col in ("GPU-h", "alloc %", "idle GPU-h", *(f"idle {c}" for c in IDLE_CAUSES)):
@@ -168,6 +162,8 @@ def _run(
     buffer_gpus: int | None,
     intervals: tuple[float | None, float | None],
 ) -> list[Summary]:
+    from capstan.capacity import run_policies
+
     show = len(workload.pods) >= 2000 and console.is_terminal
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, disable=not show
@@ -199,7 +195,9 @@ def simulate(
         help="Trace file (openb pod list, GenAI qps.csv, request file or Mooncake trace) or "
         "synthetic:agentic[:HOURS].",
     ),
-    policy: list[str] = typer.Option(list(POLICY_NAMES), "--policy", help="Policies to compare (repeat)."),
+    policy: list[str] | None = typer.Option(
+        None, "--policy", help="Policies to compare (repeat; default: every policy)."
+    ),
     boot_delay: str = typer.Option(
         "5m", "--boot-delay", help="Node boot delay, request → Ready (e.g. 300, 5m)."
     ),
@@ -285,6 +283,18 @@ def simulate(
     out: Path = typer.Option(Path("capacity-out"), "--out", help="Directory for PNG plots."),
 ) -> None:
     """Replay a trace against capacity policies: idle GPU-hours by cause, pending time by stage, cost, churn."""
+    from capstan.capacity import (
+        OPENB_QOS,
+        POLICY_NAMES,
+        Delay,
+        PlannerConfig,
+        Workload,
+        load_trace,
+        write_plots,
+        write_sweep_plot,
+    )
+
+    policy = policy or list(POLICY_NAMES)
     console = Console()
     if not console.is_terminal:
         console = Console(width=260)  # the table is wide; keep it readable in logs and pipes

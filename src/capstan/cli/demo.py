@@ -11,15 +11,17 @@ import time
 import traceback
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from capstan.faults import Kubelet, Termination
-from capstan.kube import ApiError, KubeClient, resources
-from capstan.sandbox import Sandbox, SandboxSpec, build_toolchain, default_state_dir, find_toolchain
+if TYPE_CHECKING:
+    from capstan.kube import KubeClient
+
+# NOTE: the capabilities (sandbox, cluster client, faults…) are imported inside the steps, so `capstan demo --help`
+# answers without loading them.
 
 NAMESPACE = "capstan-demo"
 
@@ -51,6 +53,8 @@ def _deployment(name: str, replicas: int, *, gpu: int = 0, image: str) -> dict[s
 
 
 async def _wait_running(kube: KubeClient, selector: str, want: int) -> list[dict[str, Any]]:
+    from capstan.kube import resources
+
     for _ in range(600):
         pods, _ = await kube.list(resources.PODS, namespace=NAMESPACE, label_selector=selector)
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
@@ -62,6 +66,9 @@ async def _wait_running(kube: KubeClient, selector: str, want: int) -> list[dict
 
 async def cluster_step(console: Console, kubeconfig: Path, log_dir: Path) -> None:
     """Workloads on CPU and GPU nodes, then kubelet-like failures on them."""
+    from capstan.faults import Kubelet, Termination
+    from capstan.kube import ApiError, KubeClient, resources
+
     async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
         # Start clean: a previous demo's namespace is deleted (and waited for), its node condition healed.
         if await kube.delete(resources.NAMESPACES, NAMESPACE) is not None:
@@ -167,6 +174,8 @@ async def restarts_and_history_step(
     console: Console, kubeconfig: Path, log_dir: Path, state_dir: Path
 ) -> None:
     """Record the demo namespace, then restart containers and deliver reports to a local Slack receiver."""
+    from capstan.faults import Kubelet, Termination
+    from capstan.kube import KubeClient, resources
     from capstan.notify import DEV_TOKEN, SlackReceiver, serve_in_thread
     from capstan.record import KubeCollector, KubernetesConfig
     from capstan.restarts import RestartsConfig
@@ -273,6 +282,8 @@ def demo(
     directory: Path | None = typer.Option(None, "--dir", help="Sandbox state directory."),
 ) -> None:
     """Bring up the local cluster and run every capability that has landed."""
+    from capstan.sandbox import Sandbox, SandboxSpec, build_toolchain, default_state_dir, find_toolchain
+
     console = Console()
     toolchain = find_toolchain()
     if toolchain is None:

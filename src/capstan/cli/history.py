@@ -7,31 +7,19 @@ import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from capstan.errors import UserError
-from capstan.redact import Redactor
-from capstan.store import (
-    BadCursor,
-    EngineEntry,
-    Gap,
-    KubeEvent,
-    ObjectChange,
-    Position,
-    Restart,
-    Store,
-    decode_cursor,
-    encode_cursor,
-    open_store,
-    parse_time,
-    position_of,
-    rfc3339,
-    to_json,
-)
+
+if TYPE_CHECKING:
+    from capstan.store import EngineEntry, Gap, KubeEvent, ObjectChange, Position, Restart, Store
+
+# NOTE: capstan.store (SQLAlchemy) and the redactor are imported inside the commands, so `capstan history … --help`
+# and usage errors answer without loading them.
 
 app = typer.Typer(
     help="Query the durable history of cluster changes and engine events.", no_args_is_help=True
@@ -49,7 +37,7 @@ _LIMIT = typer.Option(1000, "--limit", min=1, max=100_000, help="Maximum rows.")
 _CURSOR = typer.Option(
     None, "--cursor", help="Go on after a previous page: its next_cursor (from here or the HTTP API)."
 )
-T = TypeVar("T", bound=ObjectChange | KubeEvent | EngineEntry | Gap | Restart)
+T = TypeVar("T", bound="ObjectChange | KubeEvent | EngineEntry | Gap | Restart")
 
 
 class Output(StrEnum):
@@ -60,6 +48,20 @@ class Output(StrEnum):
 _OUTPUT = typer.Option(Output.table, "--output", "-o", help="table (Rich) or json.")
 
 
+def open_store(location: str, *, create: bool = False, **options: Any) -> Store:
+    """:func:`capstan.store.open_store`, imported on first use. Every command here but ``migrate`` only reads, so a
+    store that does not exist is an error (``create=False``), not a new empty file."""
+    from capstan.store import open_store as _open_store
+
+    return _open_store(location, create=create, **options)
+
+
+def rfc3339(seconds: float) -> str:
+    from capstan.store import rfc3339 as _rfc3339
+
+    return _rfc3339(seconds)
+
+
 def _open(location: str) -> Store:
     return open_store(location)
 
@@ -67,6 +69,8 @@ def _open(location: str) -> Store:
 def _time(value: str | None, option: str) -> float | None:
     if value is None:
         return None
+    from capstan.store import parse_time
+
     try:
         return parse_time(value, time.time(), what=option)
     except ValueError as exc:
@@ -78,6 +82,8 @@ def _page(
 ) -> tuple[list[T], str | None]:
     """One page of a listing: at most ``limit`` rows after ``cursor``, and the cursor of the next page (None on
     the last). Cursors are the HTTP API's, so a page can be taken from either."""
+    from capstan.store import BadCursor, decode_cursor, encode_cursor, position_of
+
     try:
         after = None if cursor is None else decode_cursor(listing, cursor, what="--cursor")
     except BadCursor as exc:
@@ -101,11 +107,16 @@ def _more(next_cursor: str | None) -> None:
 def _emit_json(data: Any) -> None:
     # what a store holds is redacted again on the way out (capstan.redact): defence in depth, and the only
     # redaction of anything written before redaction existed
+    from capstan.redact import Redactor
+    from capstan.store import to_json
+
     typer.echo(json.dumps(Redactor().served(to_json(data)), indent=2, sort_keys=True))
 
 
 def _short(value: Any, width: int = 80) -> str:
     """A cell: redacted as a served record (before it is cut, so a cut cannot hide a secret's shape)."""
+    from capstan.redact import Redactor
+
     value = Redactor().served(value)
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -115,6 +126,8 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
     table = Table(title=title)
     for col in columns:
         table.add_column(col)
+    from capstan.redact import Redactor
+
     redactor = Redactor()
     for row in rows:
         table.add_row(*[redactor.text(str(v)) for v in row])
@@ -185,8 +198,10 @@ def object_at(
     output: Output = _OUTPUT,
 ) -> None:
     """The object as it was at a time, rebuilt from snapshot + patches."""
+    from capstan.redact import Redactor
+
+    when = _time(at, "--at") or time.time()  # bad input is reported before any I/O
     st = _open(store)
-    when = _time(at, "--at") or time.time()
     version = st.object_at(kind, namespace, name, when, source=source)
     if version is None:
         raise UserError(
@@ -215,10 +230,11 @@ def diff(
     output: Output = _OUTPUT,
 ) -> None:
     """The JSON patch between the object at two times."""
-    st = _open(store)
     start = _time(since, "--since")
     assert start is not None
-    result = st.diff(kind, namespace, name, start, _time(until, "--until") or time.time(), source=source)
+    end = _time(until, "--until") or time.time()
+    st = _open(store)
+    result = st.diff(kind, namespace, name, start, end, source=source)
     if output is Output.json:
         _emit_json(result)
         return
@@ -348,7 +364,7 @@ def gaps(
 @app.command()
 def migrate(store: str = _STORE) -> None:
     """Create or upgrade the store schema (the recorder also does this on start)."""
-    st = _open(store)
+    st = open_store(store, create=True)
     typer.echo(f"{st.display_url}: schema at revision {st.schema_revision()}")
     st.close()
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
-from capstan.record import Recorder, load_recorder_config
-from capstan.store import StoreWriteError
+if TYPE_CHECKING:
+    from capstan.record import Recorder
+
+# NOTE: capstan.record (the store, Redis, the cluster client) is imported inside the command, so `--help` and
+# usage errors answer without loading it.
 
 app = typer.Typer(
     help="Record cluster changes, Events and engine logs durably into the history store.",
@@ -28,19 +32,32 @@ def record(
         help="Record this cluster (overrides kubernetes.kubeconfig; enables the section).",
     ),
 ) -> None:
-    """Run the recorder until SIGINT/SIGTERM; a failing target is retried, a failing store stops it (exit 1)."""
-    from capstan.record import KubernetesConfig
+    """Run the recorder until SIGINT/SIGTERM; a failing target is retried, a failing store stops it (exit 1), and
+    a configuration that cannot work (the file, the kubeconfig, its credentials) is one line and exit 2 before
+    anything starts."""
+    from capstan.errors import UserError
+    from capstan.record import KubernetesConfig, Recorder, load_recorder_config
+    from capstan.store import StoreWriteError
 
     cfg = load_recorder_config(config)
     if kubeconfig is not None:
         cfg.kubernetes = (cfg.kubernetes or KubernetesConfig()).model_copy(update={"kubeconfig": kubeconfig})
+    if cfg.kubernetes is not None:
+        if cfg.kubernetes.kubeconfig is None:
+            raise UserError(f"{config}: kubernetes.kubeconfig: not set (set it, or give --kubeconfig)")
+        asyncio.run(_check_cluster_access(cfg.kubernetes.kubeconfig))
     recorder = Recorder(cfg)
     try:
         if once:
             results = recorder.poll_engines_once()
+            if recorder.kubernetes is not None:
+                results[recorder.kubernetes.name] = asyncio.run(recorder.kubernetes.record_once())
             console = Console()
             for name, error in results.items():
-                console.print(f"{name}: {'ok' if error is None else error}")
+                # an error line quotes a server's words: redacted like every other output
+                console.print(
+                    f"{name}: {'ok' if error is None else recorder.redactor.text(error)}", markup=False
+                )
             if any(error is not None for error in results.values()):
                 raise typer.Exit(1)
             return
@@ -50,6 +67,15 @@ def record(
         raise typer.Exit(1) from None
     finally:
         recorder.close()
+
+
+async def _check_cluster_access(kubeconfig: Path) -> None:
+    """Open the cluster client once: a missing, empty, binary or broken kubeconfig, or a failing credential
+    plugin, is a UserError here, not a collector that crashes and is restarted for ever."""
+    from capstan.kube import KubeClient
+
+    client = await KubeClient.from_kubeconfig(kubeconfig)
+    await client.close()
 
 
 async def _run(recorder: Recorder) -> None:

@@ -65,7 +65,7 @@ def outbox(
     from capstan.redact import Redactor
     from capstan.store import open_store
 
-    st = open_store(store)
+    st = open_store(store, create=False)  # a reader: a store that does not exist is an error, not a new file
     if show is not None:
         try:
             item = st.outbox_item(show)
@@ -197,8 +197,13 @@ def run(
     limit_malloc_arenas()
 
     async def main() -> None:
-        st = open_store(store)
+        # the kubeconfig (and its credential plugin) first: a configuration that cannot work creates no store
         client = await KubeClient.from_kubeconfig(kubeconfig)
+        try:
+            st = open_store(store)
+        except BaseException:
+            await client.close()
+            raise
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import typer
@@ -17,22 +18,25 @@ def _route() -> None:
 
 
 def _load(config: Path | None, endpoints: list[str] | None, model: str | None) -> object:
+    """The configuration ``route serve`` runs with (``--endpoint`` replaces its endpoints), checked as
+    :func:`capstan.route._config.serving_problem` checks it; every problem is one line naming the file."""
     from capstan.config import load_file, load_model
     from capstan.route import RouteConfig
+    from capstan.route._config import serving_problem
 
     cfg = load_file(RouteConfig, config) if config is not None else RouteConfig()
+    where = str(config) if config is not None else "configuration"
     if endpoints:
-        items = []
-        for i, spec in enumerate(endpoints):
-            url = spec.rstrip("/")
-            if not url.startswith(("http://", "https://")):
-                raise UserError(f"--endpoint: {spec!r} is not an http(s) URL")
-            items.append({"name": f"e{i}", "url": url, "models": [model] if model else []})
-        cfg = load_model(RouteConfig, {**cfg.model_dump(), "endpoints": items}, "--endpoint")
-    if not cfg.endpoints and cfg.discovery is None:
-        raise UserError(
-            "no endpoints: give --config with an 'endpoints' list or 'discovery.kubernetes', or --endpoint URL"
-        )
+        items = [
+            {"name": f"e{i}", "url": spec, "models": [model] if model else []}
+            for i, spec in enumerate(endpoints)
+        ]
+        data = {**cfg.model_dump(exclude={"endpoints", "discovery"}), "endpoints": items}
+        cfg = load_model(RouteConfig, data, "--endpoint")
+        where = "--endpoint"
+    problem = serving_problem(cfg)
+    if problem is not None:
+        raise UserError(f"{where}: {problem}")
     return cfg
 
 
@@ -61,21 +65,32 @@ def serve(
     cfg = _load(config, endpoint, model)
     assert isinstance(cfg, RouteConfig)
     source = None
-    if cfg.discovery is not None and not endpoint:
+    if cfg.discovery is not None:
         if kubeconfig is None:
             raise UserError("discovery.kubernetes: give --kubeconfig (or set KUBECONFIG)")
+        asyncio.run(_check_cluster_access(kubeconfig))
         source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
     router = Router(cfg, source)
     uvicorn.run(router.app, host=host, port=port, log_level="warning", access_log=False)
 
 
+async def _check_cluster_access(kubeconfig: Path) -> None:
+    """Open the cluster client once before serving, so a missing or broken kubeconfig or a failing credential
+    plugin is one line here rather than a traceback from the server's start-up."""
+    from capstan.kube import KubeClient
+
+    client = await KubeClient.from_kubeconfig(kubeconfig)
+    await client.close()
+
+
 @app.command("check")
 def check(config: Path = typer.Argument(..., help="Router YAML to validate.")) -> None:
-    """Validate a router configuration file (unknown keys and plugin types are errors)."""
-    from capstan.config import load_file
+    """Validate a router configuration file: everything `route serve` would reject (unknown keys and plugin
+    types, endpoint URLs, duplicate names, roles, KV-event addresses, no endpoints)."""
     from capstan.route import RouteConfig
 
-    cfg = load_file(RouteConfig, config)
+    cfg = _load(config, None, None)
+    assert isinstance(cfg, RouteConfig)
     typer.echo(
         f"{config}: ok ({len(cfg.endpoints)} endpoints, prefix index {cfg.scheduler.prefix.kind}, "
         f"scorers {', '.join(f'{s.type}×{s.weight:g}' for s in cfg.scheduler.scorers)}, "

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from capstan.sandbox import Sandbox, build_toolchain, default_state_dir, load_spec, require_toolchain
+if TYPE_CHECKING:
+    from capstan.sandbox import Sandbox
+
+# NOTE: capstan.sandbox is imported inside the commands, so `capstan sandbox … --help` answers without loading it.
 
 app = typer.Typer(
     help="A real local Kubernetes control plane (etcd, apiserver, controller-manager, scheduler, kwok)."
@@ -23,6 +27,8 @@ _NAME = typer.Option("default", "--name", help="Sandbox name.")
 
 
 def _sandbox(directory: Path | None, name: str, *, need_binaries: bool = True) -> Sandbox:
+    from capstan.sandbox import Sandbox, default_state_dir, require_toolchain
+
     toolchain = require_toolchain() if need_binaries else None
     return Sandbox(directory or default_state_dir(name), toolchain)
 
@@ -30,6 +36,8 @@ def _sandbox(directory: Path | None, name: str, *, need_binaries: bool = True) -
 @app.command()
 def build(force: bool = typer.Option(False, "--force", help="Rebuild even when cached.")) -> None:
     """Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok (cached by version)."""
+    from capstan.sandbox import build_toolchain
+
     console = Console(stderr=True)
     with Progress(
         TextColumn("[bold]{task.description:<24}"),
@@ -59,6 +67,8 @@ def up(
     timeout: float = typer.Option(180.0, help="Seconds to wait for a schedulable cluster."),
 ) -> None:
     """Start the control plane and kwok nodes (reuses a running sandbox)."""
+    from capstan.sandbox import load_spec
+
     parsed = load_spec(spec)
     sandbox = _sandbox(directory, parsed.name if spec else name)
     console = Console(stderr=True)

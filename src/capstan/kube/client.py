@@ -1,7 +1,8 @@
 """The one seam to the Kubernetes API: an async client that speaks plain dicts.
 
-Built on lightkube's kubeconfig handling (contexts, client certificates, tokens, exec credential plugins), which
-hands back a configured ``httpx2.AsyncClient``; responses are decoded once with ``json.loads`` and handed on as dicts,
+Built on lightkube's kubeconfig handling (contexts, client certificates, tokens), which configures an
+``httpx2.AsyncClient``; exec credential plugins (EKS, GKE, AKS) run through :mod:`capstan.kube._exec`, which adds
+what lightkube lacks (``client.authentication.k8s.io/v1``, a deadline, token expiry); responses are decoded once with ``json.loads`` and handed on as dicts,
 never as generated models — what the informer and the recorder store anyway, and several times cheaper than model
 deserialisation. docs/kube-client.md has the measurement (10k pods: list, watch, memory) that chose this over
 kubernetes_asyncio, kr8s and lightkube's own models.
@@ -20,11 +21,18 @@ from typing import Any
 
 import httpx2
 from lightkube.config import client_adapter
-from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError
 
 from capstan.config import read_mapping
 from capstan.errors import UserError
+from capstan.kube._exec import (
+    DEFAULT_EXEC_TIMEOUT_S,
+    ExecAuth,
+    ExecConfig,
+    ExecCredentialError,
+    cluster_info,
+)
 from capstan.kube.resources import PODS, Resource
 
 log = logging.getLogger(__name__)
@@ -58,8 +66,10 @@ class ApiError(Exception):
         return self.status == 409
 
 
-def _check_kubeconfig(path: Path) -> None:
-    """Fail early, with the file named, on a kubeconfig that cannot work."""
+def _load_kubeconfig(path: Path, context: str | None) -> tuple[dict[str, Any], SingleConfig, str]:
+    """Read the kubeconfig once (through :func:`capstan.config.read_mapping`: not UTF-8, invalid YAML and
+    duplicate keys are one line) and pick the context; returns the raw mapping, lightkube's view of the context,
+    and the context's user name. Every problem is a :class:`UserError` naming the file."""
     try:
         data = read_mapping(path)
     except UserError as exc:
@@ -67,8 +77,57 @@ def _check_kubeconfig(path: Path) -> None:
     for key in ("clusters", "contexts", "users"):
         if not isinstance(data.get(key), list) or not data[key]:
             raise UserError(f"kubeconfig {path}: no {key} defined")
-    if not data.get("current-context"):
+        for i, item in enumerate(data[key]):
+            singular = key[:-1]
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise UserError(f"kubeconfig {path}: {key}[{i}]: expected a mapping with a name")
+            if not isinstance(item.get(singular), dict):
+                raise UserError(f"kubeconfig {path}: {key}[{i}] ({item['name']}): no {singular} mapping")
+    name = context or data.get("current-context")
+    if not name:
         raise UserError(f"kubeconfig {path}: no current-context set")
+    contexts = {c["name"]: c["context"] for c in data["contexts"]}
+    if name not in contexts:
+        raise UserError(f"kubeconfig {path}: context {name!r} not found")
+    ctx = contexts[name]
+    clusters = {c["name"] for c in data["clusters"]}
+    users = {u["name"] for u in data["users"]}
+    if ctx.get("cluster") not in clusters:
+        raise UserError(
+            f"kubeconfig {path}: context {name!r} names cluster {ctx.get('cluster')!r}, not defined"
+        )
+    if ctx.get("user") is not None and ctx.get("user") not in users:
+        raise UserError(f"kubeconfig {path}: context {name!r} names user {ctx.get('user')!r}, not defined")
+    try:
+        single = KubeConfig.from_dict(data, fname=path).get(context_name=name)
+    except (ConfigError, ValueError, KeyError, TypeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"kubeconfig {path}: {first}") from None
+    if single is None:
+        raise UserError(f"kubeconfig {path}: no context to use")
+    return data, single, str(ctx.get("user") or "")
+
+
+def _exec_auth(
+    path: Path, data: dict[str, Any], single: SingleConfig, user: str, timeout_s: float
+) -> ExecAuth | None:
+    """The exec credential plugin of the context's user, if it has one (see :mod:`capstan.kube._exec`)."""
+    raw_user = next((u["user"] for u in data["users"] if u["name"] == user), None)
+    if not raw_user or "exec" not in raw_user:
+        return None
+    if raw_user.get("token") or raw_user.get("tokenFile") or raw_user.get("client-certificate-data"):
+        return None  # client-go prefers these too
+    try:
+        config = ExecConfig.from_kubeconfig(raw_user["exec"])
+    except ValueError as exc:
+        raise UserError(f"kubeconfig {path}: user {user!r}: {exc}") from None
+    cluster_name = single.context.cluster
+    raw_cluster: dict[str, Any] = next(
+        (c["cluster"] for c in data["clusters"] if c["name"] == cluster_name), {}
+    )
+    return ExecAuth(
+        config, base_dir=path.parent, cluster=cluster_info(raw_cluster, path.parent), timeout_s=timeout_s
+    )
 
 
 class KubeClient:
@@ -80,23 +139,40 @@ class KubeClient:
         self._http = http
         self.timeout = timeout
         self.source = source
+        self.exec_auth: ExecAuth | None = None
+        """The exec credential plugin this client's tokens come from, if any."""
 
     @classmethod
     async def from_kubeconfig(
-        cls, path: Path | str, *, context: str | None = None, timeout: float = DEFAULT_TIMEOUT
+        cls,
+        path: Path | str,
+        *,
+        context: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        exec_timeout: float = DEFAULT_EXEC_TIMEOUT_S,
     ) -> KubeClient:
+        """A client for the kubeconfig's context. Everything that can be checked before the first request is
+        checked here and is one :class:`UserError` naming the file: the file itself, the context, TLS files, and
+        an exec credential plugin, which is run once now (``exec_timeout`` bounds each run)."""
         path = Path(path)
-        _check_kubeconfig(path)
+        data, single, user = _load_kubeconfig(path, context)
         try:
-            single = KubeConfig.from_file(path).get(context_name=context)
-            if single is None:
-                raise ConfigError("no context to use")
             params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout), trust_env=False)
-            http = client_adapter.AsyncClient(single, params)
-        except (ConfigError, ValueError, KeyError, TypeError, OSError) as exc:
+            options = params.httpx_params(single)
+        except (ConfigError, ValueError, KeyError, TypeError, OSError, AssertionError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise UserError(f"kubeconfig {path}: {first}") from None
-        return cls(http, timeout=timeout, source=str(path))
+        auth = _exec_auth(path, data, single, user, exec_timeout)
+        if auth is not None:
+            options["auth"] = auth
+            try:
+                await auth.token()
+            except ExecCredentialError as exc:
+                raise UserError(f"kubeconfig {path}: user {user!r}: {exc}") from None
+        http = httpx2.AsyncClient(**options)
+        client = cls(http, timeout=timeout, source=str(path))
+        client.exec_auth = auth
+        return client
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -141,6 +217,8 @@ class KubeClient:
         )
         try:
             resp = await self._http.send(request, stream=stream)
+        except ExecCredentialError as exc:  # a token could not be renewed: retried like a lost connection
+            raise ApiError(0, "Credentials", f"{method} {path}: {exc}") from None
         except httpx2.TimeoutException as exc:
             raise ApiError(0, "Timeout", f"{method} {path}: {type(exc).__name__}") from None
         except httpx2.HTTPError as exc:
@@ -319,12 +397,13 @@ class KubeClient:
         }
         timeout = httpx2.Timeout(self.timeout, read=inactivity_timeout)
         try:
-            resp = await asyncio.wait_for(
-                self._send(
+            # NOTE: asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that arrives
+            # as the response does, and the cancelled task then sat in the watch stream until the server ended it
+            # (minutes): `capstan record --once`, which stops right after its first list, hung so.
+            async with asyncio.timeout(self.timeout):
+                resp = await self._send(
                     "GET", resource.collection_path(namespace), query=query, timeout=timeout, stream=True
-                ),
-                self.timeout,
-            )
+                )
         except TimeoutError:
             raise ApiError(
                 0, "Timeout", f"watch {resource.name}: no answer within {self.timeout:.0f} s"

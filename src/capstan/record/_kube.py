@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from capstan.config import StrictModel
-from capstan.kube import Delta, Informer, KubeClient, Resource, resource_for
+from capstan.kube import ApiError, Delta, Informer, KubeClient, Resource, resource_for
 from capstan.record._diff import DiffPolicy
 from capstan.record._objects import ObjectHistory, event_record, kind_key
 from capstan.redact import Redactor
@@ -261,6 +261,54 @@ class KubeCollector:
             self._wake.clear()
             await self._flush()
         await self._flush()
+
+    def _kinds(self) -> list[tuple[Resource, bool]]:
+        """What this collector records: ``(resource, is_event)``."""
+        kinds = [(r, False) for r in self.config.resources()]
+        if self.config.events:
+            kinds += [(resource_for(k), True) for k in EVENT_KINDS]
+        return kinds
+
+    async def record_once(self, *, timeout_s: float = 120.0) -> str | None:
+        """List every kind once and record it as a start-up does (against the stored states, with the cursors),
+        then stop: ``capstan record --once``. Returns the error line of this target (None: recorded). Each kind is
+        asked for once first, so a kind the credentials may not list is named at once instead of retried."""
+        if self.kubeconfig is None:
+            from capstan.errors import UserError
+
+            raise UserError("kubernetes recorder: no kubeconfig configured (kubernetes.kubeconfig)")
+        kinds = self._kinds()
+        client = await KubeClient.from_kubeconfig(self.kubeconfig)
+        try:
+            for resource, _ in kinds:
+                try:
+                    await client.list_page(resource, namespace=self.config.namespace, limit=1)
+                except ApiError as exc:
+                    return f"cannot list {resource.name}: {exc}"
+        finally:
+            await client.close()
+        keys = [kind_key(r.api_version, r.kind) for r, _ in kinds]
+        for key in keys:
+            self.synced.setdefault(key, asyncio.Event())
+        stop = asyncio.Event()
+        runner = asyncio.create_task(self.run(stop), name=f"{self.name}/once")
+
+        async def all_synced() -> None:
+            for key in keys:
+                await self.synced[key].wait()
+
+        waiter = asyncio.create_task(all_synced())
+        try:
+            done, _ = await asyncio.wait(
+                {runner, waiter}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stop.set()
+            waiter.cancel()
+        await runner  # writes what was listed, or raises what stopped it
+        if waiter not in done:
+            return f"not every kind was listed within {timeout_s:g} s"
+        return None
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.kubeconfig is None:

@@ -3,7 +3,9 @@
 A :class:`Collector` is anything with a ``name`` and ``async run(stop)``. The runner starts each in its own task:
 a collector that crashes on a bug is logged and restarted with backoff, so one bad target never stops the others;
 a :class:`~capstan.store.StoreWriteError` (full/read-only disk, lost database) stops every collector and is raised,
-because writing nothing loudly beats writing half silently. More collectors (the Kubernetes recorder) are added with
+because writing nothing loudly beats writing half silently, and so does a :class:`~capstan.errors.UserError` (a
+configuration error, e.g. a kubeconfig that cannot work): restarting cannot fix it, and restarting it for ever
+hid it in a crash loop. More collectors (the Kubernetes recorder) are added with
 :meth:`RecorderRunner.add` before :meth:`RecorderRunner.run`.
 """
 
@@ -21,6 +23,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import Field, model_validator
 
 from capstan.config import StrictModel, load_file
+from capstan.errors import UserError
 from capstan.record._diff import DiffPolicy
 from capstan.record._kube import KubeCollector, KubernetesConfig
 from capstan.record._redis import EngineCollector, RedisTargetConfig
@@ -113,8 +116,8 @@ class RecorderRunner:
             try:
                 await collector.run(stop)
                 return
-            except StoreWriteError:
-                raise
+            except (StoreWriteError, UserError):
+                raise  # a configuration error is not a crash: restarting cannot fix it
             except Exception:
                 self.crashes[collector.name] = self.crashes.get(collector.name, 0) + 1
                 log.exception("collector %s crashed; restarting in %.0fs", collector.name, backoff)
@@ -131,6 +134,10 @@ class RecorderRunner:
                     await fut
                 except StoreWriteError as exc:
                     log.critical("history store write failed, stopping the recorder: %s", exc)
+                    stop.set()
+                    raise
+                except UserError as exc:
+                    log.critical("configuration error, stopping the recorder: %s", exc)
                     stop.set()
                     raise
         finally:

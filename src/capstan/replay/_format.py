@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capstan.config import decoded_lines
 from capstan.errors import UserError
 from capstan.kvcache import MooncakeText
 
@@ -114,12 +115,12 @@ def _parse(obj: Any, where: str, lineno: int) -> ReplayRequest:
 def read_requests(path: Path, *, limit: int | None = None) -> list[ReplayRequest]:
     """Read a request file; a bad line is a :class:`UserError` naming ``path:line``."""
     try:
-        fh = path.open(encoding="utf-8")
+        fh = path.open("rb")  # decoded line by line (decoded_lines): a bad byte names its line
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
     out: list[ReplayRequest] = []
     with fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, line in decoded_lines(path, fh):
             if limit is not None and len(out) >= limit:
                 break
             if not line.strip():

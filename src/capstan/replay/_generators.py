@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from capstan.config import StrictModel
+from capstan.config import StrictModel, decoded_lines
 from capstan.errors import UserError
 from capstan.replay._format import ReplayRequest
 
@@ -49,12 +49,12 @@ def mooncake_requests(
     blocks) to completions requests whose prompt is a ``prompt_ref`` to the trace's fixed text.
     ``time_scale`` > 1 compresses arrivals (more load). A bad line is a UserError naming ``path:line``."""
     try:
-        fh = path.open(encoding="utf-8")
+        fh = path.open("rb")  # decoded line by line (decoded_lines): a bad byte names its line
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
     n = 0
     with fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, line in decoded_lines(path, fh):
             if limit is not None and n >= limit:
                 break
             if not line.strip():

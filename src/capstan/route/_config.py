@@ -17,22 +17,92 @@ Example (``docs/route.md`` has the full reference)::
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from capstan.config import StrictModel
 
+Role = Literal["both", "prefill", "decode"]
+"""What an endpoint serves: whole requests, or one side of disaggregated prefill/decode (llm-d's roles)."""
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _without_password(url: str) -> str:
+    """``scheme://user:***@host…``: a URL as an error message may show it."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not sep or not at:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}{slash}{path}"
+
+
+def check_endpoint_url(url: str) -> str:
+    """An upstream's base URL: http(s), a host, a valid port, no credentials, query or fragment (the router
+    appends /v1/..., /health and /metrics to it). Returns it without a trailing slash; ValueError says why not."""
+    shown = _without_password(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # a bad port raises here
+    except ValueError as exc:
+        raise ValueError(f"{shown!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{shown!r} is not an http(s) URL")
+    if not parts.hostname:
+        raise ValueError(f"{shown!r} has no host")
+    if port == 0:
+        raise ValueError(f"{shown!r}: port 0 is not a TCP port")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            f"{shown!r}: credentials in the URL are not supported (they would reach logs and metrics)"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError(f"{shown!r}: a base URL has no query or fragment")
+    return url.rstrip("/")
+
+
+def check_kv_events_address(address: str) -> str:
+    """A ZMQ address the router can connect its SUB socket to: ``tcp://HOST:PORT`` or ``ipc://PATH``."""
+    scheme, sep, rest = address.partition("://")
+    if not sep or scheme not in ("tcp", "ipc"):
+        raise ValueError(f"{address!r} is not a ZMQ address (tcp://HOST:PORT or ipc://PATH)")
+    if scheme == "ipc":
+        if not rest:
+            raise ValueError(f"{address!r}: no path")
+        return address
+    host, colon, port = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not colon or not host or host == "*" or any(c in host for c in "/ "):
+        raise ValueError(f"{address!r}: expected tcp://HOST:PORT with a host to connect to")
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{address!r}: {port!r} is not a TCP port")
+    return address
+
 
 class EndpointConfig(StrictModel):
-    name: str
+    name: str = Field(min_length=1, max_length=253)
     url: str
-    models: list[str] = Field(default_factory=list)
-    role: str = "both"
+    models: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    role: Role = "both"
     kv_events: str | None = Field(
         default=None,
         description="ZMQ endpoint of this replica's KV-event publisher, e.g. tcp://127.0.0.1:5557",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return check_endpoint_url(v)
+
+    @field_validator("kv_events")
+    @classmethod
+    def _kv_events(cls, v: str | None) -> str | None:
+        return None if v is None else check_kv_events_address(v)
 
 
 class KubernetesDiscoveryConfig(StrictModel):
@@ -40,6 +110,16 @@ class KubernetesDiscoveryConfig(StrictModel):
 
     namespace: str = Field(min_length=1)
     selector: str = Field(min_length=1, description="label selector of the serving pods, e.g. app=vllm")
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        if not _DNS_LABEL.fullmatch(v):
+            raise ValueError(
+                f"{v!r} is not a namespace name (lower-case letters, digits and '-', at most 63)"
+            )
+        return v
+
     port: int = Field(default=8000, ge=1, le=65535)
     scheme: Literal["http", "https"] = "http"
     models: list[str] = Field(
@@ -75,9 +155,13 @@ class ModelFilterConfig(StrictModel):
     type: Literal["model"]
 
 
+def _default_roles() -> list[Role]:
+    return ["both", "decode"]
+
+
 class RoleFilterConfig(StrictModel):
     type: Literal["role"]
-    roles: list[str] = Field(default_factory=lambda: ["both", "decode"])
+    roles: list[Role] = Field(default_factory=_default_roles, min_length=1)
 
 
 FilterConfig = Annotated[
@@ -185,3 +269,42 @@ class RouteConfig(StrictModel):
     discovery: DiscoveryConfig | None = None
     scheduler: SchedulerConfig = SchedulerConfig()
     proxy: ProxyConfig = ProxyConfig()
+
+    @model_validator(mode="after")
+    def _endpoints_are_distinct(self) -> RouteConfig:
+        # NOTE: the prefix index, the in-flight counts and the metrics are keyed by endpoint name, and a KV-event
+        # publisher feeds the one endpoint it is given to: two endpoints sharing any of these would mix their
+        # caches and their load.
+        for what, values in (
+            ("names", [e.name for e in self.endpoints]),
+            ("URLs", [e.url for e in self.endpoints]),
+            ("kv_events addresses", [e.kv_events for e in self.endpoints if e.kv_events]),
+        ):
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise ValueError(
+                    f"endpoint {what} must be distinct: {', '.join(map(str, twice))} given twice"
+                )
+        if self.endpoints and self.discovery is not None:
+            raise ValueError("give either 'endpoints' or 'discovery', not both")
+        return self
+
+
+def serving_problem(cfg: RouteConfig) -> str | None:
+    """Why ``route serve`` cannot route with ``cfg`` (None: it can); ``route check`` says the same."""
+    if not cfg.endpoints and cfg.discovery is None:
+        return "no endpoints: give an 'endpoints' list or 'discovery.kubernetes' (or --endpoint URL)"
+    if (
+        cfg.scheduler.prefix.kind == "precise"
+        and cfg.endpoints
+        and not any(e.kv_events for e in cfg.endpoints)
+    ):
+        return (
+            "scheduler.prefix.kind precise: no endpoint has 'kv_events', so the precise index would stay empty "
+            "(give each endpoint its KV-event publisher, or use kind approximate)"
+        )
+    if cfg.discovery is not None:
+        k = cfg.discovery.kubernetes
+        if cfg.scheduler.prefix.kind == "precise" and k.kv_events_port is None and not k.kv_events_annotation:
+            return "scheduler.prefix.kind precise: discovery.kubernetes gives no KV-event publisher (kv_events_port)"
+    return None

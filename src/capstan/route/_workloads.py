@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from capstan.config import decoded_lines
 from capstan.errors import UserError
 from capstan.kvcache import MooncakeText, Tokenizer, block_hashes, prompt_text, prompt_token_ids
 from capstan.replay import ReplayRequest, expand_body
@@ -29,11 +30,11 @@ def mooncake_requests(
     text = MooncakeText(block_size)
     out: list[SimRequest] = []
     try:
-        fh = path.open(encoding="utf-8")
+        fh = path.open("rb")  # decoded line by line (decoded_lines): a bad byte names its line
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
     with fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, line in decoded_lines(path, fh):
             if limit is not None and len(out) >= limit:
                 break
             if not line.strip():

@@ -44,8 +44,9 @@ def parse_database_url(location: str) -> URL:
         return URL.create("sqlite", database=str(Path(text).expanduser().resolve()))
     try:
         url = make_url(text)
-    except ArgumentError:
-        raise UserError(f"database URL {text!r}: not a valid URL") from None
+        url.port  # noqa: B018 - SQLAlchemy parses the port lazily: a bad one must fail here, not at connect
+    except (ArgumentError, ValueError):
+        raise UserError(f"database URL {_hide_password(text)!r}: not a valid URL") from None
     backend = url.get_backend_name()
     if backend == "sqlite":
         if not url.database or url.database == ":memory:":
@@ -63,6 +64,41 @@ def parse_database_url(location: str) -> URL:
         f"database URL {safe_url(url)!r}: unsupported scheme {url.drivername!r}"
         " (use a file path, sqlite:///PATH or postgresql://USER@HOST/DB)"
     )
+
+
+def _hide_password(text: str) -> str:
+    """``scheme://user:***@host…`` for a URL SQLAlchemy could not parse (so :func:`safe_url` cannot hide it)."""
+    scheme, sep, rest = text.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return text
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+STORE_WRITERS = "`capstan record`, `capstan restarts run` or `capstan history migrate`"
+
+
+def require_existing_file(url: URL) -> None:
+    """For a reader: a SQLite store must already exist (connecting would create an empty file)."""
+    if url.get_backend_name() != "sqlite":
+        return
+    db = Path(url.database or "")
+    if not db.exists():
+        raise UserError(f"history store {str(db)!r}: no such file (a store is created by {STORE_WRITERS})")
+    if not db.is_file():
+        raise UserError(f"history store {str(db)!r}: not a file")
+
+
+def require_schema(engine: Engine, url: URL) -> None:
+    """For a reader: the database must hold a store (an empty database would be given the tables)."""
+    try:
+        revision = current_revision(engine)
+    except (OperationalError, DBAPIError) as exc:
+        raise UserError(describe_db_error(url, exc)) from None
+    if revision is None:
+        raise UserError(
+            f"history store {safe_url(url)!r}: holds no Capstan store (one is created by {STORE_WRITERS})"
+        )
 
 
 def safe_url(url: URL) -> str:

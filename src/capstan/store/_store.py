@@ -50,6 +50,8 @@ from capstan.store._engine import (
     describe_db_error,
     migrate,
     parse_database_url,
+    require_existing_file,
+    require_schema,
     safe_url,
 )
 from capstan.store._metrics import HistoryMetrics
@@ -104,12 +106,21 @@ def open_store(
     metrics: HistoryMetrics | None = None,
     run_migrations: bool = True,
     writer_cache_kib: int | None = None,
+    create: bool = True,
 ) -> Store:
     """Open (and by default migrate) the store at a file path or database URL; bad URLs are one-line UserErrors.
-    ``writer_cache_kib``: the SQLite writer's page cache (see :func:`create_engines`)."""
+    ``writer_cache_kib``: the SQLite writer's page cache (see :func:`create_engines`).
+
+    Only writers create a store: a reader passes ``create=False``, and a SQLite file that does not exist, or a
+    database that holds no store, is a one-line :class:`UserError` instead of a new, empty store (which SQLite
+    would otherwise create as a side effect of connecting, and every later read would quietly show nothing)."""
     url = parse_database_url(location)
+    if not create:
+        require_existing_file(url)
     write, read = create_engines(url, writer_cache_kib=writer_cache_kib)
     check_connect(write, url)
+    if not create:
+        require_schema(read, url)
     if run_migrations:
         try:
             migrate(write)

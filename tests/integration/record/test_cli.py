@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +14,7 @@ import pytest
 import redis
 
 from capstan.cli.main import main
+from capstan.kube import KubeClient, resources
 from capstan.sandbox.datastores import RedisServer, free_port
 
 pytestmark = pytest.mark.integration
@@ -63,3 +68,210 @@ def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFi
     config.write_text(f"store: {tmp_path / 'h.db'}\nredis:\n  - name: a\n    adress: 127.0.0.1:1\n")
     code, _, err = run(["record", "--config", str(config), "--once"], capsys)
     assert code == 2 and err.count("\n") == 1 and "adress" in err and "bad.yaml" in err
+
+
+READERS: list[list[str]] = [
+    ["history", "timeline"],
+    ["history", "events"],
+    ["history", "engine"],
+    ["history", "gaps"],
+    ["history", "object", "Pod", "p"],
+    ["history", "diff", "Pod", "p", "--since", "1h"],
+    ["restarts", "outbox"],
+]
+
+
+@pytest.mark.parametrize("reader", READERS, ids=lambda r: " ".join(r[:2]))
+def test_a_reader_given_a_store_that_does_not_exist_says_so_and_creates_nothing(
+    tmp_path: Path, reader: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "typo.db"
+    code, _, err = run([*reader, "--store", str(db)], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert str(db) in err and "no such file" in err and "capstan record" in err
+    assert not db.exists() and list(tmp_path.iterdir()) == []  # no file, no -wal/-shm either
+
+
+def test_a_reader_given_a_database_without_a_store_says_so(
+    history_store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An existing but empty SQLite file, or an empty PostgreSQL database: no tables are created by a read."""
+    from sqlalchemy import create_engine, inspect
+
+    from capstan.store import parse_database_url
+
+    url = parse_database_url(history_store_url)
+    if url.get_backend_name() == "sqlite":
+        Path(str(url.database)).touch()
+    code, _, err = run(["history", "gaps", "--store", history_store_url], capsys)
+    assert code == 2 and err.count("\n") == 1 and "holds no Capstan store" in err, err
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert inspect(conn).get_table_names() == []
+    finally:
+        engine.dispose()
+    # a writer creates it; then the reader reads it
+    assert run(["history", "migrate", "--store", history_store_url], capsys)[0] == 0
+    code, out, _ = run(["history", "gaps", "--store", history_store_url, "-o", "json"], capsys)
+    assert code == 0 and json.loads(out) == {"items": []}
+
+
+def _commands_with_store(tmp_path: Path, store: str) -> dict[str, list[str]]:
+    """Every command that opens a store, given ``store``."""
+    record = tmp_path / "record.yaml"
+    record.write_text(json.dumps({"store": store}))
+    restarts = tmp_path / "restarts.yaml"
+    restarts.write_text("sinks:\n  - {type: webhook, name: audit, url: 'http://127.0.0.1:9/hook'}\n")
+    kubeconfig = tmp_path / "kubeconfig"  # never reached: the store is opened first
+    return {
+        **{" ".join(r[:2]): [*r, "--store", store] for r in READERS},
+        "history migrate": ["history", "migrate", "--store", store],
+        "record --once": ["record", "--config", str(record), "--once"],
+        "restarts run": [
+            "restarts", "run", "--config", str(restarts), "--kubeconfig", str(kubeconfig), "--store", store,
+        ],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("store", "problem"),
+    [
+        ("postgresql://u:hunter2@127.0.0.1:notaport/db", "not a valid URL"),
+        ("postgresql://u:hunter2@[::1/db", "not a valid URL"),
+        ("mysql://u:hunter2@127.0.0.1/db", "unsupported scheme"),
+        ("postgresql://u:hunter2@127.0.0.1:{port}/db", "Connection refused"),
+        ("/no/such/dir/h.db", "does not exist|no such file"),
+    ],
+    ids=["bad-port", "bad-host", "scheme", "unreachable", "no-dir"],
+)
+def test_every_command_says_what_is_wrong_with_its_store_in_one_line(
+    tmp_path: Path, store: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = store.format(port=free_port())
+    for name, argv in _commands_with_store(tmp_path, store).items():
+        code, _, err = run(argv, capsys)
+        assert code == 2 and err.count("\n") == 1, f"{name}: {err!r}"
+        assert re.search(problem, err) and "hunter2" not in err, f"{name}: {err!r}"
+
+
+CAPSTAN = Path(sys.executable).with_name("capstan")
+
+_KUBECONFIGS: dict[str, tuple[bytes | None, str]] = {
+    "missing": (None, "file not found"),
+    "empty": (b"", "no clusters defined"),
+    "binary": (bytes(range(256)) * 4, "not UTF-8 text"),
+    "broken": (b"clusters: [\n  - a: b\n bad", "invalid YAML"),
+    "no-context": (
+        b"clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        b"contexts: [{name: x, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n",
+        "no current-context set",
+    ),
+    "unknown-cluster": (
+        b"clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        b"contexts: [{name: x, context: {cluster: d, user: u}}]\nusers: [{name: u, user: {}}]\n"
+        b"current-context: x\n",
+        "context 'x' names cluster 'd', not defined",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", ["once", "daemon"])
+@pytest.mark.parametrize("case", sorted(_KUBECONFIGS))
+def test_record_with_a_kubeconfig_that_cannot_work_is_one_line_and_exit_2(
+    tmp_path: Path, case: str, mode: str
+) -> None:
+    """With --once (which said nothing and exited 0) and as a daemon (which restarted the collector for ever)."""
+    content, problem = _KUBECONFIGS[case]
+    kubeconfig = tmp_path / "kubeconfig"
+    if content is not None:
+        kubeconfig.write_bytes(content)
+    config = tmp_path / "record.yaml"
+    config.write_text(
+        json.dumps({"store": str(tmp_path / "h.db"), "kubernetes": {"kubeconfig": str(kubeconfig)}})
+    )
+    argv = [
+        str(CAPSTAN),
+        "--log-text",
+        "record",
+        "--config",
+        str(config),
+        *(["--once"] if mode == "once" else []),
+    ]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"still running after 60 s (a crash-restart loop?): {str(exc.stderr)[-500:]}")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-800:]
+    assert lines[0].startswith(f"capstan: error: kubeconfig {kubeconfig}") and problem in lines[0]
+    assert not (tmp_path / "h.db").exists()  # refused before anything was opened
+
+
+def test_record_with_a_kubernetes_section_and_no_kubeconfig(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "record.yaml"
+    config.write_text(json.dumps({"store": str(tmp_path / "h.db"), "kubernetes": {"kinds": ["Pod"]}}))
+    code, _, err = run(["record", "--config", str(config), "--once"], capsys)
+    assert (
+        code == 2
+        and err
+        == f"capstan: error: {config}: kubernetes.kubeconfig: not set (set it, or give --kubeconfig)\n"
+    )
+
+
+async def test_record_once_records_the_cluster_once(
+    tmp_path: Path, kubeconfig: Path, kube: KubeClient, namespace: str
+) -> None:
+    """--once lists every configured kind, writes it with its cursor and exits: the history has the objects."""
+    await kube.create(
+        resources.CONFIGMAPS,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": namespace}},
+    )
+    db = tmp_path / "h.db"
+    config = tmp_path / "record.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "store": str(db),
+                "kubernetes": {"kinds": ["ConfigMap"], "events": False, "namespace": namespace},
+            }
+        )
+    )
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [str(CAPSTAN), "record", "--config", str(config), "--kubeconfig", str(kubeconfig), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0 and "kubernetes/default: ok" in proc.stdout, proc.stdout + proc.stderr
+    out = subprocess.run(
+        [str(CAPSTAN), "history", "timeline", "--store", str(db), "--kind", "ConfigMap", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    names = {(i["namespace"], i["name"]) for i in json.loads(out)["items"]}
+    assert (namespace, "settings") in names
+
+
+@pytest.mark.parametrize("case", sorted(_KUBECONFIGS))
+def test_restarts_run_with_a_kubeconfig_that_cannot_work_is_one_line_and_creates_no_store(
+    tmp_path: Path, case: str
+) -> None:
+    content, problem = _KUBECONFIGS[case]
+    kubeconfig = tmp_path / "kubeconfig"
+    if content is not None:
+        kubeconfig.write_bytes(content)
+    config = tmp_path / "restarts.yaml"
+    config.write_text("sinks:\n  - {type: webhook, name: audit, url: 'http://127.0.0.1:9/hook'}\n")
+    db = tmp_path / "r.db"
+    argv = ["restarts", "run", "--config", str(config), "--kubeconfig", str(kubeconfig), "--store", str(db)]
+    proc = subprocess.run([str(CAPSTAN), *argv], capture_output=True, text=True, timeout=60, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and problem in lines[0], proc.stderr[-800:]
+    assert not db.exists()

@@ -986,3 +986,18 @@ def test_a_forecaster_of_its_own_decides_the_headroom_and_when_to_look_again() -
     assert [launch.purpose for launch in later.launches] == ["headroom", "headroom"]
     assert told.asked == [5000.0, 6000.0]
     assert not plan(Snapshot(now=6000.0, node_types=(T4x4,), nodes=(), pending=()), cfg).launches
+
+
+def test_a_pod_larger_than_every_type_is_found_unplaceable_at_once_and_holds_no_headroom() -> None:
+    """A pod asking for a million GPUs, pending and in the forecast: it is unplaceable, and headroom holds
+    nothing for it (split into one phantom per GPU, it made a million phantoms in every decision)."""
+    giant = pod("giant", gpus=10**6, arrival=4800.0)
+    small = pod("small", arrival=4700.0)
+    snap = Snapshot(now=5000.0, node_types=(T4x4, V100x8), nodes=(), pending=(giant,), recent=(small, giant))
+    cfg = PlannerConfig(consolidate=False)
+    cache = PlanCache(snap.node_types)
+    decided = plan(snap, cfg, cache)
+    assert [u[0] for u in decided.unplaceable] == ["giant"]
+    assert "nvidia.com/gpu 1000000 > 8" in decided.unplaceable[0][1]
+    held = cache.phantoms(cache.forecast(snap, cfg), cfg)  # what this plan held headroom for (cached)
+    assert [p.name for p in held] == ["small"]

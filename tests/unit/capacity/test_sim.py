@@ -519,3 +519,21 @@ def test_capstan_makes_room_on_openb_and_every_gpu_second_still_adds_up() -> Non
     without = Sim(workload, types, off, seed=0).run()
     assert made.room_moves > 0 and off.room_moves == 0
     assert with_room.check() == [] and without.check() == []
+
+
+def test_a_pod_asking_for_any_number_of_gpus_is_unplaceable_at_once_under_every_policy() -> None:
+    """A pod of a million GPUs neither sizes the CapacityBuffer (it was a million virtual pods) nor Capstan's
+    headroom (a million phantoms per decision): every policy reports it unplaceable and runs the rest."""
+    from capstan.capacity import POLICY_NAMES
+    from capstan.capacity.policies import buffer_size_and_template
+
+    giant = Pod("giant", 10.0, 4000, 8192, 10**6, 1000, duration=100)
+    w = Workload("w", (gpu_pod("a", 0.0, 100), giant, gpu_pod("b", 20.0, 100)))
+    count, template = buffer_size_and_template(w.pods, (GPU1,), None)
+    assert count == 2 and template.cpu_milli == 4000  # a and b, within one boot delay
+    for policy, (result, summary) in run_policies(w, (GPU1,), list(POLICY_NAMES)).items():
+        states = {p.pod.name: p for p in result.pods}
+        assert states["giant"].state == "unplaceable", policy
+        assert "nvidia.com/gpu 1000000 > 1" in states["giant"].reason, policy
+        assert states["a"].state == states["b"].state == "done", policy
+        assert summary.unplaced == 1, policy

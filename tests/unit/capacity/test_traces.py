@@ -213,3 +213,44 @@ def test_grow_multiplies_pods_and_keeps_gangs_apart() -> None:
     assert len({p.name for p in g.pods}) == len(g.pods)
     gangs = {p.gang for p in g.pods if p.gang}
     assert len(gangs) == 3 * len({p.gang for p in w.pods if p.gang})
+
+
+def test_a_header_only_file_and_an_unknown_qos_are_errors_naming_file_and_row(tmp_path: Path) -> None:
+    empty = tmp_path / "openb_pod_list_empty.csv"
+    empty.write_text(HEADER)
+    with pytest.raises(
+        UserError, match=r"openb_pod_list_empty.csv: no pods \(the file holds only the header\)"
+    ):
+        load_trace(str(empty))
+    qos = tmp_path / "qos.csv"
+    qos.write_text(
+        HEADER + "p1,1000,1000,1,1000,,LS,Running,0,100,0\np2,1000,1000,1,1000,,Gold,Running,0,100,0\n"
+    )
+    with pytest.raises(UserError) as info:
+        load_trace(str(qos))
+    assert str(info.value) == (
+        f"{qos}:3: column qos: unknown QoS class 'Gold'; expected one of LS, Guaranteed, Burstable, BE"
+    )
+
+
+@pytest.mark.parametrize("where", ["header", "row"])
+def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "pods.csv"
+    row = b"p1,1000,1000,1,1000,,LS,Running,0,100,0\n"
+    if where == "header":
+        path.write_bytes(b"\xef" + HEADER.encode() + row)
+        line = 1
+    else:
+        path.write_bytes(HEADER.encode() + row + b"p\xe92,1000,1000,1,1000,,LS,Running,0,100,0\n")
+        line = 3
+    with pytest.raises(UserError, match=rf"pods.csv:{line}: not UTF-8 text \(byte 0x..") as info:
+        load_trace(str(path))
+    assert "\n" not in str(info.value)
+
+
+def test_a_pod_of_any_size_is_read(tmp_path: Path) -> None:
+    """Whether a pod fits is the simulator's question (it says 'fits no node type'), not the reader's."""
+    path = tmp_path / "pods.csv"
+    path.write_text(HEADER + f"huge,1000,1000,{10**30},1000,,LS,Running,0,100,0\n")
+    (pod,) = load_trace(str(path)).pods
+    assert pod.num_gpu == 10**30
