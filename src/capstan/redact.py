@@ -211,7 +211,7 @@ class Redactor:
         Applied after the shapes, so a value's own shape (a URL's password) is already replaced by then and a
         marker (``[``…) is never taken for a value."""
         return re.compile(
-            r"(?<![\w.-])(?P<key>[\w.-]{2,64}+)[\"']?\s{0,3}[:=]\s{0,3}[\"']?"
+            r"(?<![\w./-])(?P<key>[\w.-]{2,64}+)[\"']?\s{0,3}[:=]\s{0,3}[\"']?"
             r"(?:(?i:bearer|basic|token)\s+)?(?!(?i:bearer|basic|token)\b)(?P<secret>[^\s\"',;&<>{}\[\]]{3,})"
         )
 
@@ -301,14 +301,14 @@ class Redactor:
                 return whole if _is_marker(whole) else self.marker(whole)
             start, end = m.span(secret_group)
             secret = m.group(secret_group)
-            if start < 0 or _is_marker(secret) or secret.startswith(MARKER):
+            if start < 0 or _is_marker(secret) or secret.startswith(MARKER) or _masked(secret):
                 return whole
             base = m.start(0)
             return whole[: start - base] + self.marker(secret) + whole[end - base :]
 
         def pair(m: re.Match[str]) -> str:
             whole = m.group(0)
-            if not self.is_sensitive_name(m.group("key")):
+            if not self.is_sensitive_name(m.group("key")) or _masked(m.group("secret")):
                 return whole
             start, end = m.span("secret")
             base = m.start(0)
@@ -599,6 +599,11 @@ class Redactor:
         if redacted is manifest:
             return text
         return json.dumps(redacted, separators=(",", ":"), sort_keys=True)
+
+
+def _masked(secret: str) -> bool:
+    """Already masked by whoever wrote the text (``***``): nothing left to hide."""
+    return secret.strip("*") == ""
 
 
 def _is_marker(value: Any) -> bool:

@@ -114,7 +114,7 @@ def test_a_reader_given_a_database_without_a_store_says_so(
     # a writer creates it; then the reader reads it
     assert run(["history", "migrate", "--store", history_store_url], capsys)[0] == 0
     code, out, _ = run(["history", "gaps", "--store", history_store_url, "-o", "json"], capsys)
-    assert code == 0 and json.loads(out) == {"items": []}
+    assert code == 0 and json.loads(out) == {"items": [], "next_cursor": None}
 
 
 def _commands_with_store(tmp_path: Path, store: str) -> dict[str, list[str]]:
@@ -123,7 +123,13 @@ def _commands_with_store(tmp_path: Path, store: str) -> dict[str, list[str]]:
     record.write_text(json.dumps({"store": store}))
     restarts = tmp_path / "restarts.yaml"
     restarts.write_text("sinks:\n  - {type: webhook, name: audit, url: 'http://127.0.0.1:9/hook'}\n")
-    kubeconfig = tmp_path / "kubeconfig"  # never reached: the store is opened first
+    # a kubeconfig that reads well (its server is never called): restarts run checks it before the store
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
     return {
         **{" ".join(r[:2]): [*r, "--store", store] for r in READERS},
         "history migrate": ["history", "migrate", "--store", store],
