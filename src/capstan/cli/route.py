@@ -66,7 +66,7 @@ def serve(
             raise UserError("discovery.kubernetes: give --kubeconfig (or set KUBECONFIG)")
         source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
     router = Router(cfg, source)
-    uvicorn.run(router.app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.Server(router.server_config(host, port)).run()
 
 
 @app.command("check")
