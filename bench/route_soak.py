@@ -124,16 +124,37 @@ class Results:
     in_flight: int = 0
 
 
-async def one_request(
-    session: aiohttp.ClientSession, url: str, rng: random.Random, res: Results, read_timeout: float
-) -> None:
-    stream = rng.random() < 0.5
+AGENT_SYSTEMS = [
+    f"You are agent {a}. " + " ".join(f"rule{random.Random(a).randrange(8)}-{i}" for i in range(60))
+    for a in range(8)
+]
+
+
+def prompt(rng: random.Random, variety: str) -> tuple[str, str]:
+    """A system prompt and a question. ``pool``: 8 agents' fixed system prompts and 4,000 questions, so that every
+    bounded cache of the gateway fills early and a growing RSS means a leak; ``unique``: a distinct system
+    prompt and question every time, so that the caches fill up towards their bounds during the run."""
+    if variety == "pool":
+        return rng.choice(AGENT_SYSTEMS), f"question {rng.randrange(4000)}"
     system = f"You are agent {rng.randrange(8)}. " + " ".join(
         f"rule{rng.randrange(8)}-{i}" for i in range(60)
     )
+    return system, f"q{rng.random()}"
+
+
+async def one_request(
+    session: aiohttp.ClientSession,
+    url: str,
+    rng: random.Random,
+    res: Results,
+    read_timeout: float,
+    variety: str,
+) -> None:
+    stream = rng.random() < 0.5
+    system, question = prompt(rng, variety)
     body = {
         "model": MODEL,
-        "messages": [{"role": "system", "content": system}, {"role": "user", "content": f"q{rng.random()}"}],
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
         "max_tokens": rng.randint(8, 64),
         "stream": stream,
     }
@@ -165,11 +186,17 @@ async def one_request(
 
 
 async def client_loop(
-    session: aiohttp.ClientSession, url: str, seed: int, stop_at: float, res: Results, read_timeout: float
+    session: aiohttp.ClientSession,
+    url: str,
+    seed: int,
+    stop_at: float,
+    res: Results,
+    read_timeout: float,
+    variety: str,
 ) -> None:
     rng = random.Random(seed)
     while time.monotonic() < stop_at:  # bounded by the load's end
-        await one_request(session, url, rng, res, read_timeout)
+        await one_request(session, url, rng, res, read_timeout, variety)
         await asyncio.sleep(rng.uniform(0, 0.2))
 
 
@@ -179,7 +206,12 @@ def _connections(p: psutil.Process) -> list[Any]:
 
 def gateway_sample(pid: int) -> dict[str, float]:
     p = psutil.Process(pid)
-    return {"fds": p.num_fds(), "conns": len(_connections(p)), "rss_mib": p.memory_info().rss / 2**20}
+    return {
+        "fds": p.num_fds(),
+        "conns": len(_connections(p)),
+        "rss_mib": p.memory_info().rss / 2**20,
+        "threads": p.num_threads(),
+    }
 
 
 def connection_states(pid: int) -> dict[str, int]:
@@ -288,7 +320,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             stop_at = t0 + args.duration
             clients = [
                 asyncio.create_task(
-                    client_loop(session, url, args.seed * 100_003 + i, stop_at, res, args.read_timeout)
+                    client_loop(
+                        session, url, args.seed * 100_003 + i, stop_at, res, args.read_timeout, args.prompts
+                    )
                 )
                 for i in range(args.clients)
             ]
@@ -359,7 +393,7 @@ def report(data: dict[str, Any], out: Path) -> None:
     console.print(
         f"[bold]route soak[/]: {cfg['clients']} clients × {data['duration_s']:.0f} s, {cfg['engines']} engines, "
         f"stall timeout {cfg['stall_timeout']:g} s, chaos every {cfg['chaos_interval']:g} s "
-        f"(kill + restart after {cfg['restart_after']:g} s / freeze {cfg['freeze']:g} s)"
+        f"(kill + restart after {cfg['restart_after']:g} s / freeze {cfg['freeze']:g} s), prompts {cfg['prompts']}"
     )
     t = Table("HTTP status", "requests", title=f"{data['requests']} requests")
     for status, n in sorted(data["statuses"].items()):
@@ -458,6 +492,9 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=45.0, help="longest wait for descriptors to go back")
     ap.add_argument("--sample-every", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--prompts", choices=["pool", "unique"], default="pool", help="prompt variety (see prompt())"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
     args = ap.parse_args()
     if args.smoke:

@@ -104,6 +104,10 @@ def serve(
         kv = f"  KV events tcp://127.0.0.1:{s.kv_events_port}" if s.kv_events_port else ""
         typer.echo(f"replica http://127.0.0.1:{s.port}  model {model}  blocks {s.num_gpu_blocks}{kv}")
 
+    from capstan.runtime import fix_mmap_threshold
+
+    fix_mmap_threshold()  # a long-running server of many connections: see capstan.runtime
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

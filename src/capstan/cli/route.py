@@ -55,6 +55,7 @@ def serve(
     from capstan.route import RouteConfig
     from capstan.route._discovery import KubernetesEndpointSource
     from capstan.route._proxy import Router
+    from capstan.runtime import fix_mmap_threshold
 
     if not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")
@@ -66,6 +67,7 @@ def serve(
             raise UserError("discovery.kubernetes: give --kubeconfig (or set KUBECONFIG)")
         source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
     router = Router(cfg, source)
+    fix_mmap_threshold()  # a long-running server of many connections: see capstan.runtime
     uvicorn.Server(router.server_config(host, port)).run()
 
 
