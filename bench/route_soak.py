@@ -63,10 +63,11 @@ def free_port() -> int:
 class Child:
     """A child process in its own session, logging to a file."""
 
-    def __init__(self, argv: list[str], log: Path) -> None:
+    def __init__(self, argv: list[str], log: Path, src: Path | None = None) -> None:
         self.log = log.open("a")
+        env = os.environ | ({"PYTHONPATH": str(src)} if src is not None else {})
         self.proc = subprocess.Popen(
-            argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+            argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT, env=env
         )
 
     def signal(self, sig: int) -> None:
@@ -201,7 +202,10 @@ async def client_loop(
 
 
 def _connections(p: psutil.Process) -> list[Any]:
-    return p.net_connections(kind="tcp") if hasattr(p, "net_connections") else p.connections(kind="tcp")
+    found: list[Any] = (
+        p.net_connections(kind="tcp") if hasattr(p, "net_connections") else p.connections(kind="tcp")
+    )
+    return found
 
 
 def gateway_sample(pid: int) -> dict[str, float]:
@@ -293,13 +297,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     gw_port = free_port()
     cfg = {
         "endpoints": [{"name": f"e{e.index}", "url": e.url, "models": [MODEL]} for e in engines],
-        "proxy": {"stall_timeout_s": args.stall_timeout},
+        "proxy": {"stall_timeout_s": args.stall_timeout} if args.stall_timeout > 0 else {},
     }
     cfg_path = out / "route_soak.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     gw_log = out / "route_soak_gateway.log"
     gw_log.write_text("")
-    gateway = Child([*CAPSTAN, "route", "serve", "--config", str(cfg_path), "--port", str(gw_port)], gw_log)
+    gateway = Child(
+        [*CAPSTAN, "route", "serve", "--config", str(cfg_path), "--port", str(gw_port)],
+        gw_log,
+        args.gateway_src,
+    )
     url = f"http://127.0.0.1:{gw_port}"
     res = Results()
     samples: list[dict[str, float]] = []
@@ -393,7 +401,8 @@ def report(data: dict[str, Any], out: Path) -> None:
     console.print(
         f"[bold]route soak[/]: {cfg['clients']} clients × {data['duration_s']:.0f} s, {cfg['engines']} engines, "
         f"stall timeout {cfg['stall_timeout']:g} s, chaos every {cfg['chaos_interval']:g} s "
-        f"(kill + restart after {cfg['restart_after']:g} s / freeze {cfg['freeze']:g} s), prompts {cfg['prompts']}"
+        f"(kill + restart after {cfg['restart_after']:g} s / freeze {cfg['freeze']:g} s), prompts {cfg['prompts']}, "
+        f"gateway from {cfg['gateway_src'] or 'this tree'}"
     )
     t = Table("HTTP status", "requests", title=f"{data['requests']} requests")
     for status, n in sorted(data["statuses"].items()):
@@ -481,7 +490,16 @@ def main() -> None:
     ap.add_argument("--engines", type=int, default=4)
     ap.add_argument("--clients", type=int, default=200)
     ap.add_argument("--duration", type=float, default=300.0, help="seconds of load")
-    ap.add_argument("--stall-timeout", type=float, default=15.0, help="the gateway's proxy.stall_timeout_s")
+    ap.add_argument(
+        "--stall-timeout", type=float, default=15.0, help="the gateway's proxy.stall_timeout_s (0: not set)"
+    )
+    ap.add_argument(
+        "--gateway-src",
+        type=Path,
+        default=None,
+        help="run the gateway from this source tree (PYTHONPATH), e.g. a worktree of an older commit as the peer;"
+        " the engines always run from this one",
+    )
     ap.add_argument("--chaos-interval", type=float, default=30.0)
     ap.add_argument("--restart-after", type=float, default=5.0)
     ap.add_argument("--freeze", type=float, default=25.0)
