@@ -7,7 +7,7 @@ import platform
 
 import pytest
 
-from capstan.runtime import limit_malloc_arenas
+from capstan.runtime import fix_mmap_threshold, limit_malloc_arenas
 
 pytestmark = pytest.mark.unit
 
@@ -17,3 +17,10 @@ pytestmark = pytest.mark.unit
 )
 def test_malloc_arenas_can_be_capped_on_glibc() -> None:
     assert limit_malloc_arenas(2) is True
+
+
+@pytest.mark.skipif(
+    platform.libc_ver()[0] != "glibc" or not ctypes.util.find_library("c"), reason="glibc only"
+)
+def test_the_mmap_threshold_can_be_fixed_on_glibc() -> None:
+    assert fix_mmap_threshold(128 * 1024) is True

@@ -64,17 +64,21 @@ def serve(
     ),
 ) -> None:
     """Serve simulated vLLM replicas on 127.0.0.1 until interrupted."""
+    import math
     from dataclasses import replace
 
-    from capstan.enginesim import ReplicaSpec, get_preset, serve_forever
+    from capstan.enginesim import ReplicaSpec, get_preset, port_conflict, serve_forever
 
     if replicas < 1:
         raise UserError(f"--replicas: must be at least 1, got {replicas}")
-    if time_scale <= 0:
-        raise UserError(f"--time-scale: must be positive, got {time_scale}")
-    for name, value in (("--port", port), ("--kv-events-port", kv_events_port)):
-        if value and not 0 < value + replicas - 1 < 65536:
-            raise UserError(f"{name}: {value}..{value + replicas - 1} are not all TCP ports")
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise UserError(f"--time-scale: must be a positive number, got {time_scale}")
+    if not 0 < port <= port + replicas - 1 < 65536:
+        raise UserError(f"--port: {port}..{port + replicas - 1} are not all TCP ports (1-65535)")
+    if kv_events_port and not 0 < kv_events_port <= kv_events_port + replicas - 1 < 65536:
+        raise UserError(
+            f"--kv-events-port: {kv_events_port}..{kv_events_port + replicas - 1} are not all TCP ports (1-65535)"
+        )
     if block_size <= 0 or (num_gpu_blocks is not None and num_gpu_blocks <= 0):
         raise UserError("--block-size and --num-gpu-blocks must be positive")
     p = get_preset(preset)
@@ -93,9 +97,16 @@ def serve(
         replace(base, port=port + i, kv_events_port=(kv_events_port + i) if kv_events_port else None)
         for i in range(replicas)
     ]
+    conflict = port_conflict(specs)
+    if conflict is not None:
+        raise UserError(f"--port/--kv-events-port: {conflict}")
     for s in specs:
         kv = f"  KV events tcp://127.0.0.1:{s.kv_events_port}" if s.kv_events_port else ""
         typer.echo(f"replica http://127.0.0.1:{s.port}  model {model}  blocks {s.num_gpu_blocks}{kv}")
+
+    from capstan.runtime import fix_mmap_threshold
+
+    fix_mmap_threshold()  # a long-running server of many connections: see capstan.runtime
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -59,6 +59,7 @@ def serve(
     from capstan.route import RouteConfig
     from capstan.route._discovery import KubernetesEndpointSource
     from capstan.route._proxy import Router
+    from capstan.runtime import fix_mmap_threshold
 
     if not 0 < port < 65536:
         raise UserError(f"--port: {port} is not a TCP port")
@@ -71,7 +72,8 @@ def serve(
         asyncio.run(_check_cluster_access(kubeconfig))
         source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
     router = Router(cfg, source)
-    uvicorn.run(router.app, host=host, port=port, log_level="warning", access_log=False)
+    fix_mmap_threshold()  # a long-running server of many connections: see capstan.runtime
+    uvicorn.Server(router.server_config(host, port)).run()
 
 
 async def _check_cluster_access(kubeconfig: Path) -> None:

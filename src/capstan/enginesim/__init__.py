@@ -26,7 +26,7 @@ from capstan.enginesim._engine import (
 )
 from capstan.enginesim._latency import LatencyModel, Preset, get_preset, preset_names
 from capstan.enginesim._request import BadRequest, build_engine_request
-from capstan.enginesim._serve import running_replicas, serve_forever
+from capstan.enginesim._serve import port_conflict, running_replicas, serve_forever
 from capstan.enginesim._server import Replica, ReplicaSpec
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "RequestRejected",
     "build_engine_request",
     "get_preset",
+    "port_conflict",
     "preset_names",
     "running_replicas",
     "serve_forever",

@@ -6,7 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from capstan.enginesim._engine import EngineRequest
-from capstan.kvcache import DEFAULT_BLOCK_SIZE, Tokenizer, block_hashes, prompt_text, prompt_token_ids
+from capstan.kvcache import (
+    DEFAULT_BLOCK_SIZE,
+    VOCAB_SIZE,
+    Tokenizer,
+    block_hashes,
+    prompt_text,
+    prompt_token_ids,
+)
 
 DEFAULT_MAX_TOKENS = 16
 
@@ -60,7 +67,14 @@ def build_engine_request(
     if body.get("stream") not in (None, True, False):
         raise BadRequest("'stream' must be a boolean", "stream")
     tokens = prompt_token_ids(body)
-    if tokens is None:
+    if tokens is not None:
+        # vLLM's check: an id the model's vocabulary does not have cannot be embedded
+        bad = next((t for t in tokens if not 0 <= t < VOCAB_SIZE), None)
+        if bad is not None:
+            raise BadRequest(
+                f"Token id {bad} is out of vocabulary (the vocabulary has {VOCAB_SIZE} tokens)", "prompt"
+            )
+    else:
         try:
             text = prompt_text(body)
         except ValueError as exc:

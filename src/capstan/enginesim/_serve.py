@@ -10,8 +10,10 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 
 import uvicorn
+import zmq
 
 from capstan.enginesim._server import Replica, ReplicaSpec
+from capstan.httpserver import server_config
 
 _START_TIMEOUT_S = 30.0
 
@@ -38,12 +40,32 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def port_conflict(specs: Sequence[ReplicaSpec]) -> str | None:
+    """Why these replicas cannot all listen (two of them, or a replica's HTTP and KV-event sockets, given the same
+    host and port), or None. Port 0 (any free port) never conflicts."""
+    seen: dict[tuple[str, int], str] = {}
+    for i, spec in enumerate(specs):
+        for what, port in (("HTTP", spec.port), ("KV-event", spec.kv_events_port)):
+            if not port:
+                continue
+            key = (spec.host, port)
+            here = f"replica {i}'s {what} port"
+            if key in seen:
+                return f"{here} {port} is also {seen[key]}"
+            seen[key] = here
+    return None
+
+
 @asynccontextmanager
 async def running_replicas(specs: Sequence[ReplicaSpec]) -> AsyncIterator[list[Replica]]:
     """Serve every spec on its port (0: a free one; ``Replica.bound_port`` tells which) until the block exits.
 
-    Raises OSError when a port is taken. The replicas' drivers and ZMQ sockets start with the servers.
+    Raises ValueError when two sockets are given the same port, OSError when a port is taken. The replicas'
+    drivers and ZMQ sockets start before the servers.
     """
+    conflict = port_conflict(specs)
+    if conflict is not None:
+        raise ValueError(conflict)
     socks: list[socket.socket] = []
     try:
         for spec in specs:
@@ -61,11 +83,14 @@ async def running_replicas(specs: Sequence[ReplicaSpec]) -> AsyncIterator[list[R
             replica = Replica(replace(spec, port=port))
             replica.bound_port = port
             replicas.append(replica)
-            config = uvicorn.Config(
+            try:  # binds the KV-event socket now, so that a taken port is an OSError here (the lifespan's
+                await replica.start()  # start() is then a no-op)
+            except zmq.ZMQError as exc:
+                raise OSError(exc.errno, f"KV-event port {spec.kv_events_port}: {exc.strerror}") from None
+            config = server_config(
                 replica.app,
+                header_timeout_s=spec.header_timeout_s,
                 lifespan="on",
-                log_level="warning",
-                access_log=False,
                 timeout_graceful_shutdown=2,
                 # Longer than clients' idle keep-alive (httpx: 5 s) so a pooled connection is never closed by the
                 # server just as a client reuses it (a reset, not an answer).
@@ -92,6 +117,8 @@ async def running_replicas(specs: Sequence[ReplicaSpec]) -> AsyncIterator[list[R
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(t, 10)
+        for replica in replicas:  # those whose server never ran its lifespan's stop()
+            await replica.stop()
         for sock in socks:
             sock.close()
 

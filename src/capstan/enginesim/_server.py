@@ -13,11 +13,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import zmq
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -31,7 +32,16 @@ from starlette.routing import Route
 from capstan.enginesim._engine import Completion, Engine, EngineConfig, Progress, RequestRejected
 from capstan.enginesim._latency import LatencyModel
 from capstan.enginesim._request import BadRequest, build_engine_request
+from capstan.httpserver import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    BodyTimeout,
+    BodyTooLarge,
+    await_or_disconnect,
+    read_body,
+)
 from capstan.kvcache import Tokenizer, encode_kv_batch, encode_seq, kv_topic
+from capstan.openai_api import InvalidRequest, check_request, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +72,8 @@ class ReplicaSpec:
     hash_seed: int = 0
     max_body_bytes: int = 32 * 1024 * 1024
     request_timeout_s: float = 600.0
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     default_max_tokens: int = 16
     stream_step_tokens: int = 8
 
@@ -71,10 +83,19 @@ class _Pending:
     queue: asyncio.Queue[Progress | Completion] = field(default_factory=asyncio.Queue)
 
 
-def _error(status: int, message: str, *, param: str | None = None, kind: str | None = None) -> JSONResponse:
+def _error(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    kind: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """vLLM's error body: OpenAI's shape, with vLLM's exception names as ``type`` and the status as ``code``."""
     kinds = {
         400: "BadRequestError",
         404: "NotFoundError",
+        408: "RequestTimeoutError",
         413: "RequestTooLargeError",
         503: "ServiceUnavailable",
     }
@@ -86,7 +107,7 @@ def _error(status: int, message: str, *, param: str | None = None, kind: str | N
             "code": status,
         }
     }
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _output_text(start: int, end: int) -> str:
@@ -168,8 +189,8 @@ class Replica:
     """One emulated vLLM replica. ``clock`` returns wall seconds (monotonic); inject a fake one in unit tests."""
 
     def __init__(self, spec: ReplicaSpec, *, clock: Callable[[], float] = time.monotonic) -> None:
-        if spec.time_scale <= 0:
-            raise ValueError("time_scale must be positive")
+        if not (math.isfinite(spec.time_scale) and spec.time_scale > 0):
+            raise ValueError(f"time_scale must be a positive number, got {spec.time_scale}")
         self.spec = spec
         self.engine = Engine(
             EngineConfig(
@@ -313,30 +334,26 @@ class Replica:
             lifespan=lifespan,
         )
 
-    async def _read_json(self, request: Request) -> dict[str, Any] | JSONResponse:
-        limit = self.spec.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            return _error(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
-        chunks: list[bytes] = []
-        size = 0
+    async def _read_json(
+        self, request: Request, kind: Literal["chat", "completions"] | None
+    ) -> dict[str, Any] | JSONResponse:
+        """The checked body of a ``kind`` request (None: chat if it has ``messages``), or the error answer."""
         try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    return _error(413, f"request body exceeds the limit of {limit} bytes")
-                chunks.append(chunk)
+            raw = await read_body(request, limit=self.spec.max_body_bytes, timeout_s=self.spec.body_timeout_s)
+        except BodyTooLarge as exc:
+            return _error(413, str(exc))
+        except BodyTimeout as exc:
+            return _error(408, str(exc), headers={"connection": "close"})
         except ClientDisconnect:
             return _error(400, "client disconnected while sending the body")
         try:
-            body = json.loads(b"".join(chunks))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, f"invalid JSON body: {exc}")
-        if not isinstance(body, dict):
-            return _error(400, "the JSON body must be an object")
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            return _error(400, "'model' is required and must be a string", param="model")
+            body = parse_json(raw)
+            if not isinstance(body, dict):
+                return _error(400, "the JSON body must be an object")
+            check_request(body, kind or ("chat" if "messages" in body else "completions"))
+        except InvalidRequest as exc:
+            return _error(400, exc.message, param=exc.param)
+        model = body["model"]
         if model != self.spec.model:
             return _error(404, f"The model `{model}` does not exist.", param="model")
         return body
@@ -348,7 +365,7 @@ class Replica:
         return await self._generate(request, chat=False)
 
     async def _generate(self, request: Request, *, chat: bool) -> Response:
-        body = await self._read_json(request)
+        body = await self._read_json(request, "chat" if chat else "completions")
         if isinstance(body, JSONResponse):
             return body
         self._next_id += 1
@@ -382,9 +399,12 @@ class Replica:
                 media_type="text/event-stream",
             )
         try:
-            final = await self._wait_final(rid, pending)
+            # a client that goes away aborts the request in the engine (its sequence and KV blocks are freed)
+            final = await await_or_disconnect(request, self._wait_final(rid, pending))
         except TimeoutError:
             return _error(503, f"request timed out after {self.spec.request_timeout_s} s", kind="Timeout")
+        except ClientDisconnect:
+            return Response(status_code=499)  # never sent: nobody is listening
         text = _output_text(0, final.output_tokens)
         if chat:
             choice: dict[str, Any] = {
@@ -523,7 +543,7 @@ class Replica:
         return Response(status_code=200)
 
     async def _tokenize(self, request: Request) -> Response:
-        body = await self._read_json(request)
+        body = await self._read_json(request, None)
         if isinstance(body, JSONResponse):
             return body
         try:

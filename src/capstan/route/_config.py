@@ -249,9 +249,32 @@ class SchedulerConfig(StrictModel):
 
 class ProxyConfig(StrictModel):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
-    connect_timeout_s: float = Field(default=2.0, gt=0)
+    connect_timeout_s: float = Field(default=2.0, gt=0, allow_inf_nan=False)
     read_timeout_s: float = Field(
-        default=300.0, gt=0, description="between two chunks of an upstream response"
+        default=300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="non-streaming requests: the longest wait for the upstream's answer (the whole generation)",
+    )
+    stall_timeout_s: float = Field(
+        default=15.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="streaming requests: the longest wait for the response headers and between two chunks; "
+        "then the stream ends with an error event and the endpoint is marked unhealthy",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="a client's request headers must be complete this long after the connection opened (or "
+        "after the request's first byte on a kept-alive connection), else the connection is closed",
+    )
+    body_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="a client's request body must arrive within this, else 408 and the connection is closed",
     )
     max_attempts: int = Field(
         default=3, ge=1, description="endpoints tried when one fails before the first byte"

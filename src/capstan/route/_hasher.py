@@ -10,7 +10,9 @@ hash (a unit test checks equality with :func:`capstan.kvcache.block_hashes` over
   tokens of each piece (the tokenizer's documented concatenation property);
 * block hash per ``(parent hash, block token bytes)``: the chain is recomputed only from the first new block.
 
-Both caches are bounded (cleared when full, like the tokenizer's memo).
+Both caches are bounded in memory (cleared when full, like the tokenizer's memo): the pieces by the tokens they
+hold (``max_piece_tokens``, ids kept as uint32 arrays: a count alone let a cache of 100,000 long messages hold
+gigabytes), the blocks by count (entries are all the same size, about 290 bytes each).
 """
 
 from __future__ import annotations
@@ -25,25 +27,37 @@ from capstan.kvcache import Tokenizer, hash_block, prompt_text, prompt_token_ids
 
 class PromptHasher:
     def __init__(
-        self, block_size: int = 16, seed: int = 0, max_pieces: int = 100_000, max_blocks: int = 500_000
+        self,
+        block_size: int = 16,
+        seed: int = 0,
+        max_pieces: int = 100_000,
+        max_blocks: int = 500_000,
+        max_piece_tokens: int = 2_000_000,
     ) -> None:
         self.block_size = block_size
         self.seed = seed
         self.tokenizer = Tokenizer()
         self.max_pieces = max_pieces
         self.max_blocks = max_blocks
-        self._pieces: dict[str, list[int]] = {}
+        self.max_piece_tokens = max_piece_tokens
+        self._pieces: dict[str, array[int]] = {}
+        self._piece_tokens_held = 0
         self._blocks: dict[tuple[int, bytes], int] = {}
         self._root = root_hash(seed)
         self._generation_prompt = render_chat([], add_generation_prompt=True)
 
-    def _piece_tokens(self, piece: str) -> list[int]:
-        ids = self._pieces.get(piece)
-        if ids is None:
-            if len(self._pieces) >= self.max_pieces:
-                self._pieces.clear()
-            ids = self.tokenizer.encode(piece)
-            self._pieces[piece] = ids
+    def _piece_tokens(self, piece: str) -> array[int] | list[int]:
+        cached = self._pieces.get(piece)
+        if cached is not None:
+            return cached
+        ids = self.tokenizer.encode(piece)
+        if len(ids) > self.max_piece_tokens // 4:
+            return ids  # too big to be worth a quarter of the cache
+        if len(self._pieces) >= self.max_pieces or self._piece_tokens_held + len(ids) > self.max_piece_tokens:
+            self._pieces.clear()
+            self._piece_tokens_held = 0
+        self._pieces[piece] = array("I", ids)
+        self._piece_tokens_held += len(ids)
         return ids
 
     def token_ids(self, body: Mapping[str, Any]) -> list[int]:

@@ -35,13 +35,22 @@ class RouterMetrics:
         )
         self.errors = Counter(
             "capstan_route_errors_total",
-            "Failed forwards, per endpoint and kind (connect, status, stream)",
+            "Upstream failures and abandoned answers, per endpoint and kind: connect (refused, reset or no "
+            "connection before the answer), timeout (no answer within the read or stall timeout), status (the "
+            "endpoint answered 5xx), stream (it broke a stream), stall (a stream sent nothing for the stall "
+            "timeout), client_disconnect (the client left before the answer ended)",
             ["endpoint", "kind"],
             registry=r,
         )
         self.rejected = Counter(
             "capstan_route_rejected_total",
-            "Requests answered by the router itself, per HTTP status",
+            "Requests answered by the router itself, per HTTP status and reason (the error body's code)",
+            ["status", "reason"],
+            registry=r,
+        )
+        self.responses = Counter(
+            "capstan_route_responses_total",
+            "Answers to /v1 requests per HTTP status, relayed or the router's own (499: the client left first)",
             ["status"],
             registry=r,
         )

@@ -1,30 +1,37 @@
 """The OpenAI-compatible reverse proxy: the thin I/O shell around :class:`Scheduler`.
 
-For each request it reads the body (bounded), validates it the way OpenAI does (400/404 with an
-OpenAI-style error
-body), turns the prompt into block hashes with the shared ``capstan.kvcache`` contract, asks the scheduler
-for an
-endpoint over a snapshot of the monitor's load signals plus the router's own in-flight counts, and relays the
-answer as it arrives. An endpoint that fails before the first byte (connection refused, 502/503/504) is
-excluded
-and the request goes to the next pick; one that dies mid-stream ends the client's stream with an SSE ``error``
-event. A client that disconnects cancels the upstream request (the upstream connection is closed).
+For each request it reads the body (bounded in size and time), checks it as OpenAI does (``capstan.openai_api``:
+400/404 with an OpenAI-style error body), turns the prompt into block hashes with the shared ``capstan.kvcache``
+contract, asks the scheduler for an endpoint over a snapshot of the monitor's load signals plus the router's own
+in-flight counts, and relays the answer as it arrives.
+
+Failures, and what the client gets (docs/route.md has the table and why these statuses):
+
+* an endpoint that fails before the first byte (connection refused or reset, 502/503/504, or a stream whose
+  headers do not come within the stall timeout) is excluded and the request goes to the next pick; when every
+  attempt failed the client gets 502, or 504 when every attempt timed out;
+* a stream that breaks, or sends nothing for ``proxy.stall_timeout_s``, ends with an SSE ``data: {"error": ...}``
+  event and the connection closes; a stalled endpoint is marked unhealthy until its health check answers again;
+* a client that disconnects cancels the upstream request (the upstream connection is closed, so the engine
+  aborts it), streaming or not.
+
+Every answer is counted by status (``capstan_route_responses_total``), the router's own by status and reason
+(``capstan_route_rejected_total``), every upstream failure by endpoint and kind (``capstan_route_errors_total``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import httpx
+import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
@@ -32,6 +39,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from capstan.httpserver import BodyTimeout, BodyTooLarge, await_or_disconnect, read_body, server_config
+from capstan.openai_api import InvalidRequest, RequestKind, parse_request
 from capstan.route._config import RouteConfig
 from capstan.route._endpoints import EndpointMonitor, EndpointSource, StaticEndpointSource
 from capstan.route._hasher import PromptHasher
@@ -50,7 +59,6 @@ from capstan.route._upstream import (
 )
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 _HOP_BY_HOP = frozenset(
     {
@@ -67,17 +75,25 @@ _HOP_BY_HOP = frozenset(
     }
 )
 _RETRY_STATUSES = frozenset({502, 503, 504})
+_CLIENT_GONE = 499  # nginx's status for a client that closed the connection before the answer (never sent)
 
 
 class _Reject(Exception):
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.headers = dict(headers or {})
 
 
 def error_body(
@@ -90,66 +106,18 @@ def error_body(
 def _error_response(rej: _Reject) -> JSONResponse:
     kind = "invalid_request_error" if rej.status < 500 else "server_error"
     return JSONResponse(
-        error_body(rej.message, kind=kind, param=rej.param, code=rej.code), status_code=rej.status
+        error_body(rej.message, kind=kind, param=rej.param, code=rej.code),
+        status_code=rej.status,
+        headers=rej.headers,
     )
 
 
-def validate_body(raw: bytes, kind: str) -> dict[str, Any]:
+def validate_body(raw: bytes, kind: RequestKind) -> dict[str, Any]:
     """Parse and check an OpenAI request body; raise :class:`_Reject` (400) naming the problem."""
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _Reject(400, f"invalid JSON body: {exc}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise _Reject(400, "the request body must be a JSON object")
-    model = body.get("model")
-    if model is None:
-        raise _Reject(400, "missing required parameter: 'model'", param="model")
-    if not isinstance(model, str) or not model:
-        raise _Reject(400, "'model' must be a non-empty string", param="model")
-    if kind == "chat":
-        messages = body.get("messages")
-        if messages is None:
-            raise _Reject(400, "missing required parameter: 'messages'", param="messages")
-        if not isinstance(messages, list) or not messages:
-            raise _Reject(400, "'messages' must be a non-empty array", param="messages")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise _Reject(
-                    400, f"'messages[{i}]' must be an object with a string 'role'", param="messages"
-                )
-            content = m.get("content")
-            if content is not None and not isinstance(content, str | list):
-                raise _Reject(400, f"'messages[{i}].content' must be a string or an array", param="messages")
-            if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
-                raise _Reject(400, f"'messages[{i}].content' parts must be objects", param="messages")
-    else:
-        prompt = body.get("prompt")
-        if prompt is None:
-            raise _Reject(400, "missing required parameter: 'prompt'", param="prompt")
-        ok = isinstance(prompt, str) or (
-            isinstance(prompt, list)
-            and bool(prompt)
-            and (
-                all(isinstance(p, str) for p in prompt)
-                or all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
-            )
-        )
-        if not ok:
-            raise _Reject(
-                400, "'prompt' must be a string, an array of strings or of token ids", param="prompt"
-            )
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise _Reject(400, "'stream' must be a boolean", param="stream")
-    for key in ("max_tokens", "max_completion_tokens", "n"):
-        v = body.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise _Reject(400, f"'{key}' must be a non-negative integer", param=key)
-    salt = body.get("cache_salt")
-    if salt is not None and not isinstance(salt, str):
-        raise _Reject(400, "'cache_salt' must be a string", param="cache_salt")
-    return body
+        return parse_request(raw, kind)
+    except InvalidRequest as exc:
+        raise _Reject(400, exc.message, param=exc.param, code=exc.code or "invalid_request") from None
 
 
 @dataclass
@@ -163,14 +131,18 @@ class _RelayResponse(Response):
     """Streams an upstream response and cancels it when the client goes away (listening for
     http.disconnect)."""
 
-    def __init__(self, upstream: _Upstream, router: Router, sse: bool) -> None:
+    def __init__(self, upstream: _Upstream, router: Router) -> None:
         headers = {k: v for k, v in upstream.response.headers if k.lower() not in _HOP_BY_HOP}
         super().__init__(status_code=upstream.response.status_code)
         # NOTE: set by hand: Response.__init__ would declare "content-length: 0" for the empty initial body.
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
         self.upstream = upstream
         self.router = router
-        self.sse = sse
+        content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+        self.sse = content_type.startswith("text/event-stream")
+        # NOTE: set just before the last body message: from then on a disconnect is the end of a complete answer
+        # (uvicorn reports the finished response as http.disconnect too), not a client that went away.
+        self.finishing = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with anyio.create_task_group() as tg:
@@ -179,9 +151,10 @@ class _RelayResponse(Response):
                 while True:  # ends at the client's disconnect or when the relay cancels it
                     msg = await receive()
                     if msg["type"] == "http.disconnect":
-                        self.router.metrics.errors.labels(
-                            self.upstream.endpoint.name, "client_disconnect"
-                        ).inc()
+                        if not self.finishing:
+                            self.router.metrics.errors.labels(
+                                self.upstream.endpoint.name, "client_disconnect"
+                            ).inc()
                         tg.cancel_scope.cancel()
                         return
 
@@ -196,26 +169,28 @@ class _RelayResponse(Response):
 
     async def _relay(self, send: Send) -> None:
         up = self.upstream
-        tracker = self.router.tracker
+        router = self.router
+        tracker = router.tracker
         try:
             await send(
                 {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
             )
+            last = b"\n\n"
             try:
                 async for chunk in up.response.aiter_raw():
                     tracker.first_token(up.ticket)
+                    if chunk:
+                        last = chunk
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except UpstreamError as exc:
-                self.router.metrics.errors.labels(up.endpoint.name, "stream").inc()
-                log.warning("upstream %s failed mid-stream: %s", up.endpoint.name, exc)
                 if self.sse:
-                    event = error_body(
-                        f"upstream endpoint {up.endpoint.name} failed mid-stream",
-                        kind="server_error",
-                        code="upstream_error",
-                    )
-                    data = f"data: {json.dumps(event)}\n\n".encode()
+                    event = router.stream_failed(up.endpoint, exc)
+                    # an event cut in the middle is closed first, so that the error event parses on its own
+                    data = (b"" if last.endswith(b"\n\n") else b"\n\n") + event
                     await send({"type": "http.response.body", "body": data, "more_body": True})
+                else:
+                    router.stream_failed(up.endpoint, exc)
+            self.finishing = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             with anyio.CancelScope(shield=True):
@@ -246,9 +221,9 @@ class Router:
         self.hasher = PromptHasher(cfg.scheduler.block_size)
         p = cfg.proxy
         self.upstream: UpstreamClient = (
-            AiohttpUpstream(p.connect_timeout_s, p.read_timeout_s)
+            AiohttpUpstream(p.connect_timeout_s)
             if p.upstream_client == "aiohttp"
-            else HttpxUpstream(p.connect_timeout_s, p.read_timeout_s)
+            else HttpxUpstream(p.connect_timeout_s)
         )
         # the monitor's low-rate polling keeps httpx
         self.client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(p.poll_timeout_s))
@@ -270,6 +245,12 @@ class Router:
                 Route("/metrics", self._metrics, methods=["GET"]),
             ],
             lifespan=self._lifespan,
+        )
+
+    def server_config(self, host: str, port: int, **kwargs: Any) -> uvicorn.Config:
+        """How ``capstan route serve`` runs this app: uvicorn with the header deadline of ``proxy``."""
+        return server_config(
+            self.app, host=host, port=port, header_timeout_s=self.cfg.proxy.header_timeout_s, **kwargs
         )
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -357,40 +338,39 @@ class Router:
         )
 
     # -- handlers ------------------------------------------------------------------------------------------
-    async def _read_body(self, request: Request) -> bytes:
-        limit = self.cfg.proxy.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _Reject(
-                413, f"request body is larger than the limit of {limit} bytes", code="body_too_large"
-            )
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _Reject(
-                    413, f"request body is larger than the limit of {limit} bytes", code="body_too_large"
-                )
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     async def _chat(self, request: Request) -> Response:
         return await self._handle(request, "chat", "/v1/chat/completions")
 
     async def _completions(self, request: Request) -> Response:
         return await self._handle(request, "completions", "/v1/completions")
 
-    async def _handle(self, request: Request, kind: str, path: str) -> Response:
+    async def _handle(self, request: Request, kind: RequestKind, path: str) -> Response:
         try:
-            return await self._forward(request, kind, path)
+            response = await self._forward(request, kind, path)
         except _Reject as rej:
-            self.metrics.rejected.labels(str(rej.status)).inc()
-            return _error_response(rej)
+            self.metrics.rejected.labels(str(rej.status), rej.code or "invalid_request").inc()
+            response = _error_response(rej)
         except ClientDisconnect:
-            return Response(status_code=499)
+            response = Response(status_code=_CLIENT_GONE)
+        except Exception:  # a bug of the router's own, never the client's input (the fuzz tests hold it)
+            log.exception("the router failed on a request")
+            self.metrics.rejected.labels("500", "internal_error").inc()
+            response = _error_response(
+                _Reject(500, "the router failed on this request", code="internal_error")
+            )
+        self.metrics.responses.labels(str(response.status_code)).inc()
+        return response
 
-    async def _forward(self, request: Request, kind: str, path: str) -> Response:
+    async def _read_body(self, request: Request) -> bytes:
+        p = self.cfg.proxy
+        try:
+            return await read_body(request, limit=p.max_body_bytes, timeout_s=p.body_timeout_s)
+        except BodyTooLarge as exc:
+            raise _Reject(413, str(exc), code="body_too_large") from None
+        except BodyTimeout as exc:
+            raise _Reject(408, str(exc), code="body_timeout", headers={"connection": "close"}) from None
+
+    async def _forward(self, request: Request, kind: RequestKind, path: str) -> Response:
         raw = await self._read_body(request)
         body = validate_body(raw, kind)
         known = self.known_models()
@@ -402,9 +382,13 @@ class Router:
         t0 = self.clock()
         rreq = self.route_request(body, headers)
         self.metrics.prompt_hash_seconds.observe(self.clock() - t0)
+        stream = bool(body.get("stream"))
+        p = self.cfg.proxy
+        read_timeout_s = p.stall_timeout_s if stream else p.read_timeout_s
         tried: set[str] = set()
-        last_error = "no endpoint was tried"
-        for attempt in range(self.cfg.proxy.max_attempts):
+        failures: list[str] = []
+        timeouts = 0
+        for attempt in range(p.max_attempts):
             t0 = self.clock()
             try:
                 decision = self.scheduler.schedule(rreq, self.snapshot(tried))
@@ -425,80 +409,94 @@ class Router:
             ep = decision.endpoint.endpoint
             tid = self.tracker.start(ep.name, rreq.prompt_tokens - decision.predicted_cached_tokens)
             self.metrics.requests.labels(ep.name).inc()
+            opening = self.upstream.open(f"{ep.url}{path}", raw, headers, read_timeout_s=read_timeout_s)
             try:
-                upstream = await self._await_or_disconnect(
-                    request, self.upstream.open(f"{ep.url}{path}", raw, headers)
-                )
+                upstream = await await_or_disconnect(request, opening)
             except UpstreamError as exc:
                 self.tracker.finish(tid)
-                self.metrics.errors.labels(ep.name, "connect").inc()
+                self.metrics.errors.labels(ep.name, "timeout" if exc.timeout else "connect").inc()
+                log.warning("upstream %s failed before answering: %s", ep.name, exc)
                 self.monitor.mark_failed(ep.name)
                 tried.add(ep.name)
-                last_error = f"{ep.name}: {type(exc).__name__}"
+                failures.append(f"{ep.name}: {'no answer in time' if exc.timeout else exc.cause}")
+                if exc.timeout:
+                    timeouts += 1
+                    if not stream:  # it may have run the whole time: another engine would start over
+                        break
                 continue
+            except ClientDisconnect:
+                self.tracker.finish(tid)
+                self.metrics.errors.labels(ep.name, "client_disconnect").inc()
+                raise
             except BaseException:
                 self.tracker.finish(tid)
                 raise
+            if upstream.status_code >= 500:
+                self.metrics.errors.labels(ep.name, "status").inc()
             if upstream.status_code in _RETRY_STATUSES:
                 await upstream.aclose()
                 self.tracker.finish(tid)
-                self.metrics.errors.labels(ep.name, "status").inc()
                 tried.add(ep.name)
-                last_error = f"{ep.name}: HTTP {upstream.status_code}"
+                failures.append(f"{ep.name}: HTTP {upstream.status_code}")
                 continue
             t0 = self.clock()  # accepted: only now do the index and session affinity learn from the pick
             self.scheduler.learn(decision)
             self.metrics.learn_seconds.observe(self.clock() - t0)
             up = _Upstream(ep, upstream, tid)
-            if body.get("stream", False):
-                return _RelayResponse(up, self, sse=True)
+            if stream:
+                return _RelayResponse(up, self)
             return await self._buffered(request, up)
-        raise _Reject(
-            502, f"every endpoint tried failed before answering ({last_error})", code="upstream_error"
-        )
+        why = "; ".join(failures) or "no endpoint was tried"
+        if failures and timeouts == len(failures):
+            raise _Reject(504, f"every endpoint tried timed out ({why})", code="upstream_timeout")
+        raise _Reject(502, f"every endpoint tried failed before answering ({why})", code="upstream_error")
+
+    def stream_failed(self, endpoint: Endpoint, exc: UpstreamError) -> bytes:
+        """Count a stream that broke or stalled (a stalled endpoint is marked unhealthy); the SSE error event."""
+        if exc.timeout:
+            self.metrics.errors.labels(endpoint.name, "stall").inc()
+            self.monitor.mark_failed(endpoint.name)
+            log.warning(
+                "upstream %s sent nothing for %g s mid-stream: marked unhealthy",
+                endpoint.name,
+                self.cfg.proxy.stall_timeout_s,
+            )
+            event = error_body(
+                f"upstream endpoint {endpoint.name} sent nothing for {self.cfg.proxy.stall_timeout_s:g} s",
+                kind="server_error",
+                code="upstream_timeout",
+            )
+        else:
+            self.metrics.errors.labels(endpoint.name, "stream").inc()
+            log.warning("upstream %s failed mid-stream: %s", endpoint.name, exc)
+            event = error_body(
+                f"upstream endpoint {endpoint.name} failed mid-stream",
+                kind="server_error",
+                code="upstream_error",
+            )
+        return f"data: {json.dumps(event)}\n\n".encode()
 
     async def _buffered(self, request: Request, up: _Upstream) -> Response:
         try:
-            content = await self._await_or_disconnect(request, up.response.aread())
+            content = await await_or_disconnect(request, up.response.aread())
         except UpstreamError as exc:
-            self.metrics.errors.labels(up.endpoint.name, "stream").inc()
+            kind = "timeout" if exc.timeout else "stream"
+            self.metrics.errors.labels(up.endpoint.name, kind).inc()
+            status, code = (504, "upstream_timeout") if exc.timeout else (502, "upstream_error")
             raise _Reject(
-                502,
-                f"upstream endpoint {up.endpoint.name} failed while answering: {type(exc).__name__}",
-                code="upstream_error",
+                status,
+                f"upstream endpoint {up.endpoint.name} failed while answering: {exc.cause}",
+                code=code,
             ) from None
+        except ClientDisconnect:
+            self.metrics.errors.labels(up.endpoint.name, "client_disconnect").inc()
+            raise
         finally:
             await up.response.aclose()
             self.tracker.finish(up.ticket)
         headers = {k: v for k, v in up.response.headers if k.lower() not in _HOP_BY_HOP}
         headers.pop("content-encoding", None)
         return Response(content, status_code=up.response.status_code, headers=headers)
-
-    async def _await_or_disconnect(self, request: Request, aw: Awaitable[T]) -> T:
-        """Await ``aw`` unless the client disconnects first (then cancel it and raise ClientDisconnect)."""
-        work = asyncio.ensure_future(aw)
-        watch = asyncio.ensure_future(self._disconnected(request))
-        try:
-            done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if work in done:
-                return work.result()
-            work.cancel()
-            with contextlib.suppress(asyncio.CancelledError, UpstreamError):
-                await work
-            raise ClientDisconnect()
-        finally:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
-            if not work.done():
-                work.cancel()
-
-    @staticmethod
-    async def _disconnected(request: Request) -> None:
-        while True:  # the body has been read: the next message is the disconnect
-            msg = await request.receive()
-            if msg["type"] == "http.disconnect":
-                return
 
     async def _models(self, request: Request) -> Response:
         models = sorted({m for e in self.monitor.endpoints for m in e.models})

@@ -4,6 +4,10 @@
 docs/benchmarks.md): aiohttp answered about seven times more requests per second at a tenth of the client CPU per
 request, so it is the default; httpx stays selectable (``proxy.upstream_client: httpx``). Errors of either library
 become :class:`UpstreamError` so the proxy's retry and mid-stream handling do not depend on the choice.
+
+Each request carries its own read timeout: the longest wait for the next bytes of the answer, headers included
+(both libraries restart it at every read). The proxy passes its stall timeout for streams, whose headers come at
+once and whose chunks follow each other, and its read timeout for buffered answers, which come whole at the end.
 """
 
 from __future__ import annotations
@@ -16,7 +20,23 @@ import httpx
 
 
 class UpstreamError(Exception):
-    """The upstream could not be reached, timed out, or broke the response."""
+    """The upstream could not be reached, timed out (``timeout``: nothing arrived within the read timeout), or
+    broke the response."""
+
+    def __init__(self, cause: BaseException, *, timeout: bool = False) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = type(cause).__name__  # what a client may be told (the message names hosts and ports)
+        self.timeout = timeout
+
+
+def _aiohttp_error(exc: BaseException) -> UpstreamError:
+    # NOTE: a connect timeout is a failure to connect, not a silent upstream
+    timeout = isinstance(exc, TimeoutError) and not isinstance(exc, aiohttp.ConnectionTimeoutError)
+    return UpstreamError(exc, timeout=timeout)
+
+
+def _httpx_error(exc: httpx.HTTPError) -> UpstreamError:
+    return UpstreamError(exc, timeout=isinstance(exc, httpx.ReadTimeout))
 
 
 class UpstreamResponse(Protocol):
@@ -31,8 +51,11 @@ class UpstreamResponse(Protocol):
 
 
 class UpstreamClient(Protocol):
-    async def open(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
-        """POST ``body`` and return once the status and headers arrived (raises :class:`UpstreamError`)."""
+    async def open(
+        self, url: str, body: bytes, headers: Mapping[str, str], *, read_timeout_s: float
+    ) -> UpstreamResponse:
+        """POST ``body`` and return once the status and headers arrived (raises :class:`UpstreamError`);
+        ``read_timeout_s`` bounds every wait for bytes of this answer."""
         ...
 
     async def aclose(self) -> None: ...
@@ -49,13 +72,13 @@ class _AiohttpResponse:
             async for chunk in self._resp.content.iter_any():
                 yield chunk
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
+            raise _aiohttp_error(exc) from None
 
     async def aread(self) -> bytes:
         try:
             return await self._resp.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
+            raise _aiohttp_error(exc) from None
 
     async def aclose(self) -> None:
         # close(), not release(): an unfinished response must drop the connection so the engine aborts it
@@ -66,27 +89,29 @@ class _AiohttpResponse:
 
 
 class AiohttpUpstream:
-    def __init__(self, connect_timeout_s: float, read_timeout_s: float) -> None:
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
-        )
+    def __init__(self, connect_timeout_s: float) -> None:
+        self._connect_timeout_s = connect_timeout_s
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:  # created lazily inside the running loop
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
-                timeout=self._timeout,
                 auto_decompress=False,
                 skip_auto_headers=("Accept-Encoding", "User-Agent"),
             )
         return self._session
 
-    async def open(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+    async def open(
+        self, url: str, body: bytes, headers: Mapping[str, str], *, read_timeout_s: float
+    ) -> UpstreamResponse:
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self._connect_timeout_s, sock_read=read_timeout_s
+        )
         try:
-            resp = await self._client().post(url, data=body, headers=dict(headers))
+            resp = await self._client().post(url, data=body, headers=dict(headers), timeout=timeout)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
+            raise _aiohttp_error(exc) from None
         return _AiohttpResponse(resp)
 
     async def aclose(self) -> None:
@@ -106,31 +131,35 @@ class _HttpxResponse:
             async for chunk in self._resp.aiter_raw():
                 yield chunk
         except httpx.HTTPError as exc:
-            raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
+            raise _httpx_error(exc) from None
 
     async def aread(self) -> bytes:
         try:
             return await self._resp.aread()
         except httpx.HTTPError as exc:
-            raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
+            raise _httpx_error(exc) from None
 
     async def aclose(self) -> None:
         await self._resp.aclose()
 
 
 class HttpxUpstream:
-    def __init__(self, connect_timeout_s: float, read_timeout_s: float) -> None:
-        timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=30.0, pool=30.0)
+    def __init__(self, connect_timeout_s: float) -> None:
+        self._connect_timeout_s = connect_timeout_s
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
-        self._client = httpx.AsyncClient(limits=limits, timeout=timeout)
+        self._client = httpx.AsyncClient(limits=limits)
 
-    async def open(self, url: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+    async def open(
+        self, url: str, body: bytes, headers: Mapping[str, str], *, read_timeout_s: float
+    ) -> UpstreamResponse:
+        timeout = httpx.Timeout(connect=self._connect_timeout_s, read=read_timeout_s, write=30.0, pool=30.0)
         try:
-            resp = await self._client.send(
-                self._client.build_request("POST", url, content=body, headers=dict(headers)), stream=True
+            request = self._client.build_request(
+                "POST", url, content=body, headers=dict(headers), timeout=timeout
             )
+            resp = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            raise UpstreamError(f"{type(exc).__name__}: {exc}") from None
+            raise _httpx_error(exc) from None
         return _HttpxResponse(resp)
 
     async def aclose(self) -> None:

@@ -85,3 +85,18 @@ def test_serve_replicas_then_stop_on_sigint() -> None:
             raise
     assert rc == 0
     assert f"replica http://127.0.0.1:{port + 1}" in (proc.stdout.read() if proc.stdout else "")
+
+
+def test_a_taken_port_is_one_line_and_exit_2() -> None:
+    port, kv = free_base(1), free_base(1)
+    code = "import sys; from capstan.cli.main import main; main(sys.argv[1:])"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", kv))
+        taken.listen()
+        for http_port, kv_port in ((port, kv), (kv, 0)):  # the KV-event port, then the HTTP port
+            args = [sys.executable, "-c", code, "enginesim", "serve", "--port", str(http_port),
+                    "--kv-events-port", str(kv_port), "--preset", "tiny-test"]  # fmt: skip
+            proc = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+            err = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2, proc.stderr[-2000:]
+            assert len(err) == 1 and "cannot bind" in err[0] and "Address already in use" in err[0], err

@@ -3,18 +3,26 @@
 The upstream is a real Starlette app speaking enough of vLLM's surface (``/health``, ``/metrics``, OpenAI
 completions with SSE) for the proxy's failure paths, which the engine simulator does not produce on demand: it
 obeys an ``x-test-mode`` request header (``die``: stream two chunks then drop the connection; ``slow``: stream one
-chunk then wait; ``fail=<name>``: answer 503 when this upstream is ``<name>``).
+chunk then wait; ``fail=<name>``: answer 503 when this upstream is ``<name>``; ``error=<name>``: answer 500;
+``hang=<name>``: send nothing, not even the headers, for 30 s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,11 +31,13 @@ from starlette.routing import Route
 
 
 class ServerThread:
-    """Runs an ASGI app with uvicorn on 127.0.0.1 (free port) in its own thread and event loop."""
+    """Runs an ASGI app with uvicorn on 127.0.0.1 (free port) in its own thread and event loop; ``config``
+    instead of ``app``: that exact uvicorn configuration (e.g. ``Router.server_config``, as ``route serve``)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any = None, *, config: uvicorn.Config | None = None) -> None:
         self.server = uvicorn.Server(
-            uvicorn.Config(
+            config
+            or uvicorn.Config(
                 app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", access_log=False
             )
         )
@@ -92,6 +102,10 @@ class Upstream:
         mode = request.headers.get("x-test-mode", "")
         if mode == f"fail={self.name}":
             return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
+        if mode == f"error={self.name}":
+            return JSONResponse({"error": {"message": "engine failed"}}, status_code=500)
+        if mode == f"hang={self.name}":
+            await asyncio.sleep(30)
         if not body.get("stream"):
             return JSONResponse({"id": "x", "served_by": self.name, "choices": [{"text": "hi"}]})
 
@@ -113,3 +127,56 @@ class Upstream:
                 raise
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+
+class EngineProcess:
+    """A real ``capstan enginesim serve`` child (one replica, preset ``tiny-test``) on a free port: a process the
+    tests can freeze (SIGSTOP) and thaw (SIGCONT)."""
+
+    def __init__(self, model: str = "m", *extra: str) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        code = "import sys; from capstan.cli.main import main; main(sys.argv[1:])"
+        self.args = [sys.executable, "-c", code, "enginesim", "serve", "--port", str(self.port),
+                     "--preset", "tiny-test", "--model", model, *extra]  # fmt: skip
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> EngineProcess:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while True:  # NOTE: bounded by the deadline
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"enginesim exited: {err[-500:]}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("enginesim did not start")
+            time.sleep(0.2)
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics", timeout=5).text
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)

@@ -43,3 +43,21 @@ def test_route_index_bench_smoke(tmp_path: Path) -> None:
     assert data["entries"] > 0 and data["match_us"]["p99"] > 0
     assert set(data["bytes_per_entry"]) == {"precise", "approximate"}
     assert (tmp_path / "route_index_match.png").stat().st_size > 0
+
+
+def test_route_soak_bench_smoke(tmp_path: Path) -> None:
+    proc = run_smoke("route_soak.py", tmp_path)
+    assert "file descriptors back to the baseline" in proc.stdout
+    data = json.loads((tmp_path / "route_soak.json").read_text())
+    assert data["requests"] > 0 and data["statuses"].get("200", 0) > 0
+    assert "500" not in data["statuses"] and not data["undocumented_5xx"]
+    assert set(data["statuses"]) <= {"200", "502", "503", "504"}
+    assert not data["client_errors"]  # the gateway never dropped a client's connection
+    assert (
+        "cut (no [DONE], no error event)" not in data["streams"]
+    )  # every stream ends cleanly or with an event
+    kinds = {kind for _, kind, _ in data["events"]}
+    assert {"kill", "restart", "freeze", "thaw"} <= kinds
+    assert data["end"]["fds"] <= data["baseline"]["fds"]
+    assert data["end"]["conns"] <= data["baseline"]["conns"]
+    assert (tmp_path / "route_soak.png").stat().st_size > 0

@@ -62,3 +62,15 @@ def test_caches_are_bounded() -> None:
         h.token_ids({"messages": [{"role": "user", "content": f"m{i}"}]})
         h.block_hashes(list(range(i, i + 64)))
     assert len(h._pieces) <= 2 and len(h._blocks) <= 4
+
+
+def test_the_pieces_cache_is_bounded_by_the_tokens_it_holds() -> None:
+    h = PromptHasher(max_piece_tokens=1000)
+    for i in range(50):  # 50 messages of about 200 tokens each: a count of 100,000 pieces would keep them all
+        body = {"messages": [{"role": "user", "content": " ".join(f"m{i}w{j}" for j in range(200))}]}
+        assert h.token_ids(body) == HASHER.token_ids(body)  # same ids, cached or not
+        assert sum(len(ids) for ids in h._pieces.values()) <= 1000
+    held = set(h._pieces)
+    huge = {"messages": [{"role": "user", "content": "x " * 2000}]}  # over 1/4 of the budget: not cached
+    assert h.token_ids(huge) == HASHER.token_ids(huge)
+    assert set(h._pieces) <= held

@@ -1,6 +1,6 @@
-"""Fuzzing the gateway's HTTP surface in-process (ASGI, no network): it never answers 5xx other than 503 for
-well-formed requests with no healthy endpoint, and every error has OpenAI's shape. Cases hypothesis found are kept
-as explicit examples."""
+"""Fuzzing the gateway's HTTP surface in-process (ASGI, no network) over the whole input space (``_bodies``): it
+never answers 5xx other than 503 (no healthy endpoint, for the requests it accepts), and every error has OpenAI's
+shape. Cases hypothesis found are kept as explicit examples."""
 
 from __future__ import annotations
 
@@ -16,34 +16,13 @@ from capstan.config import load_model
 from capstan.route import Endpoint, RouteConfig
 from capstan.route._proxy import Router, validate_body
 
-pytestmark = pytest.mark.unit
+from ._bodies import Raw, any_bodies, deep, encode
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=12,
-)
-message = st.fixed_dictionaries(
-    {"role": st.sampled_from(["user", "system", "assistant"]) | json_values},
-    optional={"content": st.text(max_size=50) | json_values},
-)
-bodies = st.fixed_dictionaries(
-    {},
-    optional={
-        "model": st.sampled_from(["m", "other"]) | json_values,
-        "messages": st.lists(message, max_size=3) | json_values,
-        "prompt": st.text(max_size=50) | st.lists(st.integers(0, 1000), max_size=40) | json_values,
-        "stream": st.booleans() | json_values,
-        "max_tokens": st.integers(-5, 50) | json_values,
-        "cache_salt": st.text(max_size=5) | json_values,
-    },
-)
+pytestmark = pytest.mark.unit
 
 
 def make_router() -> Router:
-    cfg = load_model(RouteConfig, {"proxy": {"max_body_bytes": 2000}}, "test")
+    cfg = load_model(RouteConfig, {"proxy": {"max_body_bytes": 64 * 1024}}, "test")
     router = Router(cfg)
     # No monitor running: the endpoint stays unhealthy, so a valid request ends in 503.
     router.monitor.endpoints = (Endpoint("e0", "http://127.0.0.1:9", ("m",)),)
@@ -64,16 +43,33 @@ def check(resp: httpx.Response) -> None:
     err = resp.json()["error"]
     assert isinstance(err["message"], str) and err["message"]
     assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == ("invalid_request_error" if resp.status_code < 500 else "server_error")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]), body=bodies)
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]), body=any_bodies)
 @example(path="/v1/chat/completions", body={"model": "m", "messages": [{"role": "user", "content": [1]}]})
 @example(path="/v1/chat/completions", body={"model": "m", "messages": [{"role": "user", "content": {}}]})
 @example(path="/v1/completions", body={"model": "m", "prompt": [True]})
 @example(path="/v1/completions", body={"model": "m", "prompt": [], "max_tokens": True})
-async def test_json_bodies_never_break_the_router(path: str, body: dict[str, Any]) -> None:
-    check(await post(path, json.dumps(body).encode()))
+@example(path="/v1/chat/completions", body=CHAT | {"x": deep(5000, "[")})  # RecursionError: 500
+@example(path="/v1/chat/completions", body=CHAT | {"x": deep(5000, "{")})
+@example(
+    path="/v1/completions", body={"model": "m", "prompt": [-1] * 16}
+)  # OverflowError packing uint32: 500
+@example(path="/v1/completions", body={"model": "m", "prompt": [2**32] * 16})
+@example(path="/v1/completions", body={"model": "m", "prompt": [2**70]})
+@example(
+    path="/v1/chat/completions", body=CHAT | {"stream": True, "stream_options": "x"}
+)  # AttributeError: 500
+@example(path="/v1/chat/completions", body=CHAT | {"cache_salt": "\ud800"})  # UnicodeEncodeError: 500
+@example(path="/v1/chat/completions", body=CHAT | {"temperature": float("nan")})
+@example(path="/v1/chat/completions", body=CHAT | {"temperature": Raw("1e999")})
+async def test_json_bodies_never_break_the_router(path: str, body: Any) -> None:
+    check(await post(path, encode(body)))
 
 
 @settings(max_examples=100, deadline=None)
@@ -81,8 +77,46 @@ async def test_json_bodies_never_break_the_router(path: str, body: dict[str, Any
 @example(raw=b"\xff\xfe")
 @example(raw=b'"just a string"')
 @example(raw=b"1e999999")
+@example(raw=b"[" * 100_000)
 async def test_arbitrary_bytes_never_break_the_router(raw: bytes) -> None:
     check(await post("/v1/chat/completions", raw))
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "needle"),
+    [
+        (CHAT | {"x": deep(5000, "[")}, None, "nested more than 200 levels"),
+        ({"model": "m", "prompt": [1, -1]}, "prompt[1]", "greater than or equal to 0"),
+        ({"model": "m", "prompt": [2**32]}, "prompt[0]", "less than or equal to 4294967295"),
+        (CHAT | {"stream_options": "x"}, "stream_options", "expected an object, but got a string"),
+        (CHAT | {"stream_options": {"include_usage": 1}}, "stream_options.include_usage", "a boolean"),
+        (CHAT | {"temperature": "hot"}, "temperature", "expected a number, but got a string"),
+        (CHAT | {"temperature": Raw("1e999")}, "temperature", "finite"),
+        (CHAT | {"temperature": float("nan")}, None, "invalid JSON"),
+        (CHAT | {"stop": 3}, "stop", "expected a string or an array"),
+        (CHAT | {"tools": [{"type": "function", "function": {}}]}, "tools[0].function.name", "Missing"),
+        (CHAT | {"n": "2"}, "n", "expected an integer, but got a string"),
+        (CHAT | {"seed": 2**80}, "seed", "less than or equal"),
+        (CHAT | {"logit_bias": []}, "logit_bias", "expected an object"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+            "messages[0].content[0].text",
+            "expected a string, but got an integer",
+        ),
+        (
+            {"model": "m", "messages": [{"role": "a", "tool_calls": "x"}]},
+            "messages[0].tool_calls",
+            "an array",
+        ),
+    ],
+)
+def test_each_wrong_field_is_named(body: dict[str, Any], param: str | None, needle: str) -> None:
+    kind = "completions" if "prompt" in body else "chat"
+    with pytest.raises(Exception) as info:
+        validate_body(encode(body), kind)  # type: ignore[arg-type]
+    rej = info.value
+    assert getattr(rej, "status", None) == 400
+    assert getattr(rej, "param", None) == param and needle in str(rej)
 
 
 def test_validation_accepts_the_openai_shapes() -> None:
@@ -95,3 +129,19 @@ def test_validation_accepts_the_openai_shapes() -> None:
     )
     validate_body(json.dumps({"model": "m", "prompt": [1, 2, 3], "stream": True}).encode(), "completions")
     validate_body(json.dumps({"model": "m", "prompt": ["a", "b"]}).encode(), "completions")
+    full = {
+        **CHAT,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+        "top_p": 0.9,
+        "max_completion_tokens": 5,
+        "stop": ["\n"],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "tool_choice": "auto",
+        "response_format": {"type": "json_object"},
+        "logit_bias": {"50256": -100},
+        "seed": -1,
+        "vendor_extension": {"anything": [1, "x", None]},  # unknown fields pass through, as vLLM lets them
+    }
+    assert validate_body(json.dumps(full).encode(), "chat") == full
