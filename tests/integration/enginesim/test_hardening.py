@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from capstan.enginesim import LatencyModel, Replica, ReplicaSpec, running_replicas
+from tests.integration._slow_clients import unfinished_requests_answers
 
 pytestmark = pytest.mark.integration
 
@@ -113,26 +114,10 @@ def test_bad_bodies_get_400_and_the_kept_alive_connection_stays_usable(replica: 
     conn.close()
 
 
-def _read_until_closed(s: socket.socket) -> bytes:
-    data = b""
-    while True:  # ends at EOF; a server that never closes fails the test through the socket timeout
-        chunk = s.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-
-
 def test_clients_that_do_not_finish_sending_are_dropped(replica: Replica) -> None:
     addr = ("127.0.0.1", replica.bound_port)
-    with socket.create_connection(addr, timeout=15) as s:  # connects, sends nothing
-        assert _read_until_closed(s) == b""
-    with socket.create_connection(addr, timeout=15) as s:  # half a request head
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty")
-        assert _read_until_closed(s) == b""
-    with socket.create_connection(addr, timeout=15) as s:  # the head, and never the body
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
-        answer = _read_until_closed(s)
-        assert answer.startswith(b"HTTP/1.1 408 ") and b"did not arrive within 0.5 s" in answer
+    answer = unfinished_requests_answers(addr, "/v1/completions")
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"did not arrive within 0.5 s" in answer
 
 
 def test_a_client_that_leaves_a_non_streaming_request_frees_its_sequence(replica: Replica) -> None:
