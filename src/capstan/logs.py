@@ -6,10 +6,13 @@ Nothing here runs at import time; the CLI calls :func:`configure_logging` once p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from capstan.redact import RedactingFilter
@@ -55,3 +58,20 @@ def configure_logging(level: str = "INFO", *, json_output: bool | None = None) -
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+
+
+@contextlib.contextmanager
+def logging_to_file(path: Path) -> Iterator[None]:
+    """While the block runs, the ``capstan`` loggers write JSON lines (redacted) to ``path`` instead of their
+    handlers, so that a command printing tables (``capstan demo``) is not interleaved with log lines."""
+    root = logging.getLogger("capstan")
+    saved = root.handlers[:]
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.addFilter(RedactingFilter())
+    handler.setFormatter(JsonFormatter())
+    root.handlers[:] = [handler]
+    try:
+        yield
+    finally:
+        root.handlers[:] = saved
+        handler.close()

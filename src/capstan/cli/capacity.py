@@ -6,10 +6,12 @@ write PNG plots. All decisions live in the package.
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -104,6 +106,58 @@ def resolve_node_types(trace: str, nodes: Path | None, boot: Delay, gpu_ready: D
     ):
         return read_openb_nodes(sibling, boot, gpu_ready)
     return inference_node_types(boot, gpu_ready)
+
+
+HEADLINE_PEERS = ("cluster-autoscaler", "oracle")
+"""The policies every headline figure is compared with: today's tool and what knowing the future would allow."""
+
+
+def _ratio(value: float, peer: float | None) -> str:
+    if peer is None:
+        return "—"
+    if peer == 0:
+        return "—" if value else "1.00×"
+    return f"{value / peer:.2f}×"
+
+
+def headline_table(summaries: list[Summary], title: str) -> Table:
+    """The few figures that say whether the planner is better: idle GPU-hours, the p99 pending time and the cost,
+    each beside its ratio to the cluster-autoscaler and to the oracle when they ran (``--wide``: everything)."""
+    by_name = {s.policy: s for s in summaries}
+    figures: tuple[tuple[str, Callable[[Summary], float], str], ...] = (
+        ("idle GPU-h", lambda s: s.idle_total, "{:,.0f}"),
+        ("pending p99 (s)", lambda s: s.pending["total"][2], "{:,.0f}"),
+        ("cost $", lambda s: s.cost, "{:,.0f}"),
+    )
+    peers = [p for p in HEADLINE_PEERS if p in by_name]
+    table = Table(title=title, caption="--wide: every figure; --json FILE: all of them as JSON")
+    table.add_column("policy", no_wrap=True)
+    for name, _, _ in figures:
+        table.add_column(name, justify="right")
+        for peer in peers:
+            table.add_column(f"÷ {'CA' if peer == 'cluster-autoscaler' else peer}", justify="right")
+    table.add_column("unplaced", justify="right")
+    for s in summaries:
+        cells = [s.policy]
+        for _, get, fmt in figures:
+            cells.append(fmt.format(get(s)))
+            cells.extend(_ratio(get(s), get(by_name[peer])) for peer in peers)
+        cells.append(str(s.unplaced))
+        table.add_row(*cells)
+    return table
+
+
+def summaries_json(summaries: list[Summary], title: str) -> dict[str, Any]:
+    """Every figure of every policy, as ``--json`` writes it."""
+    import dataclasses
+
+    return {
+        "title": title,
+        "policies": [
+            dataclasses.asdict(s) | {"idle_total": s.idle_total, "allocation_rate": s.allocation_rate}
+            for s in summaries
+        ],
+    }
 
 
 def summary_table(summaries: list[Summary], title: str) -> Table:
@@ -281,6 +335,10 @@ def simulate(
         "moves them, and one evicted anyway runs again from the start.",
     ),
     out: Path = typer.Option(Path("capacity-out"), "--out", help="Directory for PNG plots."),
+    wide: bool = typer.Option(
+        False, "--wide", help="Print every figure (idle by cause, pending by stage, churn, run time)."
+    ),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write every figure to this JSON file."),
 ) -> None:
     """Replay a trace against capacity policies: idle GPU-hours by cause, pending time by stage, cost, churn."""
     from capstan.capacity import (
@@ -340,6 +398,8 @@ def simulate(
             raise UserError(
                 f"--not-safe-to-evict {qos}: unknown QoS class; choose from {', '.join(OPENB_QOS)}"
             )
+    if json_path is not None and not json_path.parent.is_dir():  # said before the replay, not after it
+        raise UserError(f"--json {json_path}: no directory {json_path.parent}")
     if not replica_rps > 0 or not math.isfinite(replica_rps):  # NaN fails too
         raise UserError(f"--replica-rps {replica_rps}: must be a finite number > 0")
     if not window > 0 or not math.isfinite(window):
@@ -356,7 +416,12 @@ def simulate(
     types = resolve_node_types(trace, nodes, boot, ready)
     title = f"{workload.name}: {len(workload.pods)} pods, {len(types)} node types, boot {boot.a:.0f}s + GPU {ready.a:.0f}s"
     summaries = _run(workload, types, policy, seed, console, "simulating", planner, buffer, intervals)
-    console.print(summary_table(summaries, title))
+    console.print(summary_table(summaries, title) if wide else headline_table(summaries, title))
+    if json_path is not None:
+        try:
+            json_path.write_text(json.dumps(summaries_json(summaries, title), indent=1) + "\n")
+        except OSError as exc:
+            raise UserError(f"--json {json_path}: cannot write ({exc.strerror or exc})") from None
     if "ca-buffer" in policy:
         console.print(buffer_line(workload, types, buffer))
     for s in summaries:

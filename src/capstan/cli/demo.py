@@ -215,7 +215,7 @@ async def restarts_and_history_step(
             await kube.patch(
                 resources.DEPLOYMENTS,
                 "llm",
-                {"metadata": {"annotations": {"capstan.dev/demo-edit": str(int(time.time()))}}},
+                {"metadata": {"annotations": {"capstan.io/demo-edit": str(int(time.time()))}}},
                 namespace=NAMESPACE,
             )
             await asyncio.sleep(1)
@@ -251,38 +251,68 @@ async def restarts_and_history_step(
     store.close()
 
 
-def _run_cli(console: Console, args: list[str]) -> None:
+def _run_cli(console: Console, args: list[str], log: Path) -> None:
+    """Runs ``capstan ARGS`` as a child process: its tables on the console, its log lines appended to ``log``."""
     import subprocess
     import sys
 
     console.print(f"[dim]$ capstan {' '.join(args)}[/]")
-    proc = subprocess.run([sys.executable, "-m", "capstan.cli.main", *args], check=False, timeout=900)
+    with log.open("a", encoding="utf-8") as stderr:
+        proc = subprocess.run(
+            [sys.executable, "-m", "capstan.cli.main", *args], check=False, timeout=900, stderr=stderr
+        )
     if proc.returncode != 0:
-        raise RuntimeError(f"capstan {args[0]} {args[1]} exited with {proc.returncode}")
+        raise RuntimeError(f"capstan {args[0]} {args[1]} exited with {proc.returncode} (its log: {log})")
 
 
-def _traces() -> Path:
-    return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "traces"
+CAPACITY_TRACE = Path("alibaba-openb-2023", "openb_pod_list_default.csv")
+ROUTING_TRACE = Path("mooncake-fast25", "conversation_trace.jsonl")
 
 
-async def capacity_step(console: Console, out: Path) -> None:
-    trace = _traces() / "alibaba-openb-2023" / "openb_pod_list_default.csv"
+def packaged_data_dir() -> Path:
+    """The samples shipped with Capstan (``capstan/_demo_data``: the head of each public trace, PROVENANCE.md)."""
+    return Path(__file__).resolve().parents[1] / "_demo_data"
+
+
+def demo_traces(data_dir: Path) -> tuple[Path, Path]:
+    """The capacity and routing traces under ``data_dir``, or a :class:`UserError` naming the first one missing."""
+    from capstan.errors import UserError
+
+    found = []
+    for rel in (CAPACITY_TRACE, ROUTING_TRACE):
+        path = data_dir / rel
+        if not path.is_file():
+            raise UserError(f"--data-dir {data_dir}: no {rel} (the layout of capstan/_demo_data)")
+        found.append(path)
+    return found[0], found[1]
+
+
+async def capacity_step(console: Console, trace: Path, out: Path, log: Path) -> None:
     _run_cli(console, ["capacity", "simulate", "--trace", str(trace), "--max-pods", "1500",
                        "--policy", "capstan", "--policy", "cluster-autoscaler", "--policy", "oracle",
-                       "--out", str(out)])  # fmt: skip
+                       "--out", str(out)], log)  # fmt: skip
 
 
-async def routing_step(console: Console) -> None:
-    trace = _traces() / "mooncake-fast25" / "conversation_trace.jsonl"
-    _run_cli(console, ["route", "simulate", "--trace", str(trace), "--limit", "400", "--replicas", "8"])
+async def routing_step(console: Console, trace: Path, log: Path) -> None:
+    _run_cli(console, ["route", "simulate", "--trace", str(trace), "--limit", "400", "--replicas", "8"], log)
 
 
 @app.callback()
 def demo(
     directory: Path | None = typer.Option(None, "--dir", help="Sandbox state directory."),
+    data_dir: Path | None = typer.Option(
+        None,
+        "--data-dir",
+        envvar="CAPSTAN_DEMO_DATA",
+        help="Directory of the demo's traces (alibaba-openb-2023/openb_pod_list_default.csv, "
+        "mooncake-fast25/conversation_trace.jsonl); default: the samples shipped with Capstan.",
+    ),
 ) -> None:
     """Bring up the local cluster and run every capability that has landed."""
+    from capstan.logs import logging_to_file
     from capstan.sandbox import Sandbox, SandboxSpec, build_toolchain, default_state_dir, find_toolchain
+
+    capacity_trace, routing_trace = demo_traces(data_dir or packaged_data_dir())
 
     console = Console()
     toolchain = find_toolchain()
@@ -294,6 +324,8 @@ def demo(
     kubeconfig = Path(state.kubeconfig)
 
     log_dir = box.directory / "pod-logs"
+    log = box.directory / "demo.log"
+    log.write_text("")
     steps: list[tuple[str, Callable[[], Coroutine[Any, Any, None]]]] = [
         ("cluster: workloads and kubelet-like failures", lambda: cluster_step(console, kubeconfig, log_dir)),
         (
@@ -302,20 +334,25 @@ def demo(
         ),
         (
             "GPU capacity: the planner against the cluster-autoscaler on the Alibaba trace",
-            lambda: capacity_step(console, box.directory / "capacity-out"),
+            lambda: capacity_step(console, capacity_trace, box.directory / "capacity-out", log),
         ),
-        ("cache-aware routing on the Mooncake trace (virtual clock)", lambda: routing_step(console)),
+        (
+            "cache-aware routing on the Mooncake trace (virtual clock)",
+            lambda: routing_step(console, routing_trace, log),
+        ),
     ]
     failed = []
-    for title, step in steps:
-        console.rule(title)
-        try:
-            asyncio.run(step())
-        except Exception as exc:  # one failing step never stops the others
-            failed.append(title)
-            console.print(f"[red]step failed:[/] {exc}")
-            console.print(traceback.format_exc(limit=3), markup=False)
+    with logging_to_file(log):  # log lines go to the file, not between the tables
+        for title, step in steps:
+            console.rule(title)
+            try:
+                asyncio.run(step())
+            except Exception as exc:  # one failing step never stops the others
+                failed.append(title)
+                console.print(f"[red]step failed:[/] {exc}")
+                console.print(traceback.format_exc(limit=3), markup=False)
     console.rule("where to look")
+    console.print(f"the demo's log lines: {log}")
     console.print(f"export KUBECONFIG={kubeconfig}")
     console.print(f"kubectl binary: {toolchain.binary('kubectl')}")
     console.print("capstan sandbox status | capstan sandbox down")

@@ -111,6 +111,11 @@ def simulate_cmd(
     kv_tokens: int | None = typer.Option(None, "--kv-tokens", help="KV capacity per replica in tokens."),
     limit: int | None = typer.Option(None, "--limit", help="Only the first N requests."),
     time_scale: float = typer.Option(1.0, "--time-scale", help="Divide arrival times (> 1: more load)."),
+    baseline: bool = typer.Option(
+        True,
+        "--baseline/--no-baseline",
+        help="Also replay round-robin (no prefix index) and show the pooled-cache reference, to compare with.",
+    ),
 ) -> None:
     """Replay a trace through the scheduler and simulated engines on a virtual clock; print a table."""
     from rich.console import Console
@@ -135,14 +140,28 @@ def simulate_cmd(
         if config
         else [("default", SchedulerConfig())]
     )
+    if baseline:
+        policies.append(
+            (
+                "round-robin",
+                SchedulerConfig.model_validate(
+                    {"prefix": {"kind": "none"}, "picker": {"type": "round-robin"}}
+                ),
+            )
+        )
     pooled = pooled_cache_reference(reqs, blocks * replicas).hit_ratio
     bound = pooled_cache_reference(reqs, None).hit_ratio
+    results = [(name, simulate(reqs, sched_cfg, engine, replicas, name=name)) for name, sched_cfg in policies]
+    rr = results[-1][1] if baseline else None
     table = Table(title=f"{len(reqs)} requests, {replicas} × {blocks * 16:,} KV tokens, preset {preset}")
-    for col in ("policy", "hit", "hit/pooled", "TTFT p50", "TTFT p90", "busiest prefill/mean", "GPU-s/req"):
-        table.add_column(col)
-    for name, sched_cfg in policies:
-        r = simulate(reqs, sched_cfg, engine, replicas, name=name)
-        table.add_row(
+    cols = ["policy", "hit", "÷ pooled", "TTFT p50", "TTFT p90", "prefill max/mean", "GPU-s/req"]
+    for col in cols + (["÷ round-robin"] if rr else []):
+        if col == "policy":
+            table.add_column(col, no_wrap=True)
+        else:
+            table.add_column(col, justify="right")
+    for name, r in results:
+        row = [
             name,
             f"{r.hit_ratio:.3f}",
             f"{r.hit_ratio / pooled:.2f}" if pooled else "-",
@@ -150,6 +169,16 @@ def simulate_cmd(
             f"{percentile(r.ttft, 90):.2f}s",
             f"{r.prefill_imbalance:.2f}",
             f"{r.gpu_seconds_per_request:.2f}",
-        )
-    Console().print(table)
-    Console().print(f"pooled-cache reference {pooled:.3f}, infinite-cache bound {bound:.3f}")
+        ]
+        if rr is not None:
+            gpu_rr = rr.gpu_seconds_per_request
+            row.append(f"{r.gpu_seconds_per_request / gpu_rr:.2f}×" if gpu_rr else "-")
+        table.add_row(*row)
+    if baseline:
+        # what one cache shared by every replica (same total size, LRU in arrival order) would reuse
+        table.add_row("pooled reference", f"{pooled:.3f}", "1.00", *(["—"] * (len(cols) - 3 + 1)))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)  # readable in logs and pipes, where Rich would assume 80 columns
+    console.print(table)
+    console.print(f"pooled-cache reference {pooled:.3f}, infinite-cache bound {bound:.3f}")

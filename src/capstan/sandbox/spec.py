@@ -19,7 +19,7 @@ from capstan.config import StrictModel, load_file
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_ANNOTATION_VALUE = "fake"
 GPU_RESOURCE = "nvidia.com/gpu"
-POOL_LABEL = "capstan.dev/node-pool"
+POOL_LABEL = "capstan.io/node-pool"
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h))+$")

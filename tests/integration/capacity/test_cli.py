@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,7 @@ def test_simulate_openb_prints_table_and_writes_plots(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "capstan" in r.stdout and "cluster-autoscaler" in r.stdout and "static" in r.stdout
     assert "idle" in r.stdout and "cost" in r.stdout
+    assert "÷ CA" in r.stdout and "launches" not in r.stdout  # the headline; the breakdown is --wide's
     assert "conservation check failed" not in r.stdout
     for name in ("idle_gpu_hours.png", "pending_p99.png", "cost_allocation.png"):
         assert (out / name).stat().st_size > 1000
@@ -238,3 +240,21 @@ def test_the_controller_intervals_and_repack_orders_are_options_and_bad_ones_are
     assert_one_line_exit_2(
         capstan(*args, "--repack-orders", "two"), "--repack-orders two: expected 'both' or 'one'"
     )
+
+
+def test_wide_prints_every_figure_and_json_keeps_them(tmp_path: Path) -> None:
+    out = tmp_path / "summary.json"
+    r = capstan("--trace", "synthetic:agentic:0.1", "--policy", "capstan", "--policy", "oracle", "--wide",
+                "--json", str(out), "--out", str(tmp_path))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (
+        "launches" in r.stdout and "drains" in r.stdout and "÷" not in r.stdout
+    )  # headers wrap: one word each
+    data = json.loads(out.read_text())
+    assert [p["policy"] for p in data["policies"]] == ["capstan", "oracle"]
+    assert {"idle", "pending", "cost", "launches", "drains", "moves", "unplaced"} <= set(data["policies"][0])
+
+
+def test_json_into_a_directory_that_does_not_exist_is_one_line_before_the_replay(tmp_path: Path) -> None:
+    r = capstan("--trace", "synthetic:agentic:0.1", "--json", str(tmp_path / "no" / "such.json"))
+    assert_one_line_exit_2(r, "--json")

@@ -40,6 +40,25 @@ def test_simulate_prints_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[s
     main(["route", "simulate", "--trace", str(trace), "--replicas", "2", "--preset", "tiny-test"])
     out = capsys.readouterr().out
     assert "pooled-cache reference" in out and "default" in out
+    # beside round-robin and the pooled reference, with the GPU time as a ratio to round-robin's
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.startswith("│")}
+    assert set(rows) == {"default", "round-robin", "pooled reference"}
+    assert rows["round-robin"].rstrip(" │").endswith("1.00×") and "÷ round-robin" in out
+    main(
+        [
+            "route",
+            "simulate",
+            "--trace",
+            str(trace),
+            "--replicas",
+            "2",
+            "--preset",
+            "tiny-test",
+            "--no-baseline",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "round-robin" not in out and "pooled reference" not in out and "default" in out
 
 
 _ONE = "endpoints:\n  - {name: a, url: 'http://127.0.0.1:8100'}\n"
