@@ -148,11 +148,8 @@ class PlannerConfig:
     headroom_wait_share: float = 0.2
     """The wait as a share of one boot plus GPU-ready delay (:func:`headroom_wait`), so it scales with the boot.
 
-    NOTE: a fixed wait is a larger share of a short boot: 60 s at a 3-minute boot let p99 reach 53 s against the
-    p99 goal's 56 s, while at 6 to 15 minutes a fifth of the boot left p99 at 1 s. With a fifth on openb default
-    (docs/benchmarks.md) idle time falls at every boot delay from 3 to 15 minutes, and cost at all but 15
-    (+0.3 %); at 5 minutes 0.378× CA's idle time and 1.041× the oracle's cost instead of 0.390× and 1.049×,
-    with p99 16 s instead of 1 s (41 s instead of 16 s at 3 minutes, against the goal's 56 s)."""
+    NOTE: a fixed wait is a larger share of a short boot than of a long one; a share keeps the pods that wait for
+    an in-flight node waiting the same part of every boot. How it was chosen: docs/benchmarks-history.md."""
     max_headroom_nodes: int = 8
     max_phantoms: int = 32
     """At most this many forecast pods (largest first) are replayed for headroom: bounds the decision's cost."""
@@ -185,14 +182,12 @@ class PlannerConfig:
     """A node launched or kept empty for nothing but a headroom phantom limited to some GPU models has at most this
     many times the GPUs the phantom asks for, unless it costs no more than a type within that (0: no node is
     launched or kept for such phantoms alone; they hold free room on nodes in use or already held;
-    ``math.inf``: no limit, the behaviour before the limit).
+    ``math.inf``: no limit).
 
     NOTE: a scarce model often comes only in large nodes (openb's G2 and G3 nodes, the synthetic trace's A100
-    nodes, have 8 GPUs each), and the pinned pods of a forecast window seldom come back at the same hour. With
-    the limit (and pinned phantoms placed first, :meth:`PlanCache.phantoms`) Capstan's cost fell 5.9-9.4 % on openb
-    gpuspec20 (boot delays of 3 to 15 minutes) and 16 % on the synthetic trace, its idle GPU-hours 8-13 % and
-    17 %; more pinned pods waited a boot at most delays (up to +18 %, at 9 minutes). The exception for a node
-    that costs no more than one within the limit: openb's 4-GPU T4 node costs less than its 2-GPU one.
+    nodes, have 8 GPUs each), and the pinned pods of a forecast window seldom come back at the same hour, so a
+    large node held for one pinned phantom mostly idles. The exception for a node that costs no more than one
+    within the limit: openb's 4-GPU T4 node costs less than its 2-GPU one. What the limit does to cost and waits:
     docs/benchmarks.md, "Headroom for pods pinned to GPU models"."""
 
 
