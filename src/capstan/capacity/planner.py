@@ -891,7 +891,7 @@ def _make_room(w: _Work, pod: Pod, max_moves: int) -> tuple[_Bin, Assignment] | 
     few times per replay, for 4-GPU tasks, and across 16 seeds of boot delays drawn within ±10 % it made Capstan
     cheaper on 13 and turned all three of issue 5's goals at a 5-minute boot from 8 seeds of 16 into 16 of 16,
     measured before the repack changes of commit b50e3b0 and against the oracle of that code
-    (docs/benchmarks.md, "Making room for a pending pod", "Goal verdicts across seeds"). The pods moved off the
+    (docs/benchmarks.md, "Making room for a pending pod"; the seeds: docs/benchmarks-history.md). The pods moved off the
     freed node take free room, often the headroom's, which the same plan replaces.
     """
     ok = w.ok_types(pod)
@@ -961,7 +961,8 @@ def _repack_waste(w: _Work, nt: NodeType, gpus_free: float, cpu_free: int) -> fl
     NOTE: with only nodes that had free GPUs as candidates, a full node of dear GPUs was never repacked: on
     openb default two pods that ran for about 90 days held a 2-GPU P100 node (2.99 a GPU an hour against the T4
     node's 1.50) for 89 days. With these candidates too, Capstan cost 9.9 % less on openb default at 5
-    minutes and 2.7 % less on gpuspec20, with the repack type chosen with the arrival mix (docs/benchmarks.md)."""
+    minutes and 2.7 % less on gpuspec20, with the repack type chosen with the arrival mix
+    (docs/benchmarks-history.md, "GPU capacity")."""
     if nt.gpu:
         waste = nt.price_per_hour - (nt.gpu - gpus_free) * w.cache.gpu_price
         return waste if waste > 1e-6 else None
@@ -994,7 +995,7 @@ def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool
     NOTE: chosen for the group's pods alone (the rule until 2026-12-01), a repack took the cheapest
     type those pods fit, often a 2-GPU P100 node a cent an hour cheaper than a 4-GPU T4 one, and the next
     arrivals found no room: on openb default at 5 minutes (this change alone) Capstan cost 1.1 % more and moved 5,092 pods
-    instead of 812, and the oracle, which packs the same way, cost 11 % more (docs/benchmarks.md).
+    instead of 812, and the oracle, which packs the same way, cost 11 % more (docs/benchmarks-history.md).
     """
     exclude = frozenset(b.id for b in group)
     pods = sorted((p for b in group for p in w.views[b.id].bound), key=_queue_key)
