@@ -5,7 +5,8 @@ imports the limit from here (``limit("capacity.cost_vs_oracle")``), and ``bench/
 every goal has a row in the goal table at the top of docs/benchmarks.md, so a goal added here without a
 figure in the report, or a row left behind for a goal removed here, fails a unit test.
 
-A goal's ``key`` is the id its row carries in that table. ``limit`` is the number a bench compares with,
+A goal's ``key`` is the id its row carries in that table, and its ``statement`` is that row's goal cell, word
+for word (Markdown; ``bench/goal_table.py --write`` copies it there). ``limit`` is the number a bench compares with,
 in ``unit``, kept as the type the benches print (``300``, not ``300.0``); ``None`` where the goal is not one
 number (a comparison with peers, a property such as "no 5xx").
 """
@@ -31,7 +32,7 @@ GOALS: tuple[Goal, ...] = (
     Goal(
         "sandbox.startup",
         "sandbox",
-        "Sandbox.up (binaries built) to a schedulable cluster ≤ 30 s",
+        "`Sandbox.up` (binaries built) to a schedulable cluster ≤ 30 s",
         "sandbox_startup.py",
         30,
         "s",
@@ -66,7 +67,7 @@ GOALS: tuple[Goal, ...] = (
     Goal(
         "route.mooncake_hit",
         "cache-aware routing",
-        "Mooncake: hit ratio ≥ 0.95 × the pooled-cache reference at every capacity, busiest prefill ≤ 1.2× mean",
+        "Mooncake: hit ratio ≥ 95 % of the pooled-cache reference at every capacity, busiest prefill ≤ 1.2× mean",
         "route_sim.py",
         0.95,
         "× pooled",

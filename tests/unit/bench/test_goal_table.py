@@ -82,3 +82,24 @@ def test_a_row_with_a_stray_cell_fails(tmp_path: Path) -> None:
     proc = check(doc)
     assert proc.returncode == 1
     assert "(sandbox.startup): 9 cells, the header has 8" in proc.stdout
+
+
+def test_a_goal_cell_that_is_not_the_statement_fails_and_write_copies_it(tmp_path: Path) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    statement = "one object's timeline ≤ 20 ms with 1M records stored"
+    assert text.count(f"| {statement} |") == 1
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(text.replace(f"| {statement} |", "| timelines are fast |"), encoding="utf-8")
+    proc = check(doc)
+    assert proc.returncode == 1
+    assert "(history.timeline): the goal cell is not the statement in bench/goals.py" in proc.stdout
+    written = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "goal_table.py"), "--doc", str(doc), "--write"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert written.returncode == 0, written.stdout + written.stderr
+    assert doc.read_text(encoding="utf-8") == text
