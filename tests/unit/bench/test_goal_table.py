@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench.goals import GOALS, goal, limit
 
 pytestmark = pytest.mark.unit
 
@@ -103,3 +104,16 @@ def test_a_goal_cell_that_is_not_the_statement_fails_and_write_copies_it(tmp_pat
     )
     assert written.returncode == 0, written.stdout + written.stderr
     assert doc.read_text(encoding="utf-8") == text
+
+
+def test_each_goal_names_a_bench_that_exists_and_its_limit_keeps_its_type() -> None:
+    assert len({g.key for g in GOALS}) == len(GOALS)
+    for g in GOALS:
+        assert (ROOT / "bench" / g.bench).is_file(), g
+        assert "|" not in g.statement, g
+    assert goal("history.api_memory").limit == 300 and isinstance(limit("history.api_memory"), int)
+    assert limit("capacity.cost_vs_oracle") == 1.05
+    with pytest.raises(KeyError, match=r"no goal 'made\.up'"):
+        goal("made.up")
+    with pytest.raises(KeyError, match="has no numeric limit"):
+        limit("route.ttft_p90_vs_peers")
