@@ -36,6 +36,7 @@ from capstan.capacity import (
 )
 from capstan.capacity.planner import _plan_once
 from capstan.capacity.traces import read_openb_pods
+from goals import limit
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENB = ROOT / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
@@ -102,7 +103,7 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot([r["pods"] for r in rows], [r["median_ms"] for r in rows], marker="o")
-    ax.axhline(100, color="red", linestyle="--", label="goal at 1,000 pods")
+    ax.axhline(limit("capacity.decision_ms"), color="red", linestyle="--", label="goal at 1,000 pods")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("pending pods")

@@ -44,6 +44,7 @@ from capstan.capacity import (
     write_plots,
 )
 from capstan.capacity.traces import AgenticSpec, synthetic_agentic
+from goals import limit
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / ".." / "shared" / "data" / "traces"
@@ -156,8 +157,9 @@ def case(
     r["p99_empty_start_floor_s"] = floor
     r["p99_empty_start_floor_vs_ca"] = ratio(floor, summaries["cluster-autoscaler"].pending["total"][2])
     console.print(
-        f"  capstan/CA idle GPU-h {r['idle_vs_ca']:.3f}× (goal ≤ 0.4), p99 pending {r['p99_vs_ca']:.3f}× "
-        f"(goal ≤ 0.2), cost/oracle {r['cost_vs_oracle']:.3f}× (goal ≤ 1.05)\n"
+        f"  capstan/CA idle GPU-h {r['idle_vs_ca']:.3f}× (goal ≤ {limit('capacity.idle_vs_ca')}), "
+        f"p99 pending {r['p99_vs_ca']:.3f}× (goal ≤ {limit('capacity.p99_vs_ca')}), "
+        f"cost/oracle {r['cost_vs_oracle']:.3f}× (goal ≤ {limit('capacity.cost_vs_oracle')})\n"
         f"  bounds: the oracle's launches each paying the boot delay cost "
         f"{summaries['oracle'].cost + summaries['oracle'].boot_cost:,.0f} "
         f"({r['oracle_boot_paid_vs_oracle']:.3f}× the oracle); p99 of an autoscaler starting empty ≥ {floor:.0f} s "

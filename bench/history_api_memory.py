@@ -48,10 +48,11 @@ from rich.table import Table
 
 from capstan.sandbox.datastores import PostgresServer
 from capstan.store import INGEST_CACHE_KIB, open_store
+from goals import limit
 from history_ingest import load_query_dataset
 
 ROOT = Path(__file__).resolve().parent.parent
-GOAL_MB = 300
+GOAL_MB = limit("history.api_memory")
 PEER_REF = "8ead40a"  # main before bounded responses: one response holds up to 100,000 records
 PEER_MAX_PAGE = 100_000
 MAX_PAGE = 1000

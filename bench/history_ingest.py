@@ -42,6 +42,7 @@ from rich.table import Table
 from capstan.record import ObjectHistory
 from capstan.sandbox.datastores import PostgresServer
 from capstan.store import INGEST_CACHE_KIB, Batch, ObjectChange, Store, open_store
+from goals import limit
 
 ROOT = Path(__file__).resolve().parent.parent
 console = Console(width=160)
@@ -360,13 +361,13 @@ def main() -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     names = list(results["backends"])
     axes[0].bar(names, [results["backends"][n]["ingest_changes_per_s"] for n in names])
-    axes[0].axhline(10_000, color="red", linestyle="--", label="goal 10k/s (SQLite)")
+    axes[0].axhline(limit("history.ingest"), color="red", linestyle="--", label="goal 10k/s (SQLite)")
     axes[0].set_ylabel("changes/s")
     axes[0].set_title("ingest")
     axes[0].legend()
     for n in names:
         axes[1].hist(results["backends"][n]["latencies"]["timeline_ms"], bins=40, alpha=0.6, label=n)
-    axes[1].axvline(20, color="red", linestyle="--", label="goal 20 ms")
+    axes[1].axvline(limit("history.timeline"), color="red", linestyle="--", label="goal 20 ms")
     axes[1].set_xlabel("timeline query ms")
     axes[1].set_title(f"one object's timeline, {args.records:,} stored")
     axes[1].legend()

@@ -48,6 +48,7 @@ from capstan.kube import ApiError, KubeClient, resources
 from capstan.notify import DEV_WEBHOOK_PATH, SlackReceiver, serve_in_thread
 from capstan.restarts import AIRWALLEX_PATTERN, CAPSTAN_PATTERN, account, messages_from_slack_receiver
 from capstan.sandbox import NodePool, Sandbox, SandboxSpec, require_toolchain
+from goals import limit
 
 NAMESPACE = "storm"
 DEFAULT_COLLECTOR = (
@@ -274,7 +275,7 @@ def plot(result: dict[str, Any], path: Path, args: argparse.Namespace) -> None:
     lat = result.get("latencies_s") or []
     if lat:
         left.step(lat, [(i + 1) / len(lat) for i in range(len(lat))], where="post")
-    left.axvline(2.0, color="red", linestyle="--", label="goal: p99 ≤ 2 s")
+    left.axvline(limit("restarts.latency_p99"), color="red", linestyle="--", label="goal: p99 ≤ 2 s")
     left.set_xlabel("injection → message received (s)")
     left.set_ylabel("fraction of individually reported restarts")
     left.set_title(f"{args.restarts} restarts over {args.pods} pods in {args.seconds:.0f} s")

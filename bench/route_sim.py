@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT.parent / "shared/data/traces/mooncake-fast25/conversation_trace.jsonl"
 console = Console(width=200)
 
-# The policies compared. Capstan's defaults come from the tuning runs recorded in docs/benchmarks.md.
+# The policies compared. Capstan's defaults: the tuning runs in docs/benchmarks.md and benchmarks-history.md.
 CAPSTAN_SCORERS = [{"type": "prefix", "weight": 3}, {"type": "prefill-cost", "weight": 1}]
 LLMD_SCORERS = [
     {"type": "prefix", "weight": 3},

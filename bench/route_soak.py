@@ -47,6 +47,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from goals import limit
+
 ROOT = Path(__file__).resolve().parent.parent
 CAPSTAN = [sys.executable, "-c", "import sys; from capstan.cli.main import main; main(sys.argv[1:])"]
 MODEL = "sim-model"
@@ -435,7 +437,7 @@ def report(data: dict[str, Any], out: Path) -> None:
         "no 5xx other than 502/503/504": not data["undocumented_5xx"],
         "file descriptors back to the baseline": e["fds"] <= b["fds"],
         "connections back to the baseline": e["conns"] <= b["conns"],
-        "RSS flat (second half grows < 5 %)": data["rss_growth_second_half"] < 0.05,
+        "RSS flat (second half grows < 5 %)": data["rss_growth_second_half"] < limit("route.soak"),
     }
     data["verdicts"] = verdicts
     for goal, ok in verdicts.items():

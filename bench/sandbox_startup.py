@@ -25,6 +25,7 @@ from rich.table import Table
 
 from capstan.kube import KubeClient, resources
 from capstan.sandbox import NodePool, Sandbox, SandboxSpec, require_toolchain
+from goals import limit
 
 PHASES = (
     "generating certificates",
@@ -127,7 +128,7 @@ def main() -> None:
             vals = [r[c] for r in results]
             ax.bar([f"run {i + 1}" for i in range(runs)], vals, bottom=bottom, label=c.removesuffix("_s"))
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-        ax.axhline(30, color="red", linestyle="--", linewidth=1, label="goal 30 s")
+        ax.axhline(limit("sandbox.startup"), color="red", linestyle="--", linewidth=1, label="goal 30 s")
         ax.set_ylabel("seconds")
         ax.legend(fontsize=8)
         fig.tight_layout()

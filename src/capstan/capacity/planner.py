@@ -148,11 +148,8 @@ class PlannerConfig:
     headroom_wait_share: float = 0.2
     """The wait as a share of one boot plus GPU-ready delay (:func:`headroom_wait`), so it scales with the boot.
 
-    NOTE: a fixed wait is a larger share of a short boot: 60 s at a 3-minute boot let p99 reach 53 s against the
-    p99 goal's 56 s, while at 6 to 15 minutes a fifth of the boot left p99 at 1 s. With a fifth on openb default
-    (docs/benchmarks.md) idle time falls at every boot delay from 3 to 15 minutes, and cost at all but 15
-    (+0.3 %); at 5 minutes 0.378× CA's idle time and 1.041× the oracle's cost instead of 0.390× and 1.049×,
-    with p99 16 s instead of 1 s (41 s instead of 16 s at 3 minutes, against the goal's 56 s)."""
+    NOTE: a fixed wait is a larger share of a short boot than of a long one; a share keeps the pods that wait for
+    an in-flight node waiting the same part of every boot. How it was chosen: docs/benchmarks-history.md."""
     max_headroom_nodes: int = 8
     max_phantoms: int = 32
     """At most this many forecast pods (largest first) are replayed for headroom: bounds the decision's cost."""
@@ -185,14 +182,12 @@ class PlannerConfig:
     """A node launched or kept empty for nothing but a headroom phantom limited to some GPU models has at most this
     many times the GPUs the phantom asks for, unless it costs no more than a type within that (0: no node is
     launched or kept for such phantoms alone; they hold free room on nodes in use or already held;
-    ``math.inf``: no limit, the behaviour before the limit).
+    ``math.inf``: no limit).
 
     NOTE: a scarce model often comes only in large nodes (openb's G2 and G3 nodes, the synthetic trace's A100
-    nodes, have 8 GPUs each), and the pinned pods of a forecast window seldom come back at the same hour. With
-    the limit (and pinned phantoms placed first, :meth:`PlanCache.phantoms`) Capstan's cost fell 5.9-9.4 % on openb
-    gpuspec20 (boot delays of 3 to 15 minutes) and 16 % on the synthetic trace, its idle GPU-hours 8-13 % and
-    17 %; more pinned pods waited a boot at most delays (up to +18 %, at 9 minutes). The exception for a node
-    that costs no more than one within the limit: openb's 4-GPU T4 node costs less than its 2-GPU one.
+    nodes, have 8 GPUs each), and the pinned pods of a forecast window seldom come back at the same hour, so a
+    large node held for one pinned phantom mostly idles. The exception for a node that costs no more than one
+    within the limit: openb's 4-GPU T4 node costs less than its 2-GPU one. What the limit does to cost and waits:
     docs/benchmarks.md, "Headroom for pods pinned to GPU models"."""
 
 
@@ -896,7 +891,7 @@ def _make_room(w: _Work, pod: Pod, max_moves: int) -> tuple[_Bin, Assignment] | 
     few times per replay, for 4-GPU tasks, and across 16 seeds of boot delays drawn within ±10 % it made Capstan
     cheaper on 13 and turned all three of issue 5's goals at a 5-minute boot from 8 seeds of 16 into 16 of 16,
     measured before the repack changes of commit b50e3b0 and against the oracle of that code
-    (docs/benchmarks.md, "Making room for a pending pod", "Goal verdicts across seeds"). The pods moved off the
+    (docs/benchmarks.md, "Making room for a pending pod"; the seeds: docs/benchmarks-history.md). The pods moved off the
     freed node take free room, often the headroom's, which the same plan replaces.
     """
     ok = w.ok_types(pod)
@@ -966,7 +961,8 @@ def _repack_waste(w: _Work, nt: NodeType, gpus_free: float, cpu_free: int) -> fl
     NOTE: with only nodes that had free GPUs as candidates, a full node of dear GPUs was never repacked: on
     openb default two pods that ran for about 90 days held a 2-GPU P100 node (2.99 a GPU an hour against the T4
     node's 1.50) for 89 days. With these candidates too, Capstan cost 9.9 % less on openb default at 5
-    minutes and 2.7 % less on gpuspec20, with the repack type chosen with the arrival mix (docs/benchmarks.md)."""
+    minutes and 2.7 % less on gpuspec20, with the repack type chosen with the arrival mix
+    (docs/benchmarks-history.md, "GPU capacity")."""
     if nt.gpu:
         waste = nt.price_per_hour - (nt.gpu - gpus_free) * w.cache.gpu_price
         return waste if waste > 1e-6 else None
@@ -999,7 +995,7 @@ def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool
     NOTE: chosen for the group's pods alone (the rule until 2026-12-01), a repack took the cheapest
     type those pods fit, often a 2-GPU P100 node a cent an hour cheaper than a 4-GPU T4 one, and the next
     arrivals found no room: on openb default at 5 minutes (this change alone) Capstan cost 1.1 % more and moved 5,092 pods
-    instead of 812, and the oracle, which packs the same way, cost 11 % more (docs/benchmarks.md).
+    instead of 812, and the oracle, which packs the same way, cost 11 % more (docs/benchmarks-history.md).
     """
     exclude = frozenset(b.id for b in group)
     pods = sorted((p for b in group for p in w.views[b.id].bound), key=_queue_key)

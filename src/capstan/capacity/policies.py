@@ -65,11 +65,9 @@ class CapstanPolicy:
     changes, like Karpenter's disruption loop; and every ``repack_interval`` seconds a review that may also
     move long-running pods.
 
-    NOTE: with the planner's ``repack_both_orders`` a full plan may be made twice. Every 900 s instead of
-    300 s the replays of openb default and gpuspec20 cost the same across seeds as every 300 or 600 s
-    (within 0.3 %), and against the code that planned once every 300 s the openb default replay does 6 % less
-    work and the gpuspec20 one 6 % more; every 300 s they did 50 % and 29 % more (docs/benchmarks.md,
-    "Repacking in both orders")."""
+    NOTE: with the planner's ``repack_both_orders`` a full plan may be made twice, so full plans come every
+    900 s by default: across seeds that costs what every 300 or 600 s does, for about the work of one plan
+    every 300 s (docs/benchmarks.md, "Repacking in both orders")."""
 
     name = "capstan"
     steers_placement = True

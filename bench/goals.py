@@ -1,0 +1,195 @@
+"""The benchmarks' goals, each stated once.
+
+The goals come from the issues that asked for each capability. A bench that compares a figure with a goal
+imports the limit from here (``limit("capacity.cost_vs_oracle")``), and ``bench/goal_table.py`` checks that
+every goal has a row in the goal table at the top of docs/benchmarks.md, so a goal added here without a
+figure in the report, or a row left behind for a goal removed here, fails a unit test.
+
+A goal's ``key`` is the id its row carries in that table, and its ``statement`` is that row's goal cell, word
+for word (Markdown; ``bench/goal_table.py --write`` copies it there). ``limit`` is the number a bench compares with,
+in ``unit``, kept as the type the benches print (``300``, not ``300.0``); ``None`` where the goal is not one
+number (a comparison with peers, a property such as "no 5xx").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal: what is asked, of which capability, measured by which bench."""
+
+    key: str
+    capability: str
+    statement: str
+    bench: str
+    limit: float | None = None
+    unit: str = ""
+
+
+GOALS: tuple[Goal, ...] = (
+    Goal(
+        "sandbox.startup",
+        "sandbox",
+        "`Sandbox.up` (binaries built) to a schedulable cluster ≤ 30 s",
+        "sandbox_startup.py",
+        30,
+        "s",
+    ),
+    Goal(
+        "cli.help", "command line", "every `capstan … --help` well under a second", "cli_startup.py", 1.0, "s"
+    ),
+    Goal(
+        "restarts.accounted",
+        "restart diagnostics",
+        "100 % of injected restarts accounted (individually or in a digest)",
+        "restart_storm.py",
+        1.0,
+        "share",
+    ),
+    Goal(
+        "restarts.latency_p99",
+        "restart diagnostics",
+        "restart → Slack message p99 ≤ 2 s outside mute windows",
+        "restart_storm.py",
+        2.0,
+        "s",
+    ),
+    Goal(
+        "restarts.rss_10k",
+        "restart diagnostics",
+        "collector RSS ≤ 100 MB at 10,000 pods",
+        "restart_storm.py",
+        100,
+        "MB",
+    ),
+    Goal(
+        "route.mooncake_hit",
+        "cache-aware routing",
+        "Mooncake: hit ratio ≥ 95 % of the pooled-cache reference at every capacity, busiest prefill ≤ 1.2× mean",
+        "route_sim.py",
+        0.95,
+        "× pooled",
+    ),
+    Goal(
+        "route.agentic_reuse",
+        "cache-aware routing",
+        "agentic sessions: ≥ 98 % reuse where the bound allows",
+        "route_sim.py",
+        0.98,
+        "× bound",
+    ),
+    Goal(
+        "route.agentic_gpu_seconds",
+        "cache-aware routing",
+        "agentic: GPU-seconds per request ≤ 1/10 of round-robin",
+        "route_sim.py",
+        0.1,
+        "× round-robin",
+    ),
+    Goal(
+        "route.ttft_p90_vs_peers",
+        "cache-aware routing",
+        "TTFT p90 below sglang-router `cache_aware` and vllm-router `kv_aware` at equal load",
+        "route_http.py",
+    ),
+    Goal(
+        "route.decision_p99",
+        "cache-aware routing",
+        "routing decision p99 ≤ 1 ms",
+        "route_sim.py",
+        1.0,
+        "ms",
+    ),
+    Goal(
+        "route.soak",
+        "cache-aware routing",
+        "soak with engines killed and frozen: no 5xx but 502/503/504, descriptors and connections back to "
+        "the baseline, RSS flat (second half grows < 5 %)",
+        "route_soak.py",
+        0.05,
+        "RSS growth over the second half",
+    ),
+    Goal(
+        "capacity.idle_vs_ca",
+        "GPU capacity",
+        "idle GPU-hours ≤ 0.4× the cluster-autoscaler emulation's (same trace and boot delay)",
+        "capacity_policies.py",
+        0.4,
+        "× CA",
+    ),
+    Goal(
+        "capacity.p99_vs_ca",
+        "GPU capacity",
+        "p99 pending time ≤ 0.2× the cluster-autoscaler emulation's",
+        "capacity_policies.py",
+        0.2,
+        "× CA",
+    ),
+    Goal(
+        "capacity.cost_vs_oracle",
+        "GPU capacity",
+        "cost ≤ 1.05× the oracle's",
+        "capacity_policies.py",
+        1.05,
+        "× oracle",
+    ),
+    Goal(
+        "capacity.decision_ms",
+        "GPU capacity",
+        "one planner decision, 1,000 pending pods × 20 node types, ≤ 100 ms",
+        "capacity_planner_speed.py",
+        100,
+        "ms",
+    ),
+    Goal(
+        "capacity.replay_s",
+        "GPU capacity",
+        "each policy replays the 8,152-task openb trace in ≤ 10 s on one core",
+        "capacity_policies.py",
+        10,
+        "s",
+    ),
+    Goal(
+        "history.ingest",
+        "durable history",
+        "ingest ≥ 10,000 changes/s on SQLite",
+        "history_ingest.py",
+        10_000,
+        "changes/s",
+    ),
+    Goal(
+        "history.timeline",
+        "durable history",
+        "one object's timeline ≤ 20 ms with 1M records stored",
+        "history_ingest.py",
+        20,
+        "ms",
+    ),
+    Goal(
+        "history.api_memory",
+        "durable history",
+        "HTTP API under 300 MB RSS with 10 concurrent maximum pages over 1M rows",
+        "history_api_memory.py",
+        300,
+        "MB",
+    ),
+)
+"""Every goal, in the order of the report's goal table."""
+
+
+def goal(key: str) -> Goal:
+    """The goal named ``key``; a ``KeyError`` naming it when there is none."""
+    for g in GOALS:
+        if g.key == key:
+            return g
+    raise KeyError(f"no goal {key!r} in bench/goals.py")
+
+
+def limit(key: str) -> float:
+    """The number goal ``key`` is compared with; a ``KeyError`` when the goal has none."""
+    value = goal(key).limit
+    if value is None:
+        raise KeyError(f"goal {key!r} has no numeric limit")
+    return value
