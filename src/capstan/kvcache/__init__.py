@@ -32,7 +32,8 @@ The contract, in order:
    in-process simulation; it equals ``block_hashes(tokenizer.encode(prompt))``.
 5. **KV events** (:func:`encode_kv_batch` / :func:`decode_kv_batch`): vLLM's ``BlockStored``/``BlockRemoved``/
    ``AllBlocksCleared`` msgpack batches, three ZMQ frames (topic ``kv@<host>:<port>@<model>``, 8-byte big-endian
-   sequence number, payload); see ``_events.py`` for the exact layout.
+   sequence number, payload: :func:`parse_kv_message`); see ``_events.py`` for the exact layout. The decoder is the
+   one strict decoder of every subscriber: a malformed batch raises :class:`KVEventFormatError`.
 """
 
 from capstan.kvcache._events import (
@@ -40,10 +41,13 @@ from capstan.kvcache._events import (
     BlockRemoved,
     BlockStored,
     KVEvent,
+    KVEventFormatError,
+    KVMessage,
     decode_kv_batch,
     encode_kv_batch,
     encode_seq,
     kv_topic,
+    parse_kv_message,
 )
 from capstan.kvcache._hashes import DEFAULT_BLOCK_SIZE, block_hashes, hash_block, root_hash
 from capstan.kvcache._mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeText
@@ -58,6 +62,8 @@ __all__ = [
     "BlockRemoved",
     "BlockStored",
     "KVEvent",
+    "KVEventFormatError",
+    "KVMessage",
     "MooncakeText",
     "Tokenizer",
     "block_hashes",
@@ -66,6 +72,7 @@ __all__ = [
     "encode_seq",
     "hash_block",
     "kv_topic",
+    "parse_kv_message",
     "prompt_text",
     "prompt_token_ids",
     "render_chat",
