@@ -34,6 +34,10 @@ The contract, in order:
    ``AllBlocksCleared`` msgpack batches, three ZMQ frames (topic ``kv@<host>:<port>@<model>``, 8-byte big-endian
    sequence number, payload: :func:`parse_kv_message`); see ``_events.py`` for the exact layout. The decoder is the
    one strict decoder of every subscriber: a malformed batch raises :class:`KVEventFormatError`.
+6. **The cached hasher** (:class:`PromptHasher`): steps 1–3 for a request body, memoised per rendered chat message
+   and per ``(parent, block)``, with bounded caches; its results equal ``block_hashes(tokenizer.encode(
+   prompt_text(body)))`` exactly (a unit test checks it), so the router hashes resent conversations cheaply
+   without a second copy of the chain.
 """
 
 from capstan.kvcache._events import (
@@ -49,6 +53,7 @@ from capstan.kvcache._events import (
     kv_topic,
     parse_kv_message,
 )
+from capstan.kvcache._hasher import PromptHasher
 from capstan.kvcache._hashes import DEFAULT_BLOCK_SIZE, block_hashes, hash_block, root_hash
 from capstan.kvcache._mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeText
 from capstan.kvcache._prompt import prompt_text, prompt_token_ids, render_chat
@@ -65,6 +70,7 @@ __all__ = [
     "KVEventFormatError",
     "KVMessage",
     "MooncakeText",
+    "PromptHasher",
     "Tokenizer",
     "block_hashes",
     "decode_kv_batch",
