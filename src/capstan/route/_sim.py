@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from capstan.enginesim import Engine, EngineConfig, EngineRequest, RequestRejected
+from capstan.kvcache import DEFAULT_BLOCK_SIZE
 from capstan.percentile import percentile
 from capstan.route._config import SchedulerConfig
 from capstan.route._inflight import InFlightTracker
@@ -312,7 +313,7 @@ class ReferenceResult:
 
 
 def pooled_cache_reference(
-    requests: Sequence[SimRequest], total_blocks: int | None, block_size: int = 16
+    requests: Sequence[SimRequest], total_blocks: int | None, block_size: int = DEFAULT_BLOCK_SIZE
 ) -> ReferenceResult:
     """Hit ratio of one LRU cache of ``total_blocks`` (None: infinite) fed the requests in arrival order.
 
