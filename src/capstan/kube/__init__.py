@@ -5,11 +5,30 @@ Every package that reads the cluster (recorder, restart detector, router endpoin
 goes through these three names; none of them talks HTTP to the API server itself.
 """
 
+from typing import TYPE_CHECKING
+
 from capstan.kube import resources
 from capstan.kube._time import parse_timestamp
-from capstan.kube.client import ApiError, KubeClient
-from capstan.kube.informer import Delta, Informer, InformerStats, diff_states, object_key
 from capstan.kube.resources import Resource, resource_for
+from capstan.lazy import lazy_attributes
+
+# The client and the informer pull in lightkube and the HTTP stack; the pure cores that only read timestamps or
+# resource names (the restart report, the recorder's diff) never need them, so they are imported on first use.
+_LAZY = {
+    "ApiError": "capstan.kube.client",
+    "KubeClient": "capstan.kube.client",
+    "Delta": "capstan.kube.informer",
+    "Informer": "capstan.kube.informer",
+    "InformerStats": "capstan.kube.informer",
+    "diff_states": "capstan.kube.informer",
+    "object_key": "capstan.kube.informer",
+}
+
+__getattr__ = lazy_attributes("capstan.kube", _LAZY)
+
+if TYPE_CHECKING:
+    from capstan.kube.client import ApiError, KubeClient
+    from capstan.kube.informer import Delta, Informer, InformerStats, diff_states, object_key
 
 __all__ = [
     "ApiError",
