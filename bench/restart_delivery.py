@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from capstan.percentile import percentile
+
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ("memory+webhook", "sqlite+webhook", "sqlite+bot")
 WEBHOOK_PATH = "T0CAPSTAN/B0CAPSTAN/capstandevwebhook0000001"
@@ -234,13 +236,6 @@ def _key(text: str) -> tuple[str, str, str, int]:
     return (ns, pod, container, int(number))
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--restarts", type=int, default=1000)
@@ -356,9 +351,9 @@ def main() -> None:
                         "duplicates": acc.duplicates,
                         "messages": len(snapshot["messages"]),
                         "count_429": snapshot["count_429"],
-                        "individual_p50": _pct(individual, 0.5),
-                        "individual_p99": _pct(individual, 0.99),
-                        "digest_p50": _pct(digested, 0.5),
+                        "individual_p50": percentile(individual, 50),
+                        "individual_p99": percentile(individual, 99),
+                        "digest_p50": percentile(digested, 50),
                         "cpu_seconds": data["cpu_seconds"],
                         "peak_rss_mb": data["peak_rss_mb"],
                         "dead": data["dead"],

@@ -31,7 +31,6 @@ import json
 import random
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from rich.table import Table
 from capstan.faults import Kubelet, Termination
 from capstan.kube import ApiError, KubeClient, resources
 from capstan.notify import DEV_WEBHOOK_PATH, SlackReceiver, serve_in_thread
+from capstan.percentile import percentile
 from capstan.restarts import AIRWALLEX_PATTERN, CAPSTAN_PATTERN, account, messages_from_slack_receiver
 from capstan.sandbox import NodePool, Sandbox, SandboxSpec, require_toolchain
 from goals import limit
@@ -211,8 +211,8 @@ async def storm(
             "individually": result.individually,
             "in_digest": result.in_digest,
             "duplicates": result.duplicates,
-            "p50_s": statistics.median(lat) if lat else None,
-            "p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None,
+            "p50_s": percentile(lat, 50) if lat else None,
+            "p99_s": percentile(lat, 99) if lat else None,
             "cpu_s": cpu,
             "rss_mb": rss,
             "messages": len(receiver.messages),
@@ -257,8 +257,8 @@ def stage_latencies(
             values.sort()
             out[name] = {
                 "n": len(values),
-                "p50_s": statistics.median(values),
-                "p99_s": values[min(len(values) - 1, int(0.99 * len(values)))],
+                "p50_s": percentile(values, 50),
+                "p99_s": percentile(values, 99),
                 "max_s": values[-1],
             }
     return out

@@ -18,18 +18,10 @@ from capstan.capacity.planner import PlannerConfig
 from capstan.capacity.policies import POLICY_NAMES, make_policy
 from capstan.capacity.sim import IDLE_CAUSES, STAGES, Sim, SimResult
 from capstan.errors import UserError
+from capstan.percentile import percentile
 
 SLOW_START_S = 60.0
 """A pod that waits longer than this has waited for capacity to be added (a boot is minutes)."""
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (0 for no values)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, int(-(-q * len(ordered) // 100)) - 1))
-    return ordered[k]
 
 
 @dataclass(frozen=True)
@@ -104,7 +96,7 @@ def empty_start_floor(workload: Workload, node_types: Sequence[NodeType], q: flo
         up = quickest[pod.shape]
         if up is not None:
             floors.append(max(0.0, first + up - pod.arrival))
-    return percentile(floors, q)
+    return percentile(floors, q, empty=0.0)
 
 
 def peak_counts(result: SimResult) -> dict[str, int]:
@@ -136,12 +128,15 @@ def summarize(result: SimResult, seconds: float = 0.0, cpu_seconds: float = 0.0)
         allocated_gpu_hours=result.allocated_gpu_hours(),
         idle=result.idle_gpu_hours(),
         cost=result.cost(),
-        pending={s: (percentile(v, 50), percentile(v, 95), percentile(v, 99)) for s, v in stages.items()},
+        pending={
+            s: (percentile(v, 50, empty=0.0), percentile(v, 95, empty=0.0), percentile(v, 99, empty=0.0))
+            for s, v in stages.items()
+        },
         launches=result.launches,
         drains=result.drains,
         moves=result.moves,
         slow_starts=sum(1 for w in stages["total"] if w > SLOW_START_S),
-        move_wait=(percentile(waits := result.move_waits(), 50), percentile(waits, 99)),
+        move_wait=(percentile(waits := result.move_waits(), 50, empty=0.0), percentile(waits, 99, empty=0.0)),
         pods=len(result.pods),
         bound=sum(1 for p in result.pods if p.bound_at is not None),
         unplaced=len(result.unplaced()),

@@ -123,8 +123,9 @@ def simulate_cmd(
 
     from capstan.config import load_file
     from capstan.enginesim import EngineConfig, get_preset
+    from capstan.percentile import percentile
     from capstan.route import RouteConfig, SchedulerConfig
-    from capstan.route._sim import percentile, pooled_cache_reference, simulate
+    from capstan.route._sim import pooled_cache_reference, simulate
     from capstan.route._workloads import mooncake_requests
 
     if time_scale <= 0:

@@ -40,7 +40,7 @@ from capstan.httpserver import (
     await_or_disconnect,
     read_body,
 )
-from capstan.kvcache import Tokenizer, encode_kv_batch, encode_seq, kv_topic
+from capstan.kvcache import DEFAULT_BLOCK_SIZE, Tokenizer, encode_kv_batch, encode_seq, kv_topic
 from capstan.openai_api import InvalidRequest, check_request, parse_json
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class ReplicaSpec:
     num_gpu_blocks: int
     host: str = "127.0.0.1"
     port: int = 0
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int = 131072

@@ -1,13 +1,34 @@
-"""The shared cluster-access layer: an async client that speaks plain dicts, resource names, and an informer.
+"""The shared cluster-access layer: an async client that speaks plain dicts, resource names, an informer, and the
+one parser of Kubernetes timestamps.
 
 Every package that reads the cluster (recorder, restart detector, router endpoint discovery, capacity controller)
 goes through these three names; none of them talks HTTP to the API server itself.
 """
 
+from typing import TYPE_CHECKING
+
 from capstan.kube import resources
-from capstan.kube.client import ApiError, KubeClient
-from capstan.kube.informer import Delta, Informer, InformerStats, diff_states, object_key
+from capstan.kube._time import parse_timestamp
 from capstan.kube.resources import Resource, resource_for
+from capstan.lazy import lazy_attributes
+
+# The client and the informer pull in lightkube and the HTTP stack; the pure cores that only read timestamps or
+# resource names (the restart report, the recorder's diff) never need them, so they are imported on first use.
+_LAZY = {
+    "ApiError": "capstan.kube.client",
+    "KubeClient": "capstan.kube.client",
+    "Delta": "capstan.kube.informer",
+    "Informer": "capstan.kube.informer",
+    "InformerStats": "capstan.kube.informer",
+    "diff_states": "capstan.kube.informer",
+    "object_key": "capstan.kube.informer",
+}
+
+__getattr__ = lazy_attributes("capstan.kube", _LAZY)
+
+if TYPE_CHECKING:
+    from capstan.kube.client import ApiError, KubeClient
+    from capstan.kube.informer import Delta, Informer, InformerStats, diff_states, object_key
 
 __all__ = [
     "ApiError",
@@ -18,6 +39,7 @@ __all__ = [
     "Resource",
     "diff_states",
     "object_key",
+    "parse_timestamp",
     "resource_for",
     "resources",
 ]

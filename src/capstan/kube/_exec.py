@@ -22,11 +22,12 @@ import signal
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx2
+
+from capstan.kube._time import parse_timestamp
 
 SUPPORTED_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 DEFAULT_EXEC_TIMEOUT_S = 30.0
@@ -129,10 +130,6 @@ def cluster_info(cluster: Mapping[str, Any], base_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _parse_time(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 def parse_exec_credential(output: bytes, config: ExecConfig, now: float) -> Credential:
     """Check a plugin's standard output and take its token; :class:`ExecCredentialError` says what is wrong."""
     name = Path(config.command).name
@@ -164,12 +161,11 @@ def parse_exec_credential(output: bytes, config: ExecConfig, now: float) -> Cred
     expires_at = None
     raw_expiry = status.get("expirationTimestamp")
     if raw_expiry:
-        try:
-            expires_at = _parse_time(str(raw_expiry))
-        except ValueError:
+        expires_at = parse_timestamp(str(raw_expiry))
+        if expires_at is None:
             raise ExecCredentialError(
                 f"exec plugin {name}: status.expirationTimestamp {raw_expiry!r} is not an RFC 3339 time"
-            ) from None
+            )
     return Credential(token=token, expires_at=expires_at, obtained_at=now)
 
 

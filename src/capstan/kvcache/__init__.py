@@ -32,7 +32,12 @@ The contract, in order:
    in-process simulation; it equals ``block_hashes(tokenizer.encode(prompt))``.
 5. **KV events** (:func:`encode_kv_batch` / :func:`decode_kv_batch`): vLLM's ``BlockStored``/``BlockRemoved``/
    ``AllBlocksCleared`` msgpack batches, three ZMQ frames (topic ``kv@<host>:<port>@<model>``, 8-byte big-endian
-   sequence number, payload); see ``_events.py`` for the exact layout.
+   sequence number, payload: :func:`parse_kv_message`); see ``_events.py`` for the exact layout. The decoder is the
+   one strict decoder of every subscriber: a malformed batch raises :class:`KVEventFormatError`.
+6. **The cached hasher** (:class:`PromptHasher`): steps 1–3 for a request body, memoised per rendered chat message
+   and per ``(parent, block)``, with bounded caches; its results equal ``block_hashes(tokenizer.encode(
+   prompt_text(body)))`` exactly (a unit test checks it), so the router hashes resent conversations cheaply
+   without a second copy of the chain.
 """
 
 from capstan.kvcache._events import (
@@ -40,11 +45,15 @@ from capstan.kvcache._events import (
     BlockRemoved,
     BlockStored,
     KVEvent,
+    KVEventFormatError,
+    KVMessage,
     decode_kv_batch,
     encode_kv_batch,
     encode_seq,
     kv_topic,
+    parse_kv_message,
 )
+from capstan.kvcache._hasher import PromptHasher
 from capstan.kvcache._hashes import DEFAULT_BLOCK_SIZE, block_hashes, hash_block, root_hash
 from capstan.kvcache._mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeText
 from capstan.kvcache._prompt import prompt_text, prompt_token_ids, render_chat
@@ -58,7 +67,10 @@ __all__ = [
     "BlockRemoved",
     "BlockStored",
     "KVEvent",
+    "KVEventFormatError",
+    "KVMessage",
     "MooncakeText",
+    "PromptHasher",
     "Tokenizer",
     "block_hashes",
     "decode_kv_batch",
@@ -66,6 +78,7 @@ __all__ = [
     "encode_seq",
     "hash_block",
     "kv_topic",
+    "parse_kv_message",
     "prompt_text",
     "prompt_token_ids",
     "render_chat",

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from hashlib import blake2b
 
 DEFAULT_BLOCK_SIZE = 16
+"""Tokens per KV block, the one default of the router, the engine simulator and their hashers (vLLM's default too)."""
 _MASK63 = (1 << 63) - 1
 
 

@@ -26,7 +26,7 @@ from capstan.notify._notice import (
     tail_lines,
 )
 from capstan.notify._outbox import MemoryOutbox, Outbox, OutboxEntry
-from capstan.notify._ratelimit import Backoff, TokenBucket
+from capstan.notify._ratelimit import TokenBucket
 from capstan.notify._render import (
     render_discord,
     render_google_chat,
@@ -92,7 +92,6 @@ __all__ = [
     "MAX_HEADER_TEXT",
     "MAX_SECTION_TEXT",
     "WEBHOOK_PATH",
-    "Backoff",
     "Delivery",
     "DeliveryPolicy",
     "DiscordSink",

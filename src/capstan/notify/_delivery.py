@@ -22,8 +22,10 @@ Outcomes:
   destination's batch) go back as pending at that time. Rate limiting never dead-letters a message, except as a
   last bound after ``max_attempts × 10`` claims.
 - any other error (Slack's error string, HTTP status, transport error) is logged and each message is retried after
-  exponential backoff with full jitter from a seeded RNG; after ``max_attempts`` claims it becomes ``dead``: kept in
-  the outbox, listed by ``capstan restarts outbox``, counted in metrics.
+  exponential backoff: a pure function of the outbox's stored attempt count (:func:`capstan.backoff.backoff_delay`,
+  ceiling ``base × 2^(attempts - 1)`` up to the cap, jittered over its upper half with one draw of a seeded RNG);
+  after ``max_attempts`` claims it becomes ``dead``: kept in the outbox, listed by ``capstan restarts outbox``,
+  counted in metrics.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import Field
 
+from capstan.backoff import Jitter, backoff_delay
 from capstan.config import StrictModel
 from capstan.notify._notice import Notice, combine_notices
 from capstan.notify._outbox import Outbox
-from capstan.notify._ratelimit import Backoff, TokenBucket
+from capstan.notify._ratelimit import TokenBucket
 from capstan.notify._sinks import Delivery, Sink
 from capstan.redact import Redactor
 
@@ -160,7 +163,6 @@ class Drainer:
         # logged (a webhook URL in an HTTP error is a credential)
         self._redactor = redactor or Redactor()
         self._buckets: dict[str, TokenBucket] = {}
-        self._backoff = Backoff(self._policy.backoff_base_seconds, self._policy.backoff_cap_seconds)
         self._wake = asyncio.Event()
 
     @property
@@ -304,6 +306,16 @@ class Drainer:
         except TimeoutError:
             return Delivery.failed(f"timed out after {self._policy.send_timeout_seconds:g}s")
 
+    def retry_delay(self, attempts: int, draw: float) -> float:
+        """Seconds before a message that failed ``attempts`` times is tried again (``draw`` in [0, 1))."""
+        return backoff_delay(
+            attempts,
+            base=self._policy.backoff_base_seconds,
+            cap=self._policy.backoff_cap_seconds,
+            jitter=Jitter.equal(),
+            draw=draw,
+        )
+
     def _fail(self, item: Any, error: str, report: DrainReport) -> None:
         error = self._redactor.text(error)
         report.failed += 1
@@ -315,7 +327,7 @@ class Drainer:
             self._dead(item, error, report)
             return
         now = self._clock()
-        at = now + self._backoff.delay(item.attempts, self._rng)
+        at = now + self.retry_delay(item.attempts, self._rng.random())
         self._outbox.mark_retry(item.id, at, error, now=now)
         self._metrics.retried.labels(item.destination, "error").inc()
 

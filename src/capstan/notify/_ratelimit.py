@@ -1,11 +1,9 @@
-"""Token buckets and retry backoff: the pacing arithmetic of delivery, kept pure (time is passed in,
-randomness is a seeded generator) so the drainer and the local Slack receiver share it and tests can
-drive it step by step.
+"""Token buckets: the pacing arithmetic of delivery, kept pure (time is passed in) so the drainer and the local
+Slack receiver share it and tests can drive it step by step. Retry delays are :func:`capstan.backoff.backoff_delay`.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 
 
@@ -53,15 +51,3 @@ class TokenBucket:
         self._refill(now)
         # exactly one token is available at ``until``
         self.tokens = min(self.tokens, 1.0 - max(0.0, until - now) * self.rate)
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff with full jitter: attempt n waits uniform(base*2^(n-1)/2, base*2^(n-1)), capped."""
-
-    base: float = 1.0
-    cap: float = 300.0
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        ceiling = min(self.cap, self.base * (2.0 ** max(0, attempt - 1)))
-        return ceiling / 2.0 + rng.random() * ceiling / 2.0

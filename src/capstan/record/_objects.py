@@ -8,11 +8,11 @@ so a crash between building and writing simply rebuilds the same batch (writes a
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from capstan import jsontext
+from capstan.kube import parse_timestamp
 from capstan.record._diff import DiffPolicy, make_patch, normalize
 from capstan.redact import Redactor
 from capstan.store import Batch, ChangeType, KindCursor, KubeEvent, ObjectChange, ObjectState, ObservedVia
@@ -204,15 +204,6 @@ def _with_object(st: ObjectState, obj: JsonDict) -> ObjectState:
     )
 
 
-def _parse_time(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def event_record(
     source: str, obj: JsonDict, *, observed_at: float, redactor: Redactor | None = None
 ) -> KubeEvent:
@@ -224,11 +215,11 @@ def event_record(
     series = obj.get("series") or {}
     count = obj.get("count") or series.get("count") or obj.get("deprecatedCount") or 1
     when = (
-        _parse_time(series.get("lastObservedTime"))
-        or _parse_time(obj.get("lastTimestamp"))
-        or _parse_time(obj.get("eventTime"))
-        or _parse_time(obj.get("deprecatedLastTimestamp"))
-        or _parse_time(obj.get("firstTimestamp"))
+        parse_timestamp(series.get("lastObservedTime"))
+        or parse_timestamp(obj.get("lastTimestamp"))
+        or parse_timestamp(obj.get("eventTime"))
+        or parse_timestamp(obj.get("deprecatedLastTimestamp"))
+        or parse_timestamp(obj.get("firstTimestamp"))
     )
     payload = {k: v for k, v in obj.items() if k != "metadata"}
     payload["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}

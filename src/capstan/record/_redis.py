@@ -19,6 +19,7 @@ from typing import Any, Literal
 import redis
 from pydantic import Field, model_validator
 
+from capstan.backoff import NO_JITTER, Backoff
 from capstan.config import StrictModel
 from capstan.errors import UserError
 from capstan.record._engine_core import (
@@ -306,13 +307,14 @@ class EngineCollector:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until ``stop`` is set; target errors back off exponentially, store errors propagate."""
-        backoff = self.target.poll_interval_s
+        # a failing target is retried at twice the poll interval, doubling up to the cap, without jitter
+        backoff = Backoff(base=2 * self.target.poll_interval_s, cap=self._max_backoff, jitter=NO_JITTER)
         while not stop.is_set():
             try:
                 await asyncio.to_thread(self.poll_once)
                 self.last_error = None
                 delay = self.target.poll_interval_s
-                backoff = self.target.poll_interval_s
+                backoff.reset()
             except StoreWriteError:
                 raise
             except (redis.RedisError, OSError, UserError) as exc:
@@ -323,8 +325,7 @@ class EngineCollector:
                 if self._metrics is not None:
                     self._metrics.collector_errors.labels(self.kind, self.target.name).inc()
                 self.close()
-                backoff = min(self._max_backoff, backoff * 2)
-                delay = backoff
+                delay = backoff.next()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
         self.close()

@@ -22,6 +22,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import Field, model_validator
 
+from capstan.backoff import NO_JITTER, Backoff
 from capstan.config import StrictModel, load_file
 from capstan.errors import UserError
 from capstan.record._diff import DiffPolicy
@@ -111,7 +112,8 @@ class RecorderRunner:
         return list(self._collectors)
 
     async def _supervise(self, collector: Collector, stop: asyncio.Event) -> None:
-        backoff = 1.0
+        # restarts wait 1 s, doubling up to the cap, without jitter
+        backoff = Backoff(base=1.0, cap=self._max_backoff, jitter=NO_JITTER)
         while not stop.is_set():
             try:
                 await collector.run(stop)
@@ -120,10 +122,10 @@ class RecorderRunner:
                 raise  # a configuration error is not a crash: restarting cannot fix it
             except Exception:
                 self.crashes[collector.name] = self.crashes.get(collector.name, 0) + 1
-                log.exception("collector %s crashed; restarting in %.0fs", collector.name, backoff)
+                delay = backoff.next()
+                log.exception("collector %s crashed; restarting in %.0fs", collector.name, delay)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=backoff)
-                backoff = min(self._max_backoff, backoff * 2)
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run every collector until ``stop``; a store failure stops all of them and is re-raised."""

@@ -10,6 +10,7 @@ It lives apart from the engine simulator because it drives any OpenAI-compatible
 Capstan's router, or a peer router in front of them.
 """
 
+from capstan.percentile import percentile
 from capstan.replay._format import ReplayRequest, expand_body, iter_sessions, read_requests, write_requests
 from capstan.replay._generators import (
     AgenticConfig,
@@ -24,7 +25,6 @@ from capstan.replay._replayer import (
     ReplayConfig,
     ReplayReport,
     RequestResult,
-    percentile,
     read_counters,
     replay,
     result_rows,

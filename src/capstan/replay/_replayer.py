@@ -21,6 +21,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from capstan.kvcache import MooncakeText
+from capstan.percentile import percentile
 from capstan.replay._format import ReplayRequest, expand_body, iter_sessions
 
 
@@ -81,15 +82,6 @@ class ReplayReport:
     wall_seconds: float
     time_scale: float
     summary: dict[str, float] = field(default_factory=dict)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100); NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
-    return ordered[k]
 
 
 def summarize(report: ReplayReport) -> dict[str, float]:

@@ -11,24 +11,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
+from capstan.kube import parse_timestamp
 from capstan.redact import Redactor
 from capstan.restarts._detect import ContainerRestart, Pod
 from capstan.restarts._meaning import explain, signal_of
 
 _NODE_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
-
-
-def parse_time(value: Any) -> float | None:
-    """Seconds since the epoch from a Kubernetes RFC 3339 timestamp (None when absent or unreadable)."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True, order=True)
@@ -241,7 +231,7 @@ def event_time(event: Mapping[str, Any]) -> float | None:
         event.get("firstTimestamp"),
         (event.get("metadata") or {}).get("creationTimestamp"),
     ):
-        if (at := parse_time(value)) is not None:
+        if (at := parse_timestamp(value)) is not None:
             return at
     return None
 
@@ -433,7 +423,7 @@ def build_report(
         unavailable = None
         if not tail.strip():
             tail, unavailable = None, "the previous container wrote no log"
-    finished = parse_time(termination.finished_at) if termination else None
+    finished = parse_timestamp(termination.finished_at) if termination else None
     until = finished if finished is not None else snapshot.observed_at
     channel = None
     if channel_annotation:

@@ -16,7 +16,7 @@ from capstan.route._config import (
 )
 from capstan.route._index import ApproximatePrefixIndex, PreciseKVIndex
 from capstan.route._inflight import InFlightTracker
-from capstan.route._kvevents import KVEventFormatError, KVEventSubscriber, decode_batch
+from capstan.route._kvevents import KVEventSubscriber
 from capstan.route._model import Decision, Endpoint, EndpointState, RouteRequest
 from capstan.route._plugins import SchedulingContext
 from capstan.route._scheduler import NoEndpointError, Scheduler
@@ -28,7 +28,6 @@ __all__ = [
     "EndpointConfig",
     "EndpointState",
     "InFlightTracker",
-    "KVEventFormatError",
     "KVEventSubscriber",
     "NoEndpointError",
     "PickerConfig",
@@ -40,5 +39,4 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "SchedulingContext",
-    "decode_batch",
 ]

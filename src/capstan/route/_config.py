@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 
 from capstan.config import StrictModel
+from capstan.kvcache import DEFAULT_BLOCK_SIZE
 
 Role = Literal["both", "prefill", "decode"]
 """What an endpoint serves: whole requests, or one side of disaggregated prefill/decode (llm-d's roles)."""
@@ -240,7 +241,7 @@ def _default_scorers() -> list[ScorerConfig]:
 
 class SchedulerConfig(StrictModel):
     seed: int = 0
-    block_size: int = Field(default=16, ge=1)
+    block_size: int = Field(default=DEFAULT_BLOCK_SIZE, ge=1)
     prefix: PrefixIndexConfig = PrefixIndexConfig()
     filters: list[FilterConfig] = Field(default_factory=_default_filters)
     scorers: list[ScorerConfig] = Field(default_factory=_default_scorers)

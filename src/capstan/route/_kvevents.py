@@ -1,10 +1,9 @@
-"""The router's side of vLLM KV events: checking decoded batches and a ZMQ SUB loop feeding a PreciseKVIndex.
+"""The router's side of vLLM KV events: a ZMQ SUB loop feeding a PreciseKVIndex.
 
-The wire format (three frames: topic, 8-byte sequence number, msgpack batch) is defined once in
-:mod:`capstan.kvcache` (``decode_kv_batch``). This module adds what a subscriber of *real* vLLM engines needs on
-top: block hashes may arrive as bytes (vLLM's ``ExternalBlockHash`` without ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``)
-and are read as big-endian unsigned ints, and every field is type-checked so one bad batch is counted and skipped
-instead of corrupting the index.
+The wire format (three frames: topic, 8-byte sequence number, msgpack batch) and its one strict decoder are
+defined in :mod:`capstan.kvcache` (:func:`~capstan.kvcache.parse_kv_message`,
+:func:`~capstan.kvcache.decode_kv_batch`); a batch they reject is counted and skipped instead of corrupting the
+index.
 """
 
 from __future__ import annotations
@@ -14,61 +13,14 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import zmq
 import zmq.asyncio
 
-from capstan.kvcache import BlockRemoved, BlockStored, KVEvent, decode_kv_batch
+from capstan.kvcache import KVEventFormatError, decode_kv_batch, parse_kv_message
 from capstan.route._index import PreciseKVIndex
 
 log = logging.getLogger(__name__)
-
-
-class KVEventFormatError(ValueError):
-    """A payload that is not a vLLM KV-event batch."""
-
-
-def _hash(value: Any) -> int:
-    if isinstance(value, bool):
-        raise KVEventFormatError(f"block hash must be int or bytes, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, bytes | bytearray):
-        return int.from_bytes(value, "big")
-    raise KVEventFormatError(f"block hash must be int or bytes, got {type(value).__name__}")
-
-
-def normalize_event(ev: KVEvent) -> KVEvent:
-    """Check the field types of a decoded event and turn bytes hashes into ints."""
-    if isinstance(ev, BlockStored):
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in ev.token_ids):
-            raise KVEventFormatError("BlockStored.token_ids must be ints")
-        if isinstance(ev.block_size, bool) or ev.block_size < 1:
-            raise KVEventFormatError("BlockStored.block_size must be a positive int")
-        parent = None if ev.parent_block_hash is None else _hash(ev.parent_block_hash)
-        return BlockStored(
-            [_hash(h) for h in ev.block_hashes],
-            parent,
-            list(ev.token_ids),
-            ev.block_size,
-            ev.lora_id,
-            ev.medium,
-        )
-    if isinstance(ev, BlockRemoved):
-        return BlockRemoved([_hash(h) for h in ev.block_hashes], ev.medium)
-    return ev
-
-
-def decode_batch(payload: bytes) -> tuple[float, list[KVEvent]]:
-    """Decode and check one payload into ``(timestamp, events)``; raises :class:`KVEventFormatError`."""
-    try:
-        ts, events = decode_kv_batch(payload)
-        return ts, [normalize_event(e) for e in events]
-    except KVEventFormatError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise KVEventFormatError(str(exc)) from None
 
 
 @dataclass
@@ -142,17 +94,19 @@ class KVEventSubscriber:
 
     def handle(self, name: str, frames: Sequence[bytes]) -> None:
         """Apply one received message (three frames) from endpoint ``name``."""
-        if len(frames) != 3 or len(frames[1]) != 8:
+        try:
+            message = parse_kv_message(frames)
+        except KVEventFormatError:
             self.stats.bad_batches += 1
             return
-        seq = int.from_bytes(frames[1], "big")
+        seq = message.seq
         last = self._last_seq.get(name)
         if last is not None and seq != last + 1:
             self.stats.gaps += 1
             self.index.forget(name)
         self._last_seq[name] = seq
         try:
-            _, events = decode_batch(frames[2])
+            _, events = decode_kv_batch(message.payload)
         except KVEventFormatError as exc:
             self.stats.bad_batches += 1
             log.warning("bad KV-event batch from %s: %s", name, exc)

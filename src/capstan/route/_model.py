@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from capstan.kvcache import DEFAULT_BLOCK_SIZE
+
 if TYPE_CHECKING:
     from capstan.route._plugins import SchedulingContext
 
@@ -61,7 +63,7 @@ class RouteRequest:
     model: str
     block_hashes: tuple[int, ...] = ()
     prompt_tokens: int = 0
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     session_id: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
 

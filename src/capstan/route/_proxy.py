@@ -40,10 +40,10 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from capstan.httpserver import BodyTimeout, BodyTooLarge, await_or_disconnect, read_body, server_config
+from capstan.kvcache import PromptHasher
 from capstan.openai_api import InvalidRequest, RequestKind, parse_request
 from capstan.route._config import RouteConfig
 from capstan.route._endpoints import EndpointMonitor, EndpointSource, StaticEndpointSource
-from capstan.route._hasher import PromptHasher
 from capstan.route._index import PreciseKVIndex
 from capstan.route._inflight import InFlightTracker
 from capstan.route._kvevents import KVEventSubscriber

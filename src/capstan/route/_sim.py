@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from capstan.enginesim import Engine, EngineConfig, EngineRequest, RequestRejected
+from capstan.kvcache import DEFAULT_BLOCK_SIZE
+from capstan.percentile import percentile
 from capstan.route._config import SchedulerConfig
 from capstan.route._inflight import InFlightTracker
 from capstan.route._model import Endpoint, EndpointState, RouteRequest
@@ -90,15 +92,6 @@ class SimResult:
     @property
     def throughput_tok_s(self) -> float:
         return self.output_tokens / self.makespan_s if self.makespan_s > 0 else 0.0
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100); NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
-    return ordered[k]
 
 
 def simulate(
@@ -320,7 +313,7 @@ class ReferenceResult:
 
 
 def pooled_cache_reference(
-    requests: Sequence[SimRequest], total_blocks: int | None, block_size: int = 16
+    requests: Sequence[SimRequest], total_blocks: int | None, block_size: int = DEFAULT_BLOCK_SIZE
 ) -> ReferenceResult:
     """Hit ratio of one LRU cache of ``total_blocks`` (None: infinite) fed the requests in arrival order.
 

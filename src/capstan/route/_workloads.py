@@ -12,7 +12,14 @@ from pathlib import Path
 
 from capstan.config import decoded_lines
 from capstan.errors import UserError
-from capstan.kvcache import MooncakeText, Tokenizer, block_hashes, prompt_text, prompt_token_ids
+from capstan.kvcache import (
+    DEFAULT_BLOCK_SIZE,
+    MooncakeText,
+    Tokenizer,
+    block_hashes,
+    prompt_text,
+    prompt_token_ids,
+)
 from capstan.replay import ReplayRequest, expand_body
 from capstan.route._sim import SimRequest
 
@@ -22,7 +29,7 @@ def mooncake_requests(
     *,
     limit: int | None = None,
     time_scale: float = 1.0,
-    block_size: int = 16,
+    block_size: int = DEFAULT_BLOCK_SIZE,
     max_output_tokens: int | None = None,
 ) -> list[SimRequest]:
     """Read a Mooncake JSONL trace; ``time_scale`` > 1 compresses arrival times (more load), as in
@@ -58,7 +65,7 @@ def mooncake_requests(
 
 
 def from_replay_requests(
-    requests: list[ReplayRequest], *, block_size: int = 16, default_max_tokens: int = 16
+    requests: list[ReplayRequest], *, block_size: int = DEFAULT_BLOCK_SIZE, default_max_tokens: int = 16
 ) -> list[SimRequest]:
     """Convert requests of the documented request-file format (``capstan.replay``) for the harness: the prompt
     is rendered and tokenized with the shared contract, exactly as router and engine do over HTTP. A request with

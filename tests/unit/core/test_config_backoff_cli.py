@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from capstan.backoff import Backoff
+from capstan.backoff import Backoff, Jitter
 from capstan.config import StrictModel, load_file
 from capstan.errors import UserError
 
@@ -36,8 +36,8 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_backoff_grows_caps_and_is_reproducible() -> None:
-    a = Backoff(initial=1, maximum=8, jitter=0.1, rng=random.Random(7))
-    b = Backoff(initial=1, maximum=8, jitter=0.1, rng=random.Random(7))
+    a = Backoff(base=1, cap=8, jitter=Jitter.around(0.1), rng=random.Random(7))
+    b = Backoff(base=1, cap=8, jitter=Jitter.around(0.1), rng=random.Random(7))
     seq = [a.next() for _ in range(6)]
     assert seq == [b.next() for _ in range(6)]
     assert 0.9 <= seq[0] <= 1.1 and 7.2 <= seq[-1] <= 8.8

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import CollectorRegistry
 
+from capstan.backoff import Jitter, backoff_delay
 from capstan.notify import (
     Delivery,
     DeliveryPolicy,
@@ -211,6 +212,25 @@ async def test_errors_back_off_then_dead_letter_keeping_slacks_error() -> None:
     metrics = drainer.metrics
     assert metrics.dead.labels("slack")._value.get() == 1
     assert metrics.retried.labels("slack", "error")._value.get() == 3
+
+
+async def test_the_retry_delay_is_the_backoff_function_of_the_stored_attempt_count() -> None:
+    clock, outbox = FakeClock(), MemoryOutbox()
+    sink = ScriptedSink("slack", clock, default=Delivery.failed("HTTP 500: boom"))
+    drainer = _drainer(outbox, [sink], clock, seed=5, max_attempts=6, backoff_base_seconds=3.0)
+    _fill(drainer, "slack", 1)
+    draws = random.Random(5)
+    for _ in range(5):  # bounded: one failed attempt per pass
+        await drainer.drain_once()
+        [item] = outbox.outbox()
+        expected = backoff_delay(
+            item.attempts, base=3.0, cap=600.0, jitter=Jitter.equal(), draw=draws.random()
+        )
+        assert item.next_attempt_at - clock.now == pytest.approx(expected)
+        assert drainer.retry_delay(item.attempts, 0.0) == pytest.approx(
+            min(600.0, 3.0 * 2 ** (item.attempts - 1)) / 2
+        )
+        clock.now = item.next_attempt_at
 
 
 def test_backoff_is_reproducible_with_the_same_seed() -> None:

@@ -1,4 +1,4 @@
-"""Token bucket and backoff arithmetic."""
+"""Token bucket and the delivery backoff arithmetic."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from capstan.notify import Backoff, TokenBucket, blocks_problem
+from capstan.backoff import Jitter, backoff_delay
+from capstan.notify import TokenBucket, blocks_problem
 
 pytestmark = pytest.mark.unit
 
@@ -37,9 +38,11 @@ def test_bucket_rejects_nonsense() -> None:
 
 
 def test_backoff_is_seeded_bounded_and_growing() -> None:
-    backoff = Backoff(base=2.0, cap=60.0)
-    first = [backoff.delay(n, random.Random(7)) for n in range(1, 10)]
-    again = [backoff.delay(n, random.Random(7)) for n in range(1, 10)]
+    def delivery_delay(n: int, rng: random.Random) -> float:
+        return backoff_delay(n, base=2.0, cap=60.0, jitter=Jitter.equal(), draw=rng.random())
+
+    first = [delivery_delay(n, random.Random(7)) for n in range(1, 10)]
+    again = [delivery_delay(n, random.Random(7)) for n in range(1, 10)]
     assert first == again
     for n, delay in enumerate(first, start=1):
         ceiling = min(60.0, 2.0 * 2 ** (n - 1))

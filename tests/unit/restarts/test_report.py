@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from capstan.kube import parse_timestamp as parse_time
 from capstan.notify import blocks_problem, render_slack
 from capstan.restarts import (
     RecordedChange,
@@ -19,7 +20,6 @@ from capstan.restarts import (
     resolve_owner,
     restart_token,
 )
-from capstan.restarts._report import parse_time
 from tests.unit.restarts.podkit import event, node, pod, status
 
 pytestmark = pytest.mark.unit

@@ -12,8 +12,10 @@ from capstan.kvcache import (
     BlockRemoved,
     BlockStored,
     KVEvent,
+    KVEventFormatError,
     Tokenizer,
     block_hashes,
+    decode_kv_batch,
     encode_kv_batch,
 )
 from capstan.route import (
@@ -21,14 +23,12 @@ from capstan.route import (
     Endpoint,
     EndpointState,
     InFlightTracker,
-    KVEventFormatError,
     NoEndpointError,
     PreciseKVIndex,
     RouteConfig,
     RouteRequest,
     Scheduler,
     SchedulerConfig,
-    decode_batch,
 )
 from capstan.route._plugins import (
     KVUtilizationScorer,
@@ -269,14 +269,14 @@ def test_kv_batch_roundtrip_and_vllm_shapes() -> None:
         BlockRemoved([1]),
         AllBlocksCleared(),
     ]
-    ts, decoded = decode_batch(encode_kv_batch(events, 12.5))
+    ts, decoded = decode_kv_batch(encode_kv_batch(events, 12.5))
     assert ts == 12.5 and decoded == events
     # vLLM may send hashes as bytes, and newer versions append fields
     raw = msgpack.packb(
         [1.0, [["BlockStored", [b"\x00\x01", 5], b"\x02", [1, 2], 16, None, "GPU", None, "extra"]]],
         use_bin_type=True,
     )
-    _, (ev,) = decode_batch(raw)
+    _, (ev,) = decode_kv_batch(raw)
     assert ev == BlockStored([1, 5], 2, [1, 2], 16, None, "GPU")
 
 
@@ -295,7 +295,7 @@ def test_kv_batch_roundtrip_and_vllm_shapes() -> None:
 )
 def test_kv_batch_rejects_malformed_payloads(payload: bytes) -> None:
     with pytest.raises(KVEventFormatError):
-        decode_batch(payload)
+        decode_kv_batch(payload)
 
 
 def test_in_flight_tracker_counts_prefill_until_first_token() -> None:

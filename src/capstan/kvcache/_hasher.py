@@ -1,4 +1,4 @@
-"""Turning a request body into block hashes fast, with results identical to the shared contract.
+"""The cached hasher: a request body into block hashes fast, with results identical to the contract.
 
 Tokenizing a 7k-token prompt and hashing its 400+ blocks takes milliseconds in Python, but multi-turn and agentic
 traffic resends almost the same prompt again and again. Two caches make the repeat cheap without changing a single
@@ -22,13 +22,17 @@ from array import array
 from collections.abc import Mapping
 from typing import Any
 
-from capstan.kvcache import Tokenizer, hash_block, prompt_text, prompt_token_ids, render_chat, root_hash
+from capstan.kvcache._hashes import DEFAULT_BLOCK_SIZE, hash_block, root_hash
+from capstan.kvcache._prompt import prompt_text, prompt_token_ids, render_chat
+from capstan.kvcache._tokenizer import Tokenizer
 
 
 class PromptHasher:
+    """Token ids and block hashes of request bodies, memoised (see the module docstring); one per router."""
+
     def __init__(
         self,
-        block_size: int = 16,
+        block_size: int = DEFAULT_BLOCK_SIZE,
         seed: int = 0,
         max_pieces: int = 100_000,
         max_blocks: int = 500_000,

@@ -1,4 +1,4 @@
-"""The router's cached prompt hashing gives exactly the shared contract's tokens and hashes."""
+"""The cached prompt hasher (the router's) gives exactly the shared contract's tokens and hashes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capstan.kvcache import Tokenizer, block_hashes, prompt_text
-from capstan.route._hasher import PromptHasher
+from capstan.kvcache import PromptHasher, Tokenizer, block_hashes, prompt_text
 
 pytestmark = pytest.mark.unit
 
