@@ -281,7 +281,7 @@ def main() -> None:
             console.print(f"[bold]{backend}[/]: loading {args.rows:,} object changes through Store.write…")
             store = open_store(url, writer_cache_kib=INGEST_CACHE_KIB)
             load_s = load_query_dataset(store, args.rows, args.objects, span_days=14.0)
-            stored = store.count("object_changes")
+            stored = store.database.count("object_changes")
             store.close()
             console.print(f"  {stored:,} rows in {load_s:,.1f} s")
             if peer_src is not None:

@@ -137,9 +137,9 @@ def load_query_dataset(
             )
         )
         if len(batch.object_changes) >= batch_size:
-            store.write(batch)
+            store.history.write(batch)
             batch = Batch()
-    store.write(batch)
+    store.history.write(batch)
     return time.perf_counter() - start
 
 
@@ -153,7 +153,7 @@ def pipelined(store: Store, n_changes: int, n_objects: int, batch_size: int) -> 
     def writer() -> None:
         try:
             while (b := handoff.get()) is not None:
-                store.write(b)
+                store.history.write(b)
         except BaseException as exc:  # reported below
             failure.append(exc)
 
@@ -172,7 +172,7 @@ def pipelined(store: Store, n_changes: int, n_objects: int, batch_size: int) -> 
 def ingest(store: Store, batches: list[Batch]) -> float:
     start = time.perf_counter()
     for b in batches:
-        store.write(b)
+        store.history.write(b)
     return time.perf_counter() - start
 
 
@@ -183,12 +183,12 @@ def query_latency(store: Store, n_objects: int, queries: int, seed: int) -> dict
     for _ in range(queries):
         k = rng.randrange(n_objects)
         t0 = time.perf_counter()
-        rows = store.timeline(kind="Deployment", namespace=f"team-{k % 20}", name=f"svc-{k}")
+        rows = store.history.timeline(kind="Deployment", namespace=f"team-{k % 20}", name=f"svc-{k}")
         timeline_ms.append((time.perf_counter() - t0) * 1000)
         assert rows, "every object has changes"
         at = rows[len(rows) // 2].observed_at
         t0 = time.perf_counter()
-        store.object_at("Deployment", f"team-{k % 20}", f"svc-{k}", at)
+        store.history.object_at("Deployment", f"team-{k % 20}", f"svc-{k}", at)
         rebuild_ms.append((time.perf_counter() - t0) * 1000)
     return {"timeline_ms": timeline_ms, "object_at_ms": rebuild_ms}
 
@@ -281,9 +281,9 @@ def main() -> None:
             console.print(f"[bold]{backend}[/]: loading {args.records} records for the query test…")
             store = open_store(url_b, writer_cache_kib=INGEST_CACHE_KIB)
             load_s = load_query_dataset(store, args.records, args.query_objects, args.span_days)
-            stored = store.count("object_changes")
+            stored = store.database.count("object_changes")
             lat = query_latency(store, args.query_objects, args.queries, args.seed)
-            size = store.size_bytes()
+            size = store.retention.size_bytes()
             store.close()
             results["backends"][backend] = {
                 "ingest_changes_per_s": args.changes / write_s,

@@ -166,7 +166,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="capstan-bench-slowlog-"))
     store = open_store(str(workdir / "history.db"))
     collector = EngineCollector(
-        RedisTargetConfig(name="cache", address=server.address, logs=["slowlog"]), store
+        RedisTargetConfig(name="cache", address=server.address, logs=["slowlog"]), store.history
     )
     exporter: subprocess.Popen[bytes] | None = None
     scraper: Scraper | None = None
@@ -208,11 +208,11 @@ def main() -> None:
         collector.close()
         server.stop()
 
-    entries = store.engine_entries(target="cache", log_name="slowlog", limit=100_000)
+    entries = store.history.engine_entries(target="cache", log_name="slowlog", limit=100_000)
     flood_entries = [
         e for e in entries if e.payload["args"][-1:] and e.payload["args"][-1].startswith("order:")
     ]
-    gaps = store.gaps(source="cache")
+    gaps = store.history.gaps(source="cache")
     lost = sum(g.lost or 0 for g in gaps)
     store.close()
     capstan = {

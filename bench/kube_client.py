@@ -272,9 +272,18 @@ async def run_restart_watcher(
         cfg = RestartsConfig.model_validate(
             {"sinks": [{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/hook"}]}
         )
-        watcher = RestartWatcher(cfg, client, store, namespace=namespace)
+        watcher = RestartWatcher(
+            cfg,
+            client,
+            records=store.restart_records,
+            history=store.history,
+            outbox=store.outbox,
+            threads=store.threads,
+            redaction_key=store.keys.redaction_key(),
+            namespace=namespace,
+        )
         elapsed = await _until_synced(watcher.run, watcher.synced)
-        n = len({uid for uid, _ in store.restart_counts()})
+        n = len({uid for uid, _ in store.restart_records.restart_counts()})
         await client.close()
         store.close()
     return elapsed, n, 0.0, 0
@@ -291,12 +300,12 @@ async def run_recorder(
         store = open_store(f"{tmp}/history.db")
         collector = KubeCollector(
             KubernetesConfig(kinds=["Pod"], events=False, namespace=namespace),
-            store,
+            store.history,
             kubeconfig=Path(kubeconfig),
         )
         synced = collector.synced.setdefault("/v1/Pod", asyncio.Event())
         elapsed = await _until_synced(collector.run, synced)
-        n = store.count("object_state")
+        n = store.database.count("object_state")
         store.close()
     return elapsed, n, 0.0, 0
 

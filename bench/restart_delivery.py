@@ -130,7 +130,7 @@ async def run_peer(args: argparse.Namespace) -> dict[str, Any]:
     if args.peer.startswith("sqlite"):
         from capstan.store import open_store
 
-        outbox = open_store(str(Path(args.workdir) / f"{args.peer}.db"))
+        outbox = open_store(str(Path(args.workdir) / f"{args.peer}.db")).outbox
     else:
         outbox = MemoryOutbox()
     if args.peer.endswith("bot"):
@@ -204,7 +204,7 @@ async def run_peer(args: argparse.Namespace) -> dict[str, Any]:
     while time.time() < deadline:
         if time.time() > inject_end + args.mute:
             notifier.flush(time.time())
-            if not outbox.outbox(state="pending", limit=1):
+            if not outbox.items(state="pending", limit=1):
                 break
         await asyncio.sleep(0.2)
     stop.set()
@@ -217,8 +217,8 @@ async def run_peer(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_seconds": cpu,
         "peak_rss_mb": rss_mb,
         "wall_seconds": time.time() - start,
-        "pending_left": len(outbox.outbox(state="pending", limit=100_000)),
-        "dead": len(outbox.outbox(state="dead", limit=100_000)),
+        "pending_left": len(outbox.items(state="pending", limit=100_000)),
+        "dead": len(outbox.items(state="dead", limit=100_000)),
     }
 
 

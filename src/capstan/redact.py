@@ -14,7 +14,7 @@ Two kinds of rule, both configurable (:class:`RedactionPolicy`):
   JWTs and PEM private keys.
 
 A redacted value becomes ``[REDACTED:<h>]`` where ``<h>`` is a keyed hash (HMAC-SHA256, 12 hex digits) of the value
-under a random key the history store keeps (:meth:`capstan.store.Store.redaction_key`): a changed secret still
+under a random key the history store keeps (:meth:`capstan.store.RedactionKeys.redaction_key`): a changed secret still
 shows as a change, and equal values as equal, but without the key nobody can test a guess offline. A redactor
 without a key (chat-only paths, logs) writes ``[REDACTED]``.
 

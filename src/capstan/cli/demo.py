@@ -203,11 +203,20 @@ async def restarts_and_history_step(
                 KubernetesConfig(
                     kinds=["Deployment", "ReplicaSet", "Pod", "ConfigMap", "Node"], namespace=None
                 ),
-                store,
+                store.history,
                 source="default",
                 kubeconfig=kubeconfig,
             )
-            watcher = RestartWatcher(config, kube, store, namespace=NAMESPACE)
+            watcher = RestartWatcher(
+                config,
+                kube,
+                records=store.restart_records,
+                history=store.history,
+                outbox=store.outbox,
+                threads=store.threads,
+                redaction_key=store.keys.redaction_key(),
+                namespace=NAMESPACE,
+            )
             stop = asyncio.Event()
             tasks = [asyncio.create_task(recorder.run(stop)), asyncio.create_task(watcher.run(stop))]
             await asyncio.wait_for(watcher.synced.wait(), 60)
@@ -237,7 +246,7 @@ async def restarts_and_history_step(
                 console.print(
                     f"[bold]Slack ({message.channel})[/]: {message.text}", markup=True, highlight=False
                 )
-    changes = store.timeline(source="default", namespace=NAMESPACE, limit=100_000)
+    changes = store.history.timeline(source="default", namespace=NAMESPACE, limit=100_000)
     table = Table(title=f"recorded history ({db}): {len(changes)} changes in {NAMESPACE}")
     for col in ("kind", "changes", "via watch", "via relist"):
         table.add_column(col)

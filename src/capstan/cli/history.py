@@ -16,7 +16,16 @@ from rich.table import Table
 from capstan.errors import UserError
 
 if TYPE_CHECKING:
-    from capstan.store import EngineEntry, Gap, KubeEvent, ObjectChange, Position, Restart, Store
+    from capstan.store import (
+        EngineEntry,
+        Gap,
+        HistoryReader,
+        KubeEvent,
+        ObjectChange,
+        Position,
+        Restart,
+        Store,
+    )
 
 # NOTE: capstan.store (SQLAlchemy) and the redactor are imported inside the commands, so `capstan history … --help`
 # and usage errors answer without loading them.
@@ -62,8 +71,9 @@ def rfc3339(seconds: float) -> str:
     return _rfc3339(seconds)
 
 
-def _open(location: str) -> Store:
-    return open_store(location)
+def _open(location: str) -> HistoryReader:
+    """The history of the store at ``location``, to read (the queries need no other part of the store)."""
+    return open_store(location).history
 
 
 def _time(value: str | None, option: str) -> float | None:
@@ -414,7 +424,7 @@ def serve(
         err=True,
     )
     config = uvicorn.Config(
-        create_history_app(st, registry=registry, token=token),
+        create_history_app(st.history, registry=registry, token=token),
         log_level="warning",
         lifespan="off",
         limit_concurrency=max_connections,

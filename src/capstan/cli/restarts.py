@@ -68,7 +68,7 @@ def outbox(
     st = open_store(store, create=False)  # a reader: a store that does not exist is an error, not a new file
     if show is not None:
         try:
-            item = st.outbox_item(show)
+            item = st.outbox.item(show)
         finally:
             st.close()
         if item is None:
@@ -78,7 +78,7 @@ def outbox(
     try:
         groups: dict[str, list[str | None]] = {"unsent": ["pending", "dead"], "all": [None]}
         states = groups.get(state.value, [state.value])
-        items = [item for s in states for item in st.outbox(state=s, limit=limit)]
+        items = [item for s in states for item in st.outbox.items(state=s, limit=limit)]
     finally:
         st.close()
     items.sort(key=lambda i: i.id)
@@ -209,7 +209,17 @@ def run(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
-            watcher = RestartWatcher(cfg, client, st, source=source, namespace=namespace)
+            watcher = RestartWatcher(
+                cfg,
+                client,
+                records=st.restart_records,
+                history=st.history,
+                outbox=st.outbox,
+                threads=st.threads,
+                redaction_key=st.keys.redaction_key(),
+                source=source,
+                namespace=namespace,
+            )
             await watcher.run(stop)
         finally:
             await client.close()

@@ -1,7 +1,7 @@
 """The outbox seam: what the drainer needs from persistent storage, and an in-memory stand-in for unit tests.
 
-The protocol matches :class:`capstan.store.Store`'s outbox methods, so the store plugs in directly; the notifier
-never imports the store. Semantics (kept by both): ``enqueue`` is idempotent on ``dedupe_key``; ``claim_due``
+The protocol matches :class:`capstan.store.Outbox` (the store's ``store.outbox``), so it plugs in directly; the
+notifier never imports the store. Semantics (kept by both): ``enqueue`` is idempotent on ``dedupe_key``; ``claim_due``
 returns pending items due at ``now`` in enqueue order, counts an attempt on each and leases it until
 ``now + lease_seconds``; ``mark_retry`` puts an item back as pending at a later time; ``release`` gives claimed
 items back due at a later time without counting the claim (nothing was tried); ``mark_dead`` keeps it, visible,
@@ -42,7 +42,7 @@ class OutboxEntry(Protocol):
 
 
 class Outbox(Protocol):
-    """Persistent queue of notifications (implemented by ``capstan.store.Store``)."""
+    """Persistent queue of notifications (implemented by :class:`capstan.store.Outbox`)."""
 
     def enqueue(
         self, destination: str, payload: dict[str, Any], dedupe_key: str, *, now: float | None = None
@@ -58,7 +58,7 @@ class Outbox(Protocol):
 
     def release(self, item_ids: Sequence[int], at: float, *, now: float | None = None) -> None: ...
 
-    def outbox(self, *, state: str | None = None, limit: int = 100) -> list[Any]: ...
+    def items(self, *, state: str | None = None, limit: int = 100) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class MemoryOutbox:
             if item.state == "pending":
                 self._update(item_id, now, attempts=max(0, item.attempts - 1), next_attempt_at=at)
 
-    def outbox(self, *, state: str | None = None, limit: int = 100) -> list[MemoryOutboxItem]:
+    def items(self, *, state: str | None = None, limit: int = 100) -> list[MemoryOutboxItem]:
         items = [
             i for i in sorted(self._items.values(), key=lambda i: i.id) if state is None or i.state == state
         ]

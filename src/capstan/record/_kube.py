@@ -29,7 +29,7 @@ from capstan.kube import ApiError, Delta, Informer, KubeClient, Resource, resour
 from capstan.record._diff import DiffPolicy
 from capstan.record._objects import ObjectHistory, event_record, kind_key
 from capstan.redact import Redactor
-from capstan.store import Batch, Gap, HistoryMetrics, KindCursor, ObservedVia, Store
+from capstan.store import Batch, Gap, HistoryMetrics, HistoryWriter, KindCursor, ObservedVia
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class KubeCollector:
     def __init__(
         self,
         config: KubernetesConfig,
-        store: Store,
+        store: HistoryWriter,
         *,
         source: str = "default",
         kubeconfig: Path | None = None,

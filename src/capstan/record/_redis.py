@@ -32,7 +32,7 @@ from capstan.record._engine_core import (
     plan_server,
 )
 from capstan.redact import Redactor
-from capstan.store import HistoryMetrics, Store, StoreWriteError
+from capstan.store import HistoryMetrics, HistoryWriter, StoreWriteError
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class EngineCollector:
     def __init__(
         self,
         target: RedisTargetConfig,
-        store: Store,
+        store: HistoryWriter,
         *,
         clock: Callable[[], float] = time.time,
         metrics: HistoryMetrics | None = None,

@@ -32,10 +32,10 @@ from capstan.redact import RedactionPolicy, Redactor
 from capstan.store import (
     INGEST_CACHE_KIB,
     HistoryMetrics,
+    HistoryWriter,
     OtlpExporter,
     RetentionPolicy,
     RetentionWorker,
-    Store,
     StoreWriteError,
     open_store,
     otlp_http_exporter,
@@ -149,21 +149,23 @@ class RecorderRunner:
 
 def engine_collectors(
     config: RecorderConfig,
-    store: Store,
+    history: HistoryWriter,
     *,
     metrics: HistoryMetrics | None,
     clock: Callable[[], float] = time.time,
     redactor: Redactor | None = None,
 ) -> list[EngineCollector]:
     """One collector per configured Redis/Valkey target (``redactor``: the store's keyed one by default)."""
-    return [EngineCollector(t, store, clock=clock, metrics=metrics, redactor=redactor) for t in config.redis]
+    return [
+        EngineCollector(t, history, clock=clock, metrics=metrics, redactor=redactor) for t in config.redis
+    ]
 
 
 class Recorder:
     """The ``capstan record`` process: store + metrics + OTLP + retention + a runner of collectors.
 
     The Kubernetes recorder plugs in with :meth:`add_collector` (anything satisfying :class:`Collector`) before
-    :meth:`run`; it gets the same store (``recorder.store``) and metrics (``recorder.metrics``).
+    :meth:`run`; it gets the same store's history (``recorder.store.history``) and metrics (``recorder.metrics``).
     """
 
     def __init__(
@@ -181,13 +183,13 @@ class Recorder:
             config.store, clock=clock, metrics=self.metrics, writer_cache_kib=INGEST_CACHE_KIB
         )
         # one redactor for everything this process records, keyed with the store's key (capstan.redact)
-        self.redactor = self.store.redactor(config.redaction)
+        self.redactor = self.store.keys.redactor(config.redaction)
         self._otlp: OtlpExporter | None = None
         if config.otlp is not None:
             self._otlp = otlp_http_exporter(config.otlp.endpoint, timeout_s=config.otlp.timeout_s)
-            self.store.add_commit_listener(self._otlp)
+            self.store.history.add_commit_listener(self._otlp)
         self.engines = engine_collectors(
-            config, self.store, metrics=self.metrics, clock=clock, redactor=self.redactor
+            config, self.store.history, metrics=self.metrics, clock=clock, redactor=self.redactor
         )
         self.runner = RecorderRunner()
         for collector in self.engines:
@@ -196,7 +198,7 @@ class Recorder:
         if config.kubernetes is not None:
             self.kubernetes = KubeCollector(
                 config.kubernetes,
-                self.store,
+                self.store.history,
                 source=config.source,
                 policy=config.diff,
                 metrics=self.metrics,
@@ -231,7 +233,7 @@ class Recorder:
             max_age_s=None if r.max_age_days is None else r.max_age_days * 86400.0,
             max_bytes=None if r.max_megabytes is None else int(r.max_megabytes * 1024 * 1024),
         )
-        retention = RetentionWorker(self.store, policy, interval_s=r.interval_s, clock=self._clock)
+        retention = RetentionWorker(self.store.retention, policy, interval_s=r.interval_s, clock=self._clock)
         retention.start()
         server = None
         if self.config.metrics_port is not None:

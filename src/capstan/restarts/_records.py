@@ -124,5 +124,5 @@ def unsent_digested(
 
 
 def last_seen(counts: Mapping[tuple[str, str], RestartCount]) -> dict[tuple[str, str], int]:
-    """``Store.restart_counts()`` in the shape :func:`detect_while_down` takes."""
+    """``RestartRecords.restart_counts()`` in the shape :func:`detect_while_down` takes."""
     return {key: value.restart_count for key, value in counts.items()}

@@ -4,7 +4,10 @@ Pure decisions (detection, report, noise control, rendering) live in the other m
 writes. Per restart it reads, each with a timeout and each allowed to fail without stopping the report: the owner
 chain (ReplicaSet → Deployment…), the node, the pod's Events (by uid), the previous container's log, and the
 changes the history recorder stored for the workload, its ConfigMaps/Secrets and its node in the preceding window.
-Messages go through the store's outbox (so a crash loses none) and one drainer delivers them.
+Messages go through the store's outbox (so a crash loses none) and one drainer delivers them. The watcher takes the
+store's parts it uses, each behind a narrow seam: the restart records it writes (:class:`RestartRecordWriter`), the
+history it reads its evidence and past records from (:class:`RestartHistory`), the outbox and thread index of
+:mod:`capstan.notify`, and the store's redaction key.
 
 Work for one pod is handled in order by one worker (a pod's restarts hash to the same worker), so its restart
 records and last-seen counts never go backwards; different pods are handled concurrently by a bounded pool.
@@ -19,12 +22,13 @@ import random
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
 from capstan.kube import ApiError, Delta, Informer, KubeClient, resources
-from capstan.notify import Drainer, NotifyMetrics, build_sink
+from capstan.notify import Drainer, NotifyMetrics, Outbox, ThreadIndex, build_sink
+from capstan.redact import Redactor
 from capstan.restarts._config import RestartsConfig
 from capstan.restarts._detect import (
     ContainerRestart,
@@ -40,7 +44,7 @@ from capstan.restarts._pipeline import RestartNotifier
 from capstan.restarts._records import last_seen, restart_batch, unsent_digested
 from capstan.restarts._render import recovered_digest_notices
 from capstan.restarts._report import RecordedChange, RestartSnapshot
-from capstan.store import Batch, Store
+from capstan.store import Batch, ObjectChange, Restart, RestartCount, WriteResult
 
 log = logging.getLogger(__name__)
 
@@ -101,18 +105,31 @@ def summarize_patch(kind: str, patch: list[dict[str, Any]] | None, change: str) 
     return "; ".join(unique[:5]) + more
 
 
-class StoreThreads:
-    """The bot sink's thread index kept in the store, so a digest threads under its workload's first report even
-    when Capstan restarted in between (:class:`capstan.notify.ThreadIndex`)."""
+class RestartRecordWriter(Protocol):
+    """Where the watcher keeps its restart records and last-seen counts (:class:`capstan.store.RestartRecords`)."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def write(self, batch: Batch) -> WriteResult: ...
 
-    def get(self, key: str) -> tuple[str, str] | None:
-        return self._store.thread_get(key)
+    def restart_counts(self) -> dict[tuple[str, str], RestartCount]: ...
 
-    def put(self, key: str, channel: str, ts: str) -> None:
-        self._store.thread_put(key, channel, ts)
+
+class RestartHistory(Protocol):
+    """What the watcher reads from the history (:class:`capstan.store.HistoryReader`): the recorded changes before
+    a restart, and the restart records of past runs (digests to recover)."""
+
+    def timeline(
+        self,
+        *,
+        source: str | None = None,
+        kind: str | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = ...,
+    ) -> list[ObjectChange]: ...
+
+    def restarts(self, *, since: float | None = None, limit: int = ...) -> list[Restart]: ...
 
 
 class RestartWatcher:
@@ -122,8 +139,12 @@ class RestartWatcher:
         self,
         config: RestartsConfig,
         client: KubeClient,
-        store: Store,
         *,
+        records: RestartRecordWriter,
+        history: RestartHistory,
+        outbox: Outbox,
+        threads: ThreadIndex,
+        redaction_key: bytes | None,
         source: str = "default",
         namespace: str | None = None,
         clock: Callable[[], float] = time.time,
@@ -134,17 +155,18 @@ class RestartWatcher:
     ) -> None:
         self.config = config
         self.client = client
-        self.store = store
+        self.records = records
+        self.history = history
+        self.outbox = outbox
         self.source = source
         self.namespace = namespace
         self.clock = clock
         self.registry = registry or CollectorRegistry()
-        threads = StoreThreads(store)
         self.sinks = {s.name: build_sink(s, threads=threads) for s in config.sinks}
         # one redactor for the evidence, the notices and the delivery errors, keyed with the store's key
-        self.redactor = store.redactor(config.redaction_policy())
+        self.redactor = Redactor(config.redaction_policy(), key=redaction_key)
         self.drainer = Drainer(
-            store,
+            outbox,
             self.sinks,
             clock=clock,
             rng=rng or random.Random(0),
@@ -206,7 +228,7 @@ class RestartWatcher:
             targets.add(("Node", "", str(node)))
         out: list[RecordedChange] = []
         for kind, ns, name in sorted(targets):
-            for c in self.store.timeline(
+            for c in self.history.timeline(
                 source=self.source,
                 kind=kind,
                 namespace=ns,
@@ -355,7 +377,7 @@ class RestartWatcher:
                 self.skipped_evidence += 1
             notify[restart.container] = action
         batch = restart_batch(pod, restarts, now, notify=notify)
-        await asyncio.to_thread(self.store.write, batch)
+        await asyncio.to_thread(self.records.write, batch)
         self.handled += len(restarts)
 
     async def _worker(self, queue: asyncio.Queue[tuple[Pod, list[ContainerRestart], float] | None]) -> None:
@@ -379,13 +401,13 @@ class RestartWatcher:
 
     async def _baseline(self, batch: Batch) -> None:
         if not batch.is_empty():
-            await asyncio.to_thread(self.store.write, batch)
+            await asyncio.to_thread(self.records.write, batch)
 
     def _recover_digests(self, now: float) -> None:
         """Digests that were still being collected when Capstan stopped are sent now (nothing is lost)."""
         window = max(self.config.mute_seconds, self.config.cap_window_seconds) * 2 + 3600
-        records = self.store.restarts(since=now - window, limit=100_000)
-        payloads = [item.payload for item in self.store.outbox(limit=100_000)]
+        records = self.history.restarts(since=now - window, limit=100_000)
+        payloads = [item.payload for item in self.outbox.items(limit=100_000)]
         lost = unsent_digested(records, payloads)
         if lost:
             for notice in recovered_digest_notices(
@@ -429,7 +451,7 @@ class RestartWatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         now = self.clock()
-        last = last_seen(await asyncio.to_thread(self.store.restart_counts))
+        last = last_seen(await asyncio.to_thread(self.records.restart_counts))
         await asyncio.to_thread(self._recover_digests, now)
         self._queues = [asyncio.Queue() for _ in range(self.workers)]
         workers = [asyncio.create_task(self._worker(q)) for q in self._queues]

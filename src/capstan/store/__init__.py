@@ -1,15 +1,21 @@
 """Durable history of cluster changes and engine events: one store, SQLite (WAL) by default, PostgreSQL at scale.
 
-Writers hand :class:`Batch` objects to :meth:`Store.write` (records and cursors in one transaction, idempotent);
-readers use the query methods, the HTTP JSON app (:func:`create_history_app`) or OTLP export. The store never
-imports a collector: collectors live in :mod:`capstan.record`.
+:func:`open_store` gives a :class:`Store`: one database and its parts, each behind the narrow seam its callers need
+(``store.history``, ``store.restart_records``, ``store.outbox``, ``store.threads``, ``store.retention``,
+``store.keys``). Writers hand :class:`Batch` objects to :meth:`HistoryStore.write` (records and cursors in one
+transaction, idempotent); readers use the :class:`HistoryReader` queries, the HTTP JSON app
+(:func:`create_history_app`) or OTLP export. The store never imports a collector: collectors live in
+:mod:`capstan.record`.
 """
 
 from typing import TYPE_CHECKING
 
 from capstan.lazy import lazy_attributes
 from capstan.store._cursor import BadCursor, Position, decode_cursor, encode_cursor
+from capstan.store._database import StoreWriteError
 from capstan.store._engine import INGEST_CACHE_KIB, parse_database_url
+from capstan.store._history import HistoryReader, HistoryStore, HistoryWriter, StoreCorruptHistory
+from capstan.store._keys import RedactionKeys
 from capstan.store._metrics import HistoryMetrics
 from capstan.store._models import (
     CHANGE_TYPES,
@@ -33,8 +39,11 @@ from capstan.store._models import (
     rfc3339,
     to_json,
 )
-from capstan.store._retention import RetentionPolicy, RetentionWorker, apply_retention
-from capstan.store._store import Store, StoreCorruptHistory, StoreWriteError, open_store, position_of
+from capstan.store._outbox import NotifyThreads, Outbox
+from capstan.store._restart_records import RestartRecords
+from capstan.store._retention import Retention, RetentionPolicy, RetentionWorker, apply_retention
+from capstan.store._rows import position_of
+from capstan.store._store import Store, open_store
 from capstan.store._timeparse import parse_time
 from capstan.store._writer import BatchWriter
 
@@ -67,18 +76,26 @@ __all__ = [
     "EngineEntry",
     "Gap",
     "HistoryMetrics",
+    "HistoryReader",
+    "HistoryStore",
+    "HistoryWriter",
     "KindCursor",
     "KubeEvent",
+    "NotifyThreads",
     "ObjectChange",
     "ObjectDiff",
     "ObjectState",
     "ObjectVersion",
     "ObservedVia",
     "OtlpExporter",
+    "Outbox",
     "OutboxItem",
     "Position",
+    "RedactionKeys",
     "Restart",
     "RestartCount",
+    "RestartRecords",
+    "Retention",
     "RetentionPolicy",
     "RetentionWorker",
     "Store",

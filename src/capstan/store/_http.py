@@ -1,6 +1,6 @@
 """The history query API over HTTP JSON (read by the MCP server and the dashboard), as a Starlette app factory.
 
-Every route is a thin shell over one :class:`~capstan.store.Store` query, and three things hold for all of them:
+Every route is a thin shell over one :class:`~capstan.store.HistoryReader` query, and three things hold for all of them:
 
 - **Strict parameters.** Each route declares its query parameters once (:class:`~capstan.store._openapi.Param`);
   the parser refuses an unknown, repeated or malformed one with HTTP 400 and ``{"error": "<one line naming it>"}``
@@ -47,6 +47,7 @@ from capstan.errors import UserError
 from capstan.redact import Redactor
 from capstan.store._cursor import BadCursor, Position, decode_cursor, encode_cursor
 from capstan.store._engine import describe_db_error
+from capstan.store._history import HistoryReader
 from capstan.store._models import (
     EngineEntry,
     Gap,
@@ -66,7 +67,7 @@ from capstan.store._openapi import (
     page_of,
     ref,
 )
-from capstan.store._store import Store, position_of
+from capstan.store._rows import position_of
 from capstan.store._timeparse import parse_time
 
 log = logging.getLogger(__name__)
@@ -173,7 +174,7 @@ def _show(value: str, width: int = 60) -> str:
 
 
 # ---------------------------------------------------------------------- listings
-Fetch = Callable[[Store, Parsed, Position | None, int], Sequence[Any]]
+Fetch = Callable[[HistoryReader, Parsed, Position | None, int], Sequence[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +356,7 @@ class BearerAuth:
 
 # ---------------------------------------------------------------------- the app
 def create_history_app(
-    store: Store,
+    store: HistoryReader,
     *,
     registry: CollectorRegistry | None = None,
     clock: Callable[[], float] = time.time,

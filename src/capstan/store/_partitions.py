@@ -193,7 +193,7 @@ def trim_keys_before(conn: Connection, table: str, cut_us: int, limit: int) -> i
 
 
 # Per object (source, uid): the newest snapshot before the cut and every later row, unless the object was deleted
-# before the cut -- the same rule as the row-by-row retention in Store.prune_before. One aggregate over the
+# before the cut -- the same rule as the row-by-row retention in Retention.prune_before. One aggregate over the
 # expiring rows and one hash join: linear in the rows dropped.
 _KEEP_OBJECT_CHANGES = """
 WITH per_object AS (

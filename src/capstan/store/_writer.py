@@ -10,16 +10,16 @@ import threading
 import time
 from collections.abc import Callable
 
+from capstan.store._history import HistoryWriter
 from capstan.store._models import Batch, WriteResult
-from capstan.store._store import Store
 
 
 class BatchWriter:
-    """Accumulates :class:`Batch` objects and writes them through one :meth:`Store.write` call."""
+    """Accumulates :class:`Batch` objects and writes them through one :meth:`HistoryWriter.write` call."""
 
     def __init__(
         self,
-        store: Store,
+        store: HistoryWriter,
         *,
         max_rows: int = 2000,
         max_delay_s: float = 0.5,

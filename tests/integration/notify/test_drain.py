@@ -37,11 +37,9 @@ def outbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outbox]:
     store_mod = pytest.importorskip("capstan.store")
     store = store_mod.open_store(str(tmp_path / "capstan.db"))
     try:
-        yield store
+        yield store.outbox
     finally:
-        close = getattr(store, "close", None)
-        if close is not None:
-            close()
+        store.close()
 
 
 def _drainer(
@@ -58,7 +56,7 @@ def _drainer(
 async def _drain_until_empty(drainer: Drainer, outbox: Outbox, passes: int = 400) -> None:
     for _ in range(passes):  # bounded
         await drainer.drain_once()
-        if not outbox.outbox(state="pending", limit=1):
+        if not outbox.items(state="pending", limit=1):
             return
         await asyncio.sleep(0.02)
     raise AssertionError("outbox did not drain")
@@ -75,7 +73,7 @@ async def test_storm_with_429s_delivers_everything_in_order(slack: Slack, outbox
     received = [m["text"] for m in slack.receiver.snapshot()["messages"]]
     assert received == [f"restart {i}: pod-{i}" for i in range(30)]
     assert slack.receiver.snapshot()["count_429"] == 3
-    assert outbox.outbox(state="dead") == []
+    assert outbox.items(state="dead") == []
     assert registry.get_sample_value("capstan_notify_sent_total", {"destination": "slack"}) == 30
     assert (
         registry.get_sample_value(
@@ -100,7 +98,7 @@ async def test_a_combined_storm_names_every_notice_in_fewer_messages(slack: Slac
     assert len(messages) < 60 and slack.receiver.snapshot()["count_429"] == 1
     assert registry.get_sample_value("capstan_notify_sent_total", {"destination": "slack"}) == 60
     assert (registry.get_sample_value("capstan_notify_combined_total", {"destination": "slack"}) or 0) > 0
-    assert outbox.outbox(state="pending") == [] and outbox.outbox(state="dead") == []
+    assert outbox.items(state="pending") == [] and outbox.items(state="dead") == []
 
 
 async def test_slack_errors_are_kept_then_dead_with_slacks_string(slack: Slack, outbox: Outbox) -> None:
@@ -109,7 +107,7 @@ async def test_slack_errors_are_kept_then_dead_with_slacks_string(slack: Slack, 
     drainer = _drainer(outbox, {"bot": bad}, registry)
     drainer.enqueue("bot", Notice(title="t", summary="s"), "only")
     await _drain_until_empty(drainer, outbox)
-    [item] = outbox.outbox()
+    [item] = outbox.items()
     assert (item.state, item.last_error, item.attempts) == ("dead", "slack: channel_not_found", 5)
     assert registry.get_sample_value("capstan_notify_dead_total", {"destination": "bot"}) == 1
 
@@ -121,7 +119,7 @@ async def test_a_new_drainer_delivers_what_the_old_one_left(slack: Slack, outbox
         first.enqueue("slack", Notice(title=f"m{i}", summary="s"), f"k{i}")
     slack.receiver.arm_429(1, retry_after=1)
     await first.drain_once()  # 429 on the first: all six go back as pending
-    assert len(outbox.outbox(state="pending")) == 6
+    assert len(outbox.items(state="pending")) == 6
     second = _drainer(outbox, {"slack": sink}, CollectorRegistry())  # "Capstan restarted"
     await _drain_until_empty(second, outbox)
     assert [m["text"] for m in slack.receiver.snapshot()["messages"]] == [f"m{i}: s" for i in range(6)]
@@ -132,10 +130,10 @@ async def test_reopened_store_keeps_queued_messages(slack: Slack, tmp_path: Path
     path = str(tmp_path / "restart.db")
     before = store_mod.open_store(path)
     sink = SlackWebhookSink("slack", slack.webhook_url, timeout=5)
-    first = _drainer(before, {"slack": sink}, CollectorRegistry())
+    first = _drainer(before.outbox, {"slack": sink}, CollectorRegistry())
     for i in range(4):
         first.enqueue("slack", Notice(title=f"q{i}", summary="s"), f"q{i}")
     del first, before  # the process that queued them is gone
     after = store_mod.open_store(path)
-    await _drain_until_empty(_drainer(after, {"slack": sink}, CollectorRegistry()), after)
+    await _drain_until_empty(_drainer(after.outbox, {"slack": sink}, CollectorRegistry()), after.outbox)
     assert [m["text"] for m in slack.receiver.snapshot()["messages"]] == [f"q{i}: s" for i in range(4)]

@@ -63,7 +63,7 @@ async def test_report_digest_and_log_reach_slack_through_the_store(slack: Slack,
     sink = SlackBotSink("slack", slack.token, "#alerts", base_url=slack.api_url, timeout=5)
     clock = [1000.0]
     drainer = Drainer(
-        store,
+        store.outbox,
         {"slack": sink},
         clock=lambda: clock[0],
         rng=random.Random(1),
@@ -87,7 +87,7 @@ async def test_report_digest_and_log_reach_slack_through_the_store(slack: Slack,
     assert upload["thread_ts"] == report["ts"] and "supersecretvalue" not in upload["files"][0]["content"]
     assert upload["files"][0]["content"].endswith("step 199")
     assert digest["thread_ts"] == report["ts"]
-    assert [i.state for i in store.outbox()] == ["sent", "sent"]
+    assert [i.state for i in store.outbox.items()] == ["sent", "sent"]
 
     injected = [
         ("default", "web-7d9f8-aaaaa", "app", 1),

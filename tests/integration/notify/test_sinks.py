@@ -115,13 +115,12 @@ async def test_slack_bot_sink_threads_digests_and_uploads_log(slack: Slack) -> N
 
 
 async def test_threads_kept_in_the_store_survive_a_restart(slack: Slack, tmp_path: Path) -> None:
-    from capstan.restarts._watch import StoreThreads
     from capstan.store import open_store
 
     db = str(tmp_path / "h.db")
     store = open_store(db)
     before = SlackBotSink(
-        "bot", slack.token, "alerts", base_url=slack.api_url, timeout=5, threads=StoreThreads(store)
+        "bot", slack.token, "alerts", base_url=slack.api_url, timeout=5, threads=store.threads
     )
     web = Notice(title="Container restarted: web-0", summary="s", thread_key="default/Deployment/web")
     api = Notice(title="Container restarted: api-0", summary="s", thread_key="default/Deployment/api")
@@ -130,7 +129,7 @@ async def test_threads_kept_in_the_store_survive_a_restart(slack: Slack, tmp_pat
     store.close()
     reopened = open_store(db)  # "Capstan restarted"
     after = SlackBotSink(
-        "bot", slack.token, "alerts", base_url=slack.api_url, timeout=5, threads=StoreThreads(reopened)
+        "bot", slack.token, "alerts", base_url=slack.api_url, timeout=5, threads=reopened.threads
     )
     assert (
         await after.send(

@@ -39,7 +39,7 @@ async def test_events_are_queryable_after_the_api_server_expired_them(
     async with await KubeClient.from_kubeconfig(state.kubeconfig) as kube:
         collector = KubeCollector(
             KubernetesConfig(kinds=["Pod"], flush_interval_s=0.05),
-            store,
+            store.history,
             source="ttl",
             kubeconfig=Path(state.kubeconfig),
         )
@@ -56,7 +56,7 @@ async def test_events_are_queryable_after_the_api_server_expired_them(
             uid = pod["metadata"]["uid"]
             loop = asyncio.get_running_loop()
             end = loop.time() + 60
-            while not [e for e in store.events(involved_uid=uid) if e.reason == "BackOff"]:
+            while not [e for e in store.history.events(involved_uid=uid) if e.reason == "BackOff"]:
                 assert loop.time() < end, "the event was never recorded"
                 await asyncio.sleep(0.1)
             # Wait until the API server has expired it.
@@ -73,6 +73,6 @@ async def test_events_are_queryable_after_the_api_server_expired_them(
             stop.set()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 30)
-    kept = [e for e in store.events(involved_uid=uid) if e.reason == "BackOff"]
+    kept = [e for e in store.history.events(involved_uid=uid) if e.reason == "BackOff"]
     store.close()
     assert kept and kept[0].message == "Back-off restarting failed container c"

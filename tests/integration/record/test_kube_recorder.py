@@ -33,7 +33,7 @@ async def recording(
     store: Store, kubeconfig: Path, namespace: str, kinds: list[str], max_batch: int = 2000
 ) -> Any:
     collector = KubeCollector(
-        KubernetesConfig(kinds=kinds, namespace=namespace, flush_interval_s=0.05, max_batch=max_batch), store, source="test",
+        KubernetesConfig(kinds=kinds, namespace=namespace, flush_interval_s=0.05, max_batch=max_batch), store.history, source="test",
         kubeconfig=kubeconfig,
     )  # fmt: skip
     stop = asyncio.Event()
@@ -90,10 +90,10 @@ async def test_every_version_events_and_no_secret_value(
             await kube.delete(resources.CONFIGMAPS, "app-config", namespace)
 
             def done() -> bool:
-                changes = store.timeline(
+                changes = store.history.timeline(
                     source="test", kind="ConfigMap", namespace=namespace, name="app-config"
                 )
-                events = store.events(involved_uid=pod["metadata"]["uid"])
+                events = store.history.events(involved_uid=pod["metadata"]["uid"])
                 return (
                     any(c.change_type == "deleted" for c in changes)
                     and sum(e.reason == "BackOff" for e in events) >= 3
@@ -101,19 +101,23 @@ async def test_every_version_events_and_no_secret_value(
 
             await wait_for(done, "the recorder to catch up")
 
-        changes = store.timeline(source="test", kind="ConfigMap", namespace=namespace, name="app-config")
+        changes = store.history.timeline(
+            source="test", kind="ConfigMap", namespace=namespace, name="app-config"
+        )
         assert [c.resource_version for c in changes if c.change_type != "deleted"] == rvs
         assert [c.change_type for c in changes] == ["added"] + ["modified"] * 5 + ["deleted"]
         assert all(c.observed_via == "watch" for c in changes)
         # Any recorded version can be rebuilt.
-        third = store.version("test", changes[2].uid, changes[2].version_seq)
+        third = store.history.version("test", changes[2].uid, changes[2].version_seq)
         assert third.object["data"] == {"v": "2"}
         # Every occurrence of the Event is kept: count 1, 2, 3.
-        backoff = [e for e in store.events(involved_uid=pod["metadata"]["uid"]) if e.reason == "BackOff"]
+        backoff = [
+            e for e in store.history.events(involved_uid=pod["metadata"]["uid"]) if e.reason == "BackOff"
+        ]
         assert sorted(e.count for e in backoff) == [1, 2, 3]
         # The Secret is recorded (metadata, hash) but its value appears nowhere in the store.
-        assert store.timeline(source="test", kind="Secret", namespace=namespace, name="creds")
-        assert not any(secret_value in text for text in store.dump_all_text())
+        assert store.history.timeline(source="test", kind="Secret", namespace=namespace, name="creds")
+        assert not any(secret_value in text for text in store.database.dump_all_text())
     finally:
         store.close()
 
@@ -130,7 +134,7 @@ async def test_restart_resumes_and_records_what_changed_while_away(
             for i in range(5):
                 await kube.create(resources.CONFIGMAPS, cm(f"c{i}", namespace, "0"))
             await wait_for(
-                lambda: len(store.timeline(source="test", namespace=namespace)) >= 5, "first records"
+                lambda: len(store.history.timeline(source="test", namespace=namespace)) >= 5, "first records"
             )
         # Away: an edit, a deletion, a creation.
         edited = await kube.patch(
@@ -142,13 +146,13 @@ async def test_restart_resumes_and_records_what_changed_while_away(
         async with recording(store, kubeconfig, namespace, ["ConfigMap"], max_batch=2):
 
             def caught_up() -> bool:
-                rows = store.timeline(source="test", namespace=namespace)
+                rows = store.history.timeline(source="test", namespace=namespace)
                 return {("c1", "modified"), ("c2", "deleted"), ("c9", "added")} <= {
                     (r.name, r.change_type) for r in rows
                 }
 
             await wait_for(caught_up, "changes made while away")
-        rows = store.timeline(source="test", namespace=namespace)
+        rows = store.history.timeline(source="test", namespace=namespace)
         keys = [(r.uid, r.resource_version, r.change_type) for r in rows]
         assert len(keys) == len(set(keys)), "a change was recorded twice"
         c1 = [r for r in rows if r.name == "c1"]

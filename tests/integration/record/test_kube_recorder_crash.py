@@ -59,7 +59,7 @@ async def wait_cursor(db: str, timeout: float = 120) -> None:
     try:
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
-        while store.kind_cursor("crash", "/v1/ConfigMap") is None:
+        while store.history.kind_cursor("crash", "/v1/ConfigMap") is None:
             if loop.time() > end:
                 pytest.fail("the recorder never stored a cursor")
             await asyncio.sleep(0.2)
@@ -117,7 +117,7 @@ async def converge(db: str, kube: KubeClient, namespace: str, timeout: float = 1
             }
             have = {
                 uid: st.resource_version
-                for uid, st in store.object_states("crash", "ConfigMap").items()
+                for uid, st in store.history.object_states("crash", "ConfigMap").items()
                 if st.namespace == namespace and st.name.startswith("cm-")
             }
             if want == have:
@@ -134,7 +134,7 @@ def relist_gaps(db: str) -> list[Any]:
     try:
         return [
             g
-            for g in store.gaps(source="crash")
+            for g in store.history.gaps(source="crash")
             if g.log == "kubernetes" and g.detail["kind"] == "/v1/ConfigMap"
         ]
     finally:
@@ -146,7 +146,7 @@ def records(db: str, namespace: str) -> list[Any]:
     try:
         return [
             c
-            for c in store.timeline(source="crash", namespace=namespace, limit=1_000_000)
+            for c in store.history.timeline(source="crash", namespace=namespace, limit=1_000_000)
             if c.name.startswith("cm-")
         ]
     finally:

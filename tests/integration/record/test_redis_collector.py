@@ -41,13 +41,15 @@ def test_slowlog_flood_faster_than_the_poll_gives_a_gap_with_the_exact_lost_coun
     server = redis_factory(*SLOW_ARGS, "--slowlog-max-len", "8")
     store = open_store(history_store_url)
     collector = EngineCollector(
-        RedisTargetConfig(name="cache", address=server.address, logs=["slowlog"]), store
+        RedisTargetConfig(name="cache", address=server.address, logs=["slowlog"]), store.history
     )
     client = _client(server)
     for i in range(3):
         _slow(client, f"warm{i}")
     collector.poll_once()
-    assert [e.payload["client_name"] for e in store.engine_entries(target="cache", log_name="slowlog")] == [
+    assert [
+        e.payload["client_name"] for e in store.history.engine_entries(target="cache", log_name="slowlog")
+    ] == [
         "warm0",
         "warm1",
         "warm2",
@@ -56,18 +58,18 @@ def test_slowlog_flood_faster_than_the_poll_gives_a_gap_with_the_exact_lost_coun
     for i in range(flood):
         _slow(client, f"flood{i}")
     collector.poll_once()
-    entries = store.engine_entries(target="cache", log_name="slowlog")
+    entries = store.history.engine_entries(target="cache", log_name="slowlog")
     names = [e.payload["client_name"] for e in entries]
     assert names[3:] == [f"flood{i}" for i in range(flood - 8, flood)]
     assert entries[-1].payload["args"] == ["DEBUG", "SLEEP", "0.002"]
-    gaps = store.gaps(source="cache")
+    gaps = store.history.gaps(source="cache")
     assert len(gaps) == 1
     assert gaps[0].lost == flood - 8
     assert gaps[0].log == "slowlog"
     # Polling again with nothing new writes nothing more: the cursor is in the store.
     collector.poll_once()
-    assert len(store.engine_entries(target="cache", log_name="slowlog")) == len(entries)
-    assert len(store.gaps(source="cache")) == 1
+    assert len(store.history.engine_entries(target="cache", log_name="slowlog")) == len(entries)
+    assert len(store.history.gaps(source="cache")) == 1
     collector.close()
     store.close()
 
@@ -77,10 +79,12 @@ def test_server_restart_is_recorded_and_ids_restart_cleanly(
 ) -> None:
     server = redis_factory(*SLOW_ARGS)
     store = open_store(history_store_url)
-    collector = EngineCollector(RedisTargetConfig(name="r", address=server.address, logs=["slowlog"]), store)
+    collector = EngineCollector(
+        RedisTargetConfig(name="r", address=server.address, logs=["slowlog"]), store.history
+    )
     _slow(_client(server), "before")
     collector.poll_once()
-    old_run = store.engine_cursor("r", "server")
+    old_run = store.history.engine_cursor("r", "server")
     assert old_run is not None
     server.restart()
     collector.close()
@@ -88,15 +92,15 @@ def test_server_restart_is_recorded_and_ids_restart_cleanly(
     _slow(client, "after0")
     _slow(client, "after1")
     collector.poll_once()
-    restarts = store.engine_entries(target="r", log_name="restart")
+    restarts = store.history.engine_entries(target="r", log_name="restart")
     assert len(restarts) == 1
     assert restarts[0].payload["previous_run_id"] == old_run.run_id
     assert restarts[0].payload["run_id"] != old_run.run_id
-    slow = store.engine_entries(target="r", log_name="slowlog")
+    slow = store.history.engine_entries(target="r", log_name="slowlog")
     assert [e.payload["client_name"] for e in slow] == ["before", "after0", "after1"]
     assert slow[0].native_id == slow[1].native_id == "0"  # same native id, told apart by run id
     assert slow[0].run_id != slow[1].run_id
-    gaps = store.gaps(source="r")
+    gaps = store.history.gaps(source="r")
     assert [(g.lost, g.key.startswith("restart:")) for g in gaps] == [(None, True)]
     collector.close()
     store.close()
@@ -109,17 +113,19 @@ def test_acl_log_entries_merging_keep_count_and_last_update_current(
     admin = _client(server)
     admin.execute_command("ACL", "SETUSER", "app", "on", ">right", "~*", "+@all")  # type: ignore[no-untyped-call]
     store = open_store(history_store_url)
-    collector = EngineCollector(RedisTargetConfig(name="acl", address=server.address, logs=["acllog"]), store)
+    collector = EngineCollector(
+        RedisTargetConfig(name="acl", address=server.address, logs=["acllog"]), store.history
+    )
     _failed_auth(server)
     collector.poll_once()
-    first = store.engine_entries(target="acl", log_name="acllog")
+    first = store.history.engine_entries(target="acl", log_name="acllog")
     assert len(first) == 1
     assert first[0].payload["count"] == 1
     assert first[0].payload["reason"] == "auth"
     for _ in range(3):
         _failed_auth(server)
     collector.poll_once()
-    merged = store.engine_entries(target="acl", log_name="acllog")
+    merged = store.history.engine_entries(target="acl", log_name="acllog")
     assert len(merged) == 1
     assert merged[0].native_id == first[0].native_id
     assert merged[0].payload["count"] == 4
@@ -133,17 +139,17 @@ def test_config_set_shows_up_as_a_change_and_commandlog_absence_is_no_error(
 ) -> None:
     server = redis_factory()
     store = open_store(history_store_url)
-    collector = EngineCollector(RedisTargetConfig(name="cfg", address=server.address), store)
+    collector = EngineCollector(RedisTargetConfig(name="cfg", address=server.address), store.history)
     collector.poll_once()
-    assert store.engine_entries(target="cfg", log_name="config") == []
+    assert store.history.engine_entries(target="cfg", log_name="config") == []
     _client(server).config_set("maxmemory-policy", "allkeys-lru")
     collector.poll_once()
-    changes = store.engine_entries(target="cfg", log_name="config")
+    changes = store.history.engine_entries(target="cfg", log_name="config")
     assert [(c.payload["parameter"], c.payload["old"], c.payload["new"]) for c in changes] == [
         ("maxmemory-policy", "noeviction", "allkeys-lru")
     ]
     collector.poll_once()
-    assert len(store.engine_entries(target="cfg", log_name="config")) == 1
+    assert len(store.history.engine_entries(target="cfg", log_name="config")) == 1
     assert collector.polls == 3  # Redis 7 has no COMMANDLOG: skipped without an error
     collector.close()
     store.close()
@@ -156,17 +162,19 @@ async def test_bad_targets_get_clear_errors_and_never_stop_the_good_one(
     locked = redis_factory("--requirepass", "sesame")
     store = open_store(str(tmp_path / "h.db"))
     collectors = [
-        EngineCollector(RedisTargetConfig(name="good", address=good.address, poll_interval_s=0.05), store),
+        EngineCollector(
+            RedisTargetConfig(name="good", address=good.address, poll_interval_s=0.05), store.history
+        ),
         EngineCollector(
             RedisTargetConfig(
                 name="gone", address=f"127.0.0.1:{free_port()}", poll_interval_s=0.05, timeout_s=1
             ),
-            store,
+            store.history,
             max_backoff_s=0.2,
         ),
         EngineCollector(
             RedisTargetConfig(name="locked", address=locked.address, password="wrong", poll_interval_s=0.05),
-            store,
+            store.history,
             max_backoff_s=0.2,
         ),
     ]

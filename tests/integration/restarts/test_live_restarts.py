@@ -70,7 +70,17 @@ def config(url: str, **extra: Any) -> RestartsConfig:
 async def watching(
     cfg: RestartsConfig, kube: KubeClient, store: Store, namespace: str
 ) -> AsyncIterator[RestartWatcher]:
-    watcher = RestartWatcher(cfg, kube, store, namespace=namespace, call_timeout=5)
+    watcher = RestartWatcher(
+        cfg,
+        kube,
+        records=store.restart_records,
+        history=store.history,
+        outbox=store.outbox,
+        threads=store.threads,
+        redaction_key=store.keys.redaction_key(),
+        namespace=namespace,
+        call_timeout=5,
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(watcher.run(stop))
     await asyncio.wait_for(watcher.synced.wait(), 30)
@@ -206,7 +216,7 @@ async def test_scenarios(
             await kube.create(resources.NODES, node)
         assert watcher.handled == 8
 
-    records = store.restarts(namespace=namespace, limit=1000)
+    records = store.history.restarts(namespace=namespace, limit=1000)
     assert {(r.pod, r.container) for r in records} >= {
         ("oom", "main"), ("crash", "main"), ("probe", "main"), ("withinit", "migrate"), ("withinit", "mesh"),
         ("two", "second"), ("nolog", "main"), ("orphan", "main"),
@@ -243,7 +253,7 @@ async def test_storm_with_429s_and_a_crash_loses_nothing(
             await asyncio.sleep(0.1)
         assert watcher.handled == n_pods
     # Stopped with messages still queued (2/s for 12 messages and five 429s): they are in the outbox, not lost.
-    pending = [i for i in store.outbox(state="pending", limit=1000)]
+    pending = [i for i in store.outbox.items(state="pending", limit=1000)]
     sent_before = len(receiver.messages)
     assert sent_before + len(pending) >= n_pods
     assert receiver.count_429 >= 1
@@ -251,10 +261,10 @@ async def test_storm_with_429s_and_a_crash_loses_nothing(
     async with watching(cfg, kube, store, namespace):
         loop = asyncio.get_running_loop()
         end = loop.time() + 60
-        while loop.time() < end and store.outbox(state="pending", limit=1000):
+        while loop.time() < end and store.outbox.items(state="pending", limit=1000):
             await asyncio.sleep(0.2)
-    assert not store.outbox(state="pending", limit=1000)
-    assert not store.outbox(state="dead", limit=1000)
+    assert not store.outbox.items(state="pending", limit=1000)
+    assert not store.outbox.items(state="dead", limit=1000)
     delivered = {
         f"storm-{i:02d}"
         for i in range(n_pods)
@@ -295,20 +305,22 @@ async def test_kill_9_with_messages_queued_loses_nothing(
         st = open_store(db)
         loop = asyncio.get_running_loop()
         end = loop.time() + 90
-        while loop.time() < end and len(st.restart_counts()) < n_pods:  # the watcher's baseline is written
+        while (
+            loop.time() < end and len(st.restart_records.restart_counts()) < n_pods
+        ):  # the watcher's baseline is written
             await asyncio.sleep(0.2)
         for i in range(n_pods):
             await kubelet.restart_container(
                 namespace, f"kill-{i:02d}", "main", Termination.error(1), previous_log=["x"]
             )
         end = loop.time() + 60
-        while loop.time() < end and len(st.outbox(limit=1000)) < n_pods:  # all queued, few sent (0.2/s)
+        while loop.time() < end and len(st.outbox.items(limit=1000)) < n_pods:  # all queued, few sent (0.2/s)
             await asyncio.sleep(0.1)
-        assert len(st.outbox(limit=1000)) >= n_pods
+        assert len(st.outbox.items(limit=1000)) >= n_pods
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    pending = st.outbox(state="pending", limit=1000)
+    pending = st.outbox.items(state="pending", limit=1000)
     assert pending, "the kill must leave messages queued for this test to mean anything"
     fast = config(url)
     cfg_path.write_text(yaml.safe_dump(fast.model_dump(mode="json")))
@@ -316,9 +328,11 @@ async def test_kill_9_with_messages_queued_loses_nothing(
     try:
         loop = asyncio.get_running_loop()
         end = loop.time() + 90
-        while loop.time() < end and st.outbox(state="pending", limit=1000):
+        while loop.time() < end and st.outbox.items(state="pending", limit=1000):
             await asyncio.sleep(0.2)
-        assert not st.outbox(state="pending", limit=1000) and not st.outbox(state="dead", limit=1000)
+        assert not st.outbox.items(state="pending", limit=1000) and not st.outbox.items(
+            state="dead", limit=1000
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

@@ -284,18 +284,18 @@ async def eventually(
 
 
 def _annotated(store: Store, namespace: str) -> bool:
-    version = store.object_at("Namespace", "", namespace, time.time(), source="planted")
+    version = store.history.object_at("Namespace", "", namespace, time.time(), source="planted")
     return version is not None and "example.com/notes" in json.dumps(version.object)
 
 
 def _served(store: Store, namespace: str) -> dict[str, str]:
     """Every route of the HTTP API, for every recorded object of the test."""
     outputs: dict[str, str] = {}
-    with serve(create_history_app(store)) as api, httpx.Client(base_url=api, timeout=30) as http:
+    with serve(create_history_app(store.history)) as api, httpx.Client(base_url=api, timeout=30) as http:
         for route in ("timeline", "events", "engine", "gaps", "restarts"):
             outputs[f"HTTP /v1/{route}"] = http.get(f"/v1/{route}", params={"limit": 1000}).text
-        changes = store.timeline(source="planted", namespace=namespace, limit=1000)
-        changes += store.timeline(source="planted", namespace="", limit=1000)
+        changes = store.history.timeline(source="planted", namespace=namespace, limit=1000)
+        changes += store.history.timeline(source="planted", namespace="", limit=1000)
         for change in changes:
             q = {"kind": change.kind, "namespace": change.namespace, "name": change.name}
             outputs[f"HTTP /v1/object {change.kind}/{change.name}"] = http.get("/v1/object", params=q).text
@@ -391,13 +391,13 @@ async def test_no_planted_secret_reaches_any_output(
             [CAPSTAN, "--log-json", "record", "--config", str(record_yaml)], record_log, env
         ) as rec:
             await eventually(
-                lambda: store.engine_cursor("cache", "config") is not None,
+                lambda: store.history.engine_cursor("cache", "config") is not None,
                 "the first Redis poll",
                 rec,
                 record_log,
             )
             await eventually(
-                lambda: store.kind_cursor("planted", "apps/v1/Deployment") is not None,
+                lambda: store.history.kind_cursor("planted", "apps/v1/Deployment") is not None,
                 "the recorder's first list",
                 rec,
                 record_log,
@@ -419,14 +419,14 @@ async def test_no_planted_secret_reaches_any_output(
             await eventually(
                 lambda: any(
                     e.payload.get("parameter") == "masterauth"
-                    for e in store.engine_entries(target="cache", log_name="config")
+                    for e in store.history.engine_entries(target="cache", log_name="config")
                 ),
                 "the masterauth change",
                 rec,
                 record_log,
             )
             await eventually(
-                lambda: any(e.reason == "Reloaded" for e in store.events(namespace=namespace)),
+                lambda: any(e.reason == "Reloaded" for e in store.history.events(namespace=namespace)),
                 "the Event",
                 rec,
                 record_log,
@@ -435,7 +435,7 @@ async def test_no_planted_secret_reaches_any_output(
                 lambda: _annotated(store, namespace), "the namespace's annotations", rec, record_log
             )
             await eventually(
-                lambda: any(e.log == "acllog" for e in store.engine_entries(target="cache")),
+                lambda: any(e.log == "acllog" for e in store.history.engine_entries(target="cache")),
                 "the ACL LOG entry",
                 rec,
                 record_log,
@@ -482,7 +482,7 @@ async def test_no_planted_secret_reaches_any_output(
                 async with process(argv, watch_log, env) as watcher:
                     uid = pod["metadata"]["uid"]
                     await eventually(
-                        lambda: any(key[0] == uid for key in store.restart_counts()),
+                        lambda: any(key[0] == uid for key in store.restart_records.restart_counts()),
                         "the watcher's baseline of the pod",
                         watcher,
                         watch_log,
@@ -505,7 +505,7 @@ async def test_no_planted_secret_reaches_any_output(
                         watch_log,
                     )
                     await eventually(
-                        lambda: all(i.state == "sent" for i in store.outbox(limit=100)),
+                        lambda: all(i.state == "sent" for i in store.outbox.items(limit=100)),
                         "delivery",
                         watcher,
                         watch_log,
@@ -513,10 +513,10 @@ async def test_no_planted_secret_reaches_any_output(
 
             # every output
             outputs: dict[str, str] = {
-                "store rows": "\n".join(store.dump_all_text()),
+                "store rows": "\n".join(store.database.dump_all_text()),
                 "Slack messages": json.dumps(receiver.snapshot(), default=str),
                 "outbox": json.dumps(
-                    [(i.payload, i.last_error) for i in store.outbox(limit=1000)], default=str
+                    [(i.payload, i.last_error) for i in store.outbox.items(limit=1000)], default=str
                 ),
             }
             outputs.update(await asyncio.to_thread(_served, store, namespace))

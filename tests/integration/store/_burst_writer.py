@@ -46,12 +46,12 @@ def batches(total: int, size: int) -> list[tuple[int, Batch]]:
 def main() -> None:
     url, total, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     store = open_store(url)
-    cursor = store.kind_cursor(SOURCE, "apps/v1/Deployment")
+    cursor = store.history.kind_cursor(SOURCE, "apps/v1/Deployment")
     done = int(cursor.resource_version) if cursor else 0
     for last_rv, batch in batches(total, size):
         if last_rv <= done - size:
             continue
-        store.write(batch)
+        store.history.write(batch)
         print(f"committed {last_rv}", flush=True)
     store.close()
 

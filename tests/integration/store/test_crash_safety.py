@@ -47,12 +47,12 @@ def test_kill_9_mid_burst_then_restart_stores_every_change_exactly_once(history_
     assert proc.returncode == -signal.SIGKILL
 
     store = open_store(history_store_url)
-    cursor = store.kind_cursor(SOURCE, "apps/v1/Deployment")
+    cursor = store.history.kind_cursor(SOURCE, "apps/v1/Deployment")
     assert cursor is not None
     # The cursor and the records committed together: the records go exactly up to the cursor.
     killed_at = int(cursor.resource_version)
     assert killed_at >= 20 * BATCH
-    assert store.count("object_changes") == killed_at
+    assert store.database.count("object_changes") == killed_at
     store.close()
 
     proc = _writer(history_store_url)
@@ -60,17 +60,17 @@ def test_kill_9_mid_burst_then_restart_stores_every_change_exactly_once(history_
     assert proc.returncode == 0, err
 
     store = open_store(history_store_url)
-    changes = store.timeline(source=SOURCE, limit=100_000)
+    changes = store.history.timeline(source=SOURCE, limit=100_000)
     assert sorted(int(c.resource_version) for c in changes) == list(range(1, TOTAL + 1))
-    cursor = store.kind_cursor(SOURCE, "apps/v1/Deployment")
+    cursor = store.history.kind_cursor(SOURCE, "apps/v1/Deployment")
     assert cursor is not None and cursor.resource_version == str(TOTAL)
     # Every object's stored last state and rebuilt last version equal the last object written.
-    states = store.object_states(SOURCE)
+    states = store.history.object_states(SOURCE)
     assert len(states) == OBJECTS
     for i in range(TOTAL - OBJECTS + 1, TOTAL + 1):
         want = obj(i)
         k = i % OBJECTS
-        version = store.object_at("Deployment", "ns", f"d{k}", 1000.0 + TOTAL + 1)
+        version = store.history.object_at("Deployment", "ns", f"d{k}", 1000.0 + TOTAL + 1)
         assert version is not None
         assert version.object["spec"] == want["spec"]
         assert states[f"uid-{k}"].resource_version == str(i)
@@ -111,7 +111,7 @@ def test_a_full_disk_stops_writes_loudly_and_leaves_the_store_intact(tiny_fs: Pa
     error: StoreWriteError | None = None
     for step in range(1000):  # bounded; the disk fills long before
         try:
-            store.write(_entries(step * 100, 100))
+            store.history.write(_entries(step * 100, 100))
             written += 100
         except StoreWriteError as exc:
             error = exc
@@ -122,25 +122,25 @@ def test_a_full_disk_stops_writes_loudly_and_leaves_the_store_intact(tiny_fs: Pa
     store.close()
     subprocess.run(["mount", "-o", "remount,size=8m", str(tiny_fs)], check=True, timeout=30)
     store = open_store(url)
-    with store._read.connect() as conn:  # integrity of the file after the failed transaction
+    with store.database.read_engine.connect() as conn:  # integrity of the file after the failed transaction
         assert conn.execute(text("PRAGMA integrity_check")).scalar_one() == "ok"
-    assert store.count("engine_entries") == written
-    store.write(_entries(10**6, 10))
-    assert store.count("engine_entries") == written + 10
+    assert store.database.count("engine_entries") == written
+    store.history.write(_entries(10**6, 10))
+    assert store.database.count("engine_entries") == written + 10
     store.close()
 
 
 def test_a_read_only_disk_stops_writes_loudly(tiny_fs: Path) -> None:
     url = str(tiny_fs / "h.db")
     store = open_store(url)
-    store.write(_entries(0, 10))
+    store.history.write(_entries(0, 10))
     # The kernel refuses a read-only remount while files are open for writing, so the pooled connections are
     # closed first; the store object stays in use and reconnects on the next write.
     store.close()
     subprocess.run(["mount", "-o", "remount,ro", str(tiny_fs)], check=True, timeout=30)
     try:
         with pytest.raises(StoreWriteError) as info:
-            store.write(_entries(10, 10))
+            store.history.write(_entries(10, 10))
         assert "\n" not in str(info.value)
         assert "h.db" in str(info.value)
         store.close()
@@ -150,5 +150,5 @@ def test_a_read_only_disk_stops_writes_loudly(tiny_fs: Path) -> None:
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(tiny_fs)], check=True, timeout=30)
     store = open_store(url)
-    assert store.count("engine_entries") == 10
+    assert store.database.count("engine_entries") == 10
     store.close()

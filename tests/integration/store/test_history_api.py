@@ -42,7 +42,9 @@ def change(i: int, at: float) -> ObjectChange:
 
 def fill(store: Store, n: int) -> None:
     for start in range(0, n, 1000):
-        store.write(Batch(object_changes=[change(i, START + i) for i in range(start, min(n, start + 1000))]))
+        store.history.write(
+            Batch(object_changes=[change(i, START + i) for i in range(start, min(n, start + 1000))])
+        )
 
 
 @pytest.fixture
@@ -72,11 +74,11 @@ def pages(http: httpx.Client, path: str, params: dict[str, Any], *, between: Any
 
 
 def test_pages_follow_the_cursor_to_the_end_stable_under_concurrent_inserts(filled: Store) -> None:
-    app = create_history_app(filled, clock=lambda: START + 10_000)
+    app = create_history_app(filled.history, clock=lambda: START + 10_000)
 
     def insert_meanwhile(pages_read: int) -> None:
         if pages_read == 1:  # after the first page (rows 0..999): one row before its end, two after it
-            filled.write(
+            filled.history.write(
                 Batch(
                     object_changes=[
                         change(5000, START + 500.5),  # earlier than the cursor: never shown
@@ -102,7 +104,7 @@ def test_pages_follow_the_cursor_to_the_end_stable_under_concurrent_inserts(fill
 @pytest.mark.parametrize("listing", [lst.name for lst in LISTINGS])
 def test_every_listing_pages_with_the_same_envelope(history_store_url: str, listing: str) -> None:
     store = open_store(history_store_url)
-    with serve(create_history_app(store)) as base, httpx.Client(base_url=base, timeout=30) as http:
+    with serve(create_history_app(store.history)) as base, httpx.Client(base_url=base, timeout=30) as http:
         body = http.get(f"/v1/{listing}", params={"limit": "1"}).json()
         assert body == {"items": [], "next_cursor": None}
         assert http.get(f"/v1/{listing}", params={"limit": str(MAX_PAGE + 1)}).status_code == 400
@@ -110,7 +112,7 @@ def test_every_listing_pages_with_the_same_envelope(history_store_url: str, list
 
 
 def test_a_listing_is_streamed_and_capped_at_the_page_size(filled: Store) -> None:
-    with serve(create_history_app(filled)) as base, httpx.Client(base_url=base, timeout=30) as http:
+    with serve(create_history_app(filled.history)) as base, httpx.Client(base_url=base, timeout=30) as http:
         response = http.get("/v1/timeline")
         assert response.headers.get("transfer-encoding") == "chunked"
         assert "content-length" not in response.headers
@@ -157,7 +159,7 @@ BAD = [
 
 
 def test_bad_parameters_are_a_400_naming_them_never_a_500(filled: Store) -> None:
-    with serve(create_history_app(filled)) as base, httpx.Client(base_url=base, timeout=30) as http:
+    with serve(create_history_app(filled.history)) as base, httpx.Client(base_url=base, timeout=30) as http:
         for path, query, named in BAD:
             response = http.get(f"{path}?{query}")
             assert response.status_code == 400, (path, query, response.status_code, response.text[:200])
@@ -170,7 +172,7 @@ def test_bad_parameters_are_a_400_naming_them_never_a_500(filled: Store) -> None
 
 def test_a_token_guards_every_route_but_healthz(filled: Store) -> None:
     registry = CollectorRegistry()
-    app = create_history_app(filled, registry=registry, token=TOKEN)
+    app = create_history_app(filled.history, registry=registry, token=TOKEN)
     with serve(app) as base, httpx.Client(base_url=base, timeout=30) as http:
         for path in ("/v1/timeline", "/v1/object?kind=D&name=n", "/openapi.json", "/metrics", "/nope"):
             bare = http.get(path)
@@ -190,8 +192,8 @@ def test_a_token_guards_every_route_but_healthz(filled: Store) -> None:
 
 def test_a_failing_store_is_a_503_with_one_line(history_store_url: str) -> None:
     store = open_store(history_store_url)
-    with serve(create_history_app(store)) as base, httpx.Client(base_url=base, timeout=30) as http:
-        with store._write.begin() as conn:
+    with serve(create_history_app(store.history)) as base, httpx.Client(base_url=base, timeout=30) as http:
+        with store.database.write_engine.begin() as conn:
             conn.exec_driver_sql(
                 "DROP TABLE gaps CASCADE" if store.dialect == "postgresql" else "DROP TABLE gaps"
             )
@@ -205,7 +207,7 @@ def test_a_failing_store_is_a_503_with_one_line(history_store_url: str) -> None:
 
 
 def test_the_served_description_matches_the_routes(filled: Store) -> None:
-    app: Any = create_history_app(filled, registry=CollectorRegistry(), token=TOKEN)
+    app: Any = create_history_app(filled.history, registry=CollectorRegistry(), token=TOKEN)
     inner = app._app  # behind the bearer-token middleware
     served_routes = {r.path for r in inner.routes if isinstance(r, Route)}
     with serve(app) as base, httpx.Client(base_url=base, timeout=30) as http:

@@ -60,12 +60,12 @@ def api_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     store = open_store(str(path), metrics=HistoryMetrics(registry))
     history = ObjectHistory("c1")
     for rv in range(1, 30):
-        store.write(
+        store.history.write(
             history.observe(
                 "ADDED" if rv == 1 else "MODIFIED", _deploy(rv, f"api:{rv}"), observed_at=1e9 + rv
             )
         )
-    store.write(
+    store.history.write(
         Batch(
             kube_events=[
                 KubeEvent(
@@ -102,7 +102,7 @@ def api_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             ],
         )
     )
-    with serve(create_history_app(store, registry=registry, token=TOKEN)) as base:
+    with serve(create_history_app(store.history, registry=registry, token=TOKEN)) as base:
         yield base
     store.close()
 

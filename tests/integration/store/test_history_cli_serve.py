@@ -40,7 +40,7 @@ def capstan(
 def store_path(tmp_path: Path) -> Path:
     path = tmp_path / "h.db"
     store = open_store(str(path))
-    store.write(
+    store.history.write(
         Batch(gaps=[Gap("cache", "slowlog", f"r:{i}", 1000.0 + i, i, "ring overwrote") for i in range(5)])
     )
     store.close()

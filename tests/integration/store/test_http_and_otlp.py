@@ -41,9 +41,9 @@ def test_http_api_serves_timeline_object_diff_engine_and_gaps(history_store_url:
     registry = CollectorRegistry()
     store = open_store(history_store_url, metrics=HistoryMetrics(registry), clock=lambda: 2000.0)
     history = ObjectHistory("c1")
-    store.write(history.observe("ADDED", _deploy(1, "api:1"), observed_at=1000.0))
-    store.write(history.observe("MODIFIED", _deploy(2, "api:2"), observed_at=1100.0))
-    store.write(
+    store.history.write(history.observe("ADDED", _deploy(1, "api:1"), observed_at=1000.0))
+    store.history.write(history.observe("MODIFIED", _deploy(2, "api:2"), observed_at=1100.0))
+    store.history.write(
         Batch(
             engine_entries=[
                 EngineEntry("cache", "slowlog", "r", "1", 1050.0, 1060.0, {"args": ["KEYS", "*"]})
@@ -53,7 +53,7 @@ def test_http_api_serves_timeline_object_diff_engine_and_gaps(history_store_url:
             ],
         )
     )
-    app = create_history_app(store, registry=registry, clock=lambda: 2000.0)
+    app = create_history_app(store.history, registry=registry, clock=lambda: 2000.0)
     with serve(app) as base, httpx.Client(base_url=base, timeout=10) as http:
         page = http.get("/v1/timeline", params={"kind": "Deployment", "namespace": "ml"}).json()
         assert page["next_cursor"] is None
@@ -98,9 +98,9 @@ def test_records_reach_a_real_otlp_http_receiver_as_log_records(tmp_path: Any) -
     with serve(receiver) as base:
         exporter = otlp_http_exporter(f"{base}/v1/logs", timeout_s=10)
         store = open_store(str(tmp_path / "h.db"))
-        store.add_commit_listener(exporter)
-        store.write(ObjectHistory("prod").observe("ADDED", _deploy(1, "api:1"), observed_at=1000.0))
-        store.write(
+        store.history.add_commit_listener(exporter)
+        store.history.write(ObjectHistory("prod").observe("ADDED", _deploy(1, "api:1"), observed_at=1000.0))
+        store.history.write(
             Batch(
                 engine_entries=[
                     EngineEntry("cache", "slowlog", "r", "9", 990.0, 1000.0, {"args": ["GET", "k"]})

@@ -103,36 +103,36 @@ def pg(postgres_server: PostgresServer) -> Iterator[Store]:
 def test_writes_create_day_partitions_and_stay_idempotent_across_days(pg: Store) -> None:
     batches = history_batches()
     for b in batches:
-        pg.write(b)
-    parts = pg.partitions()
+        pg.history.write(b)
+    parts = pg.retention.partitions()
     # six days written, plus today (day 6) and the two days ahead
     assert parts["object_changes"] == [f"object_changes_p{d}" for d in range(20260921, 20260930)]
     assert len(parts["kube_events"]) == len(parts["engine_entries"]) == 9
-    before = {t: pg.count(t) for t in ("object_changes", "kube_events", "engine_entries")}
+    before = {t: pg.database.count(t) for t in ("object_changes", "kube_events", "engine_entries")}
     for b in batches:  # everything again, as a re-delivery after a crash would
-        result = pg.write(b)
+        result = pg.history.write(b)
         assert result.inserted.get("object_changes", 0) == 0 and result.inserted.get("kube_events", 0) == 0
-    assert {t: pg.count(t) for t in before} == before
-    acl = pg.engine_entries(target="cache", log_name="acllog")
+    assert {t: pg.database.count(t) for t in before} == before
+    acl = pg.history.engine_entries(target="cache", log_name="acllog")
     assert [(e.native_id, e.payload["count"], e.observed_at) for e in acl] == [("7", 9, T0 + 10)]
 
 
 def test_age_retention_drops_whole_days_and_answers_like_row_retention(pg: Store, tmp_path: Path) -> None:
     lite = open_store(str(tmp_path / "h.db"), clock=lambda: T0 + 6 * DAY)
     for b in history_batches():
-        pg.write(b)
-        lite.write(b)
+        pg.history.write(b)
+        lite.history.write(b)
     now = T0 + 6 * DAY
     max_age_s = 3 * DAY - 3600.0  # cutoff at 01:00 on day 3
     policy = RetentionPolicy(max_age_s=max_age_s)
-    dropped = apply_retention(pg, policy, now=now)
-    apply_retention(lite, policy, now=now)
+    dropped = apply_retention(pg.retention, policy, now=now)
+    apply_retention(lite.retention, policy, now=now)
     assert dropped > 0
-    parts = pg.partitions()
+    parts = pg.retention.partitions()
     assert parts["object_changes"][0] == "object_changes_base"
     assert "object_changes_p20260923" not in parts["object_changes"]  # day 2 dropped whole
     assert parts["kube_events"][0] == "kube_events_p20260924"  # day 3 stays: the cutoff is inside it
-    with pg._read.connect() as conn:
+    with pg.database.read_engine.connect() as conn:
         stale_keys = conn.execute(
             text("SELECT count(*) FROM object_change_keys WHERE observed_at < :c"),
             {"c": int((now - max_age_s) * 1e6)},
@@ -141,36 +141,42 @@ def test_age_retention_drops_whole_days_and_answers_like_row_retention(pg: Store
 
     def versions(st: Store) -> list[tuple[int, str, str]]:
         return [
-            (c.version_seq, c.resource_version, c.change_type) for c in st.timeline(uid="u1", limit=10_000)
+            (c.version_seq, c.resource_version, c.change_type)
+            for c in st.history.timeline(uid="u1", limit=10_000)
         ]
 
     assert versions(pg) == versions(lite)
     assert versions(pg)[0][0] <= 13  # the newest snapshot before the cutoff (every 5th version) survived
-    assert pg.timeline(uid="u2") == lite.timeline(uid="u2") == []
+    assert pg.history.timeline(uid="u2") == lite.history.timeline(uid="u2") == []
     for step in range(12, 24):  # every version after the cutoff still rebuilds, identically on both back ends
         at = T0 + step * DAY / 4 + 120.0
-        got, want = pg.object_at("Pod", "ml", "web", at), lite.object_at("Pod", "ml", "web", at)
+        got, want = (
+            pg.history.object_at("Pod", "ml", "web", at),
+            lite.history.object_at("Pod", "ml", "web", at),
+        )
         assert got is not None and want is not None
         assert got.object == want.object and got.object["spec"]["containers"][0]["image"] == f"img:{step}"
-    assert [e.payload for e in pg.engine_entries(target="cache")] == [
-        e.payload for e in lite.engine_entries(target="cache")
+    assert [e.payload for e in pg.history.engine_entries(target="cache")] == [
+        e.payload for e in lite.history.engine_entries(target="cache")
     ]
     assert (
-        [e.count for e in pg.events(involved_uid="p1")]
-        == [e.count for e in lite.events(involved_uid="p1")]
+        [e.count for e in pg.history.events(involved_uid="p1")]
+        == [e.count for e in lite.history.events(involved_uid="p1")]
         == [5, 6]
     )
     # retention runs again a day later: the base partition is rebuilt from itself and the next day
-    apply_retention(pg, policy, now=now + DAY)
-    apply_retention(lite, policy, now=now + DAY)
+    apply_retention(pg.retention, policy, now=now + DAY)
+    apply_retention(lite.retention, policy, now=now + DAY)
     assert versions(pg) == versions(lite)
-    assert "object_changes_p20260924" not in pg.partitions()["object_changes"]
+    assert "object_changes_p20260924" not in pg.retention.partitions()["object_changes"]
     lite.close()
 
 
 def _sql_rows(store_url: str) -> None:
     """Write history_batches() through the unpartitioned tables of revision 0002, as that release stored them."""
-    from capstan.store._store import _change_row, _entry_row, _event_row
+    from capstan.store._rows import change_row as _change_row
+    from capstan.store._rows import entry_row as _entry_row
+    from capstan.store._rows import event_row as _event_row
 
     engine = create_engine(parse_database_url(store_url))
     with engine.begin() as conn:
@@ -199,19 +205,25 @@ def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
     st = open_store(postgres_server.url, clock=lambda: T0 + 6 * DAY)  # migrates to the head
     assert st.schema_revision() == HEAD_REVISION
     assert (
-        st.count("object_changes") == 26 and st.count("kube_events") == 6 and st.count("engine_entries") == 7
+        st.database.count("object_changes") == 26
+        and st.database.count("kube_events") == 6
+        and st.database.count("engine_entries") == 7
     )
-    assert st.partitions()["object_changes"][:6] == [
+    assert st.retention.partitions()["object_changes"][:6] == [
         f"object_changes_p{d}" for d in range(20260921, 20260927)
     ]
     for b in history_batches():  # the migrated keys make the old rows' re-delivery a no-op
-        st.write(b)
+        st.history.write(b)
     assert (
-        st.count("object_changes") == 26 and st.count("kube_events") == 6 and st.count("engine_entries") == 7
+        st.database.count("object_changes") == 26
+        and st.database.count("kube_events") == 6
+        and st.database.count("engine_entries") == 7
     )
-    got = st.object_at("Pod", "ml", "web", T0 + 5 * DAY + 120.0)
+    got = st.history.object_at("Pod", "ml", "web", T0 + 5 * DAY + 120.0)
     assert got is not None and got.object["spec"]["containers"][0]["image"] == "img:20"
-    new = st.write(Batch(engine_entries=[EngineEntry("cache", "slowlog", "r", "99", T0, T0 + 6 * DAY, {})]))
+    new = st.history.write(
+        Batch(engine_entries=[EngineEntry("cache", "slowlog", "r", "99", T0, T0 + 6 * DAY, {})])
+    )
     assert new.inserted["engine_entries"] == 1  # the id sequence carried on past the copied rows
     with engine.connect() as conn:
         diff = compare_metadata(
@@ -231,12 +243,12 @@ def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
     assert [c[0] for c in counts] == [26, 6, 8] and partitions == 0
     again = open_store(postgres_server.url, clock=lambda: T0 + 6 * DAY)  # and up once more
     assert (
-        again.write(Batch(engine_entries=[EngineEntry("cache", "slowlog", "r", "100", T0, T0, {})])).inserted[
-            "engine_entries"
-        ]
+        again.history.write(
+            Batch(engine_entries=[EngineEntry("cache", "slowlog", "r", "100", T0, T0, {})])
+        ).inserted["engine_entries"]
         == 1
     )
-    assert again.count("engine_entries") == 9
+    assert again.database.count("engine_entries") == 9
     again.close()
     engine.dispose()
 
@@ -251,7 +263,7 @@ def _not_a_partition(name: str | None, type_: str, _parent: Any) -> bool:
 
 
 def test_a_fresh_postgres_store_has_exactly_the_partitioned_schema(pg: Store) -> None:
-    with pg._read.connect() as conn:
+    with pg.database.read_engine.connect() as conn:
         diff = compare_metadata(
             MigrationContext.configure(conn, opts={"include_name": _not_a_partition}), s.postgres_metadata
         )

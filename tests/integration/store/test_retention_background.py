@@ -20,9 +20,9 @@ def test_retention_thread_deletes_old_rows_while_the_writer_keeps_writing(histor
     old = Batch(
         engine_entries=[EngineEntry("t", "slowlog", "r", f"old{i}", 10.0, 10.0, {}) for i in range(3000)]
     )
-    store.write(old)
+    store.history.write(old)
     worker = RetentionWorker(
-        store, RetentionPolicy(max_age_s=DAY, batch_rows=200), interval_s=0.01, clock=lambda: NOW
+        store.retention, RetentionPolicy(max_age_s=DAY, batch_rows=200), interval_s=0.01, clock=lambda: NOW
     )
     errors: list[BaseException] = []
     written = 0
@@ -31,7 +31,7 @@ def test_retention_thread_deletes_old_rows_while_the_writer_keeps_writing(histor
         nonlocal written
         try:
             for i in range(60):
-                store.write(
+                store.history.write(
                     Batch(
                         engine_entries=[
                             EngineEntry("t", "slowlog", "r", f"new{i}-{j}", NOW - 500.0, NOW - 500.0, {})
@@ -49,14 +49,16 @@ def test_retention_thread_deletes_old_rows_while_the_writer_keeps_writing(histor
     thread.join(timeout=300)
     for _ in range(1000):  # bounded: wait until a pass ran after the writer finished
         passes = worker.passes
-        if passes >= 2 and store.count("engine_entries") == written:
+        if passes >= 2 and store.database.count("engine_entries") == written:
             break
         threading.Event().wait(0.01)
     worker.stop()
     assert errors == []
     assert worker.last_error is None
     assert written == 3000
-    assert store.count("engine_entries") == 3000  # all new rows, none of the old
+    assert store.database.count("engine_entries") == 3000  # all new rows, none of the old
     if store.dialect == "postgresql":
-        assert "engine_entries_p19700101" not in store.partitions()["engine_entries"]  # dropped whole
+        assert (
+            "engine_entries_p19700101" not in store.retention.partitions()["engine_entries"]
+        )  # dropped whole
     store.close()

@@ -38,7 +38,7 @@ def _legacy_rows(url: str) -> None:
         },
     }
     store = open_store(url)
-    store.write(
+    store.history.write(
         Batch(
             object_changes=[
                 ObjectChange(
@@ -104,7 +104,10 @@ def test_the_http_api_redacts_clear_text_history_it_reads(history_store_url: str
     _legacy_rows(history_store_url)
     store = open_store(history_store_url)
     try:
-        with serve(create_history_app(store)) as base, httpx.Client(base_url=base, timeout=30) as http:
+        with (
+            serve(create_history_app(store.history)) as base,
+            httpx.Client(base_url=base, timeout=30) as http,
+        ):
             q = {"kind": "Deployment", "namespace": "ml", "name": "api"}
             for path, params in (
                 ("/v1/timeline", {}),

@@ -82,7 +82,7 @@ async def _drain_until_empty(drainer: Drainer, outbox: MemoryOutbox, clock: Fake
     """Run passes on the fake clock, jumping to the next due message, until nothing is pending."""
     for _ in range(100):  # bounded
         await drainer.drain_once()
-        pending = outbox.outbox(state="pending")
+        pending = outbox.items(state="pending")
         if not pending:
             return
         clock.now = max(clock.now, min(i.next_attempt_at for i in pending))
@@ -96,13 +96,13 @@ async def test_paces_each_destination_with_bursts_one_message_per_notice() -> No
     _fill(drainer, "slack", 8)
     first = await drainer.drain_once()
     assert (first.sent, first.released) == (3, 5) and first.next_due == pytest.approx(1001.0)
-    assert [i.attempts for i in outbox.outbox(state="pending")] == [0] * 5  # a release is not an attempt
+    assert [i.attempts for i in outbox.items(state="pending")] == [0] * 5  # a release is not an attempt
     await _drain_until_empty(drainer, outbox, clock)
     offsets = [t - 1000.0 for t, _ in sink.sends]
     assert offsets == pytest.approx([0, 0, 0, 1, 2, 3, 4, 5])
     assert [title for _, title in sink.sends] == [f"m{i}" for i in range(8)]  # order kept
-    assert {i.state for i in outbox.outbox()} == {"sent"}
-    assert {i.attempts for i in outbox.outbox()} == {1}
+    assert {i.state for i in outbox.items()} == {"sent"}
+    assert {i.attempts for i in outbox.items()} == {1}
 
 
 async def test_a_backlog_is_combined_into_one_message_per_token() -> None:
@@ -120,7 +120,7 @@ async def test_a_backlog_is_combined_into_one_message_per_token() -> None:
     assert combined.title == "m3 (+11 more)"
     assert [s.heading for s in combined.sections] == [f"m{i}" for i in range(3, 15)]
     assert combined.meta["ids"] == list(range(3, 15)) and combined.meta["combined"] == 12
-    assert {i.state for i in outbox.outbox()} == {"sent"}
+    assert {i.state for i in outbox.items()} == {"sent"}
     assert drainer.metrics.combined.labels("slack")._value.get() == 12
 
 
@@ -164,7 +164,7 @@ async def test_enqueue_is_idempotent() -> None:
     drainer = _drainer(outbox, [], clock)
     assert drainer.enqueue("slack", Notice(title="a", summary="s"), "k")
     assert not drainer.enqueue("slack", Notice(title="a", summary="s"), "k")
-    assert len(outbox.outbox()) == 1
+    assert len(outbox.items()) == 1
 
 
 async def test_retry_after_defers_the_whole_destination_and_loses_nothing() -> None:
@@ -178,7 +178,7 @@ async def test_retry_after_defers_the_whole_destination_and_loses_nothing() -> N
     _fill(drainer, "teams", 2)
     first = await drainer.drain_once()
     assert (first.sent, first.rate_limited) == (3, 1)  # 1 slack + 2 teams; then slack said 429
-    pending = outbox.outbox(state="pending")
+    pending = outbox.items(state="pending")
     assert len(pending) == 4 and {i.next_attempt_at for i in pending} == {1030.0}
     assert pending[0].last_error == "HTTP 429: rate_limited"
     clock.now = 1029.0
@@ -186,7 +186,7 @@ async def test_retry_after_defers_the_whole_destination_and_loses_nothing() -> N
     clock.now = 1030.0
     await _drain_until_empty(drainer, outbox, clock)
     assert [t for t, _ in slack.sends][2:] == pytest.approx([1030, 1031, 1032, 1033])  # bucket emptied by 429
-    assert outbox.outbox(state="dead") == [] and len(outbox.outbox(state="sent")) == 7
+    assert outbox.items(state="dead") == [] and len(outbox.items(state="sent")) == 7
 
 
 async def test_errors_back_off_then_dead_letter_keeping_slacks_error() -> None:
@@ -198,12 +198,12 @@ async def test_errors_back_off_then_dead_letter_keeping_slacks_error() -> None:
     for _ in range(4):  # bounded: one attempt per pass
         report = await drainer.drain_once()
         assert report.claimed == 1
-        [item] = outbox.outbox()
+        [item] = outbox.items()
         if item.state == "dead":
             break
         delays.append(item.next_attempt_at - clock.now)
         clock.now = item.next_attempt_at
-    [item] = outbox.outbox()
+    [item] = outbox.items()
     assert item.state == "dead" and item.last_error == "slack: channel_not_found" and item.attempts == 4
     assert len(delays) == 3
     for attempt, delay in enumerate(delays, start=1):
@@ -246,7 +246,7 @@ def test_backoff_is_reproducible_with_the_same_seed() -> None:
                 loop.run_until_complete(drainer.drain_once())
             finally:
                 loop.close()
-            clock.now = outbox.outbox()[0].next_attempt_at
+            clock.now = outbox.items()[0].next_attempt_at
             times.append(clock.now)
         return times
 
@@ -262,7 +262,7 @@ async def test_unknown_destination_and_bad_payload_are_kept_as_dead() -> None:
     outbox.enqueue("slack", {"not": "a notice"}, "bad", now=clock.now)
     report = await drainer.drain_once()
     assert report.dead == 2
-    errors = sorted(i.last_error or "" for i in outbox.outbox(state="dead"))
+    errors = sorted(i.last_error or "" for i in outbox.items(state="dead"))
     assert errors[0] == "no sink named 'gone' is configured"
     assert errors[1].startswith("unreadable payload")
     assert sink.sends == []
@@ -303,7 +303,7 @@ async def test_hung_sink_times_out() -> None:
     _fill(drainer, "slack", 1)
     report = await drainer.drain_once()
     assert report.errors == ["timed out after 0.05s"]
-    assert outbox.outbox()[0].state == "pending"
+    assert outbox.items()[0].state == "pending"
 
 
 async def test_run_is_bounded() -> None:
@@ -359,7 +359,7 @@ async def test_notices_and_delivery_errors_are_redacted_before_the_outbox_and_th
     assert drainer.enqueue("slack", notice, "k")
     with caplog.at_level("WARNING", logger="capstan.notify"):
         await _drain_until_empty(drainer, outbox, clock)
-    [item] = outbox.outbox()
+    [item] = outbox.items()
     assert item.state == "dead"
     assert "Pl4nted" not in repr(item.payload) + str(item.last_error) + caplog.text
     assert "[REDACTED]" in str(item.last_error) and "[REDACTED]" in item.payload["summary"]

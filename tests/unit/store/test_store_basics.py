@@ -31,7 +31,7 @@ def test_the_migrated_database_matches_the_schema_metadata(tmp_path: Path) -> No
 
     store = open_store(str(tmp_path / "h.db"))
     assert store.schema_revision() == HEAD_REVISION
-    with store._read.connect() as conn:
+    with store.database.read_engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
     store.close()
@@ -85,7 +85,7 @@ def test_head_revision_constant_is_alembics_head() -> None:
 
 def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "h.db"))
-    with store._read.connect() as conn:
+    with store.database.read_engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"
     store.close()
 
@@ -98,21 +98,21 @@ def test_urls_map_to_sqlite_or_psycopg(tmp_path: Path) -> None:
 def test_batch_writer_commits_when_full_or_flushed(tmp_path: Path) -> None:
     now = [0.0]
     store = open_store(str(tmp_path / "h.db"))
-    writer = BatchWriter(store, max_rows=3, max_delay_s=10, clock=lambda: now[0])
+    writer = BatchWriter(store.history, max_rows=3, max_delay_s=10, clock=lambda: now[0])
 
     def one(i: int) -> Batch:
         return Batch(engine_entries=[EngineEntry("t", "slowlog", "r", str(i), 1.0, 1.0, {})])
 
     assert writer.add(one(1)) is None
     assert writer.add(one(2)) is None
-    assert store.count("engine_entries") == 0
+    assert store.database.count("engine_entries") == 0
     result = writer.add(one(3))
     assert result is not None and result.inserted == {"engine_entries": 3}
     writer.add(one(4))
     now[0] = 11.0
     assert writer.due()
     writer.flush()
-    assert store.count("engine_entries") == 4
+    assert store.database.count("engine_entries") == 4
     store.close()
 
 
@@ -123,8 +123,8 @@ def test_metrics_count_new_records_gaps_and_lost_entries(tmp_path: Path) -> None
         engine_entries=[EngineEntry("cache", "slowlog", "r", str(i), 1.0, 9.0, {}) for i in range(4)],
         gaps=[Gap("cache", "slowlog", "k", 9.0, 7, "ring overwrote entries before they were read")],
     )
-    store.write(batch)
-    store.write(batch)  # idempotent: counts nothing new
+    store.history.write(batch)
+    store.history.write(batch)  # idempotent: counts nothing new
     value = registry.get_sample_value
     assert value("capstan_history_records_written_total", {"source": "cache", "table": "engine_entries"}) == 4
     assert value("capstan_history_gaps_total", {"source": "cache", "log": "slowlog"}) == 1

@@ -1,0 +1,335 @@
+"""Writing a :class:`Batch`: every record and cursor in ONE transaction, idempotent by unique keys.
+
+Records and the cursors that cover them commit together: after a crash either both are there or neither is, and
+re-writing the same records is a no-op (ON CONFLICT DO NOTHING, or DO UPDATE for mutable engine entries; on
+PostgreSQL, whose big tables are partitioned by day, through their key tables: see capstan/store/_partitions.py).
+A failed write (full or read-only disk, lost database) raises :class:`StoreWriteError` after the transaction rolled
+back; the store stays consistent and the caller must stop writing loudly. :class:`BatchWrites` is the one write
+path of the history and of the restart records, so both share the metrics and the commit listeners.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import JSON, Connection, bindparam, delete, literal_column, update
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from capstan import jsontext
+from capstan.store import _rows
+from capstan.store import _schema as s
+from capstan.store._database import Database
+from capstan.store._metrics import HistoryMetrics
+from capstan.store._models import Batch, EngineEntry, ObjectState, WriteResult, to_us
+from capstan.store._partitions import day_of
+
+log = logging.getLogger(__name__)
+
+
+class BatchWrites:
+    """Writes batches to ``db`` (see the module docstring); ``metrics`` account each commit."""
+
+    def __init__(self, db: Database, *, metrics: HistoryMetrics | None = None) -> None:
+        self._db = db
+        self.metrics = metrics
+        self._listeners: list[Callable[[Batch], None]] = []
+
+    def add_commit_listener(self, listener: Callable[[Batch], None]) -> None:
+        """Call ``listener(batch)`` after each successful commit (OTLP export, live feeds). Errors are logged."""
+        self._listeners.append(listener)
+
+    def write(self, batch: Batch) -> WriteResult:
+        """Write a batch in ONE transaction; idempotent. Raises StoreWriteError (rolled back) on failure."""
+        if batch.is_empty():
+            return WriteResult({})
+        inserted: dict[str, int] = {}
+        try:
+            if self._db.partitions is not None:
+                self._db.partitions.ensure(_days_by_table(batch), to_us(self._db.clock()))
+            with self._db.write_lock, self._db.write_engine.begin() as conn:
+                write_rows(conn, self._db, batch, inserted)
+        except (OperationalError, DBAPIError) as exc:
+            if isinstance(exc, IntegrityError):
+                raise
+            if self.metrics is not None:
+                self.metrics.write_failures.inc()
+            raise self._db.write_error(exc) from exc
+        now = self._db.clock()
+        if self.metrics is not None:
+            self.metrics.observe_write(batch, inserted, now)
+        for listener in self._listeners:
+            try:
+                listener(batch)
+            except Exception:
+                log.exception("history commit listener failed")
+        return WriteResult(inserted)
+
+
+def write_rows(conn: Connection, db: Database, batch: Batch, inserted: dict[str, int]) -> None:
+    """Every record and cursor of ``batch`` in the open transaction ``conn``; ``inserted`` counts the new rows."""
+    now_us = to_us(db.clock())
+
+    def run(name: str, stmt: Any, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            # NOTE: RETURNING counts the rows really inserted on both back ends (rowcount of an executemany
+            # is not reliable with psycopg).
+            result = conn.execute(stmt.returning(literal_column("1")), rows)
+            inserted[name] = inserted.get(name, 0) + len(result.all())
+
+    if batch.object_changes and db.dialect == "sqlite":
+        change_rows = [_rows.change_row(c) for c in batch.object_changes]
+        inserted["object_changes"] = _sqlite_insert_ignore(conn, s.object_changes, change_rows)
+    elif batch.object_changes:
+        change_rows = _claim_keys(conn, "object_changes", [_rows.change_row(c) for c in batch.object_changes])
+        if change_rows:
+            conn.execute(s.object_changes.insert(), change_rows)
+        inserted["object_changes"] = len(change_rows)
+    if batch.state_deletes:
+        for source, uid in batch.state_deletes:
+            conn.execute(
+                delete(s.object_state).where(s.object_state.c.source == source, s.object_state.c.uid == uid)
+            )
+    if batch.state_puts:
+        ins = db.insert(s.object_state)
+        stmt = ins.on_conflict_do_update(
+            index_elements=["source", "uid"],
+            set_={c: ins.excluded[c] for c in _STATE_COLUMNS[2:]},
+        )
+        # NOTE: a uid is never reused, so a uid deleted anywhere in the batch stays deleted.
+        gone = set(batch.state_deletes)
+        puts = [st for st in _rows.last_per_key(batch.state_puts) if (st.source, st.uid) not in gone]
+        if puts and db.dialect == "sqlite":
+            _sqlite_upsert_states(conn, puts, now_us)
+        elif puts:
+            conn.execute(stmt, [_rows.state_row(st, now_us) for st in puts])
+    if batch.kind_cursors:
+        ins = db.insert(s.kind_cursors)
+        stmt = ins.on_conflict_do_update(
+            index_elements=["source", "kind"],
+            set_={
+                "resource_version": ins.excluded.resource_version,
+                "updated_at": ins.excluded.updated_at,
+            },
+        )
+        rows = {(c.source, c.kind): c for c in batch.kind_cursors}
+        conn.execute(
+            stmt,
+            [
+                {
+                    "source": c.source,
+                    "kind": c.kind,
+                    "resource_version": c.resource_version,
+                    "updated_at": now_us,
+                }
+                for c in rows.values()
+            ],
+        )
+    if batch.kube_events and db.dialect == "postgresql":
+        event_rows = _claim_keys(conn, "kube_events", [_rows.event_row(e) for e in batch.kube_events])
+        if event_rows:
+            conn.execute(s.kube_events.insert(), event_rows)
+        inserted["kube_events"] = len(event_rows)
+    elif batch.kube_events:
+        stmt = db.insert(s.kube_events).on_conflict_do_nothing(
+            index_elements=["source", "uid", "resource_version"]
+        )
+        run("kube_events", stmt, [_rows.event_row(e) for e in batch.kube_events])
+    immutable = [e for e in batch.engine_entries if not e.mutable]
+    # NOTE: PostgreSQL refuses to upsert one key twice in a statement; the last version of an entry wins.
+    mutable = list(
+        {(e.target, e.log, e.run_id, e.native_id): e for e in batch.engine_entries if e.mutable}.values()
+    )
+    if db.dialect == "postgresql" and (immutable or mutable):
+        _write_engine_entries_partitioned(conn, immutable, mutable, inserted)
+    elif immutable:
+        stmt = db.insert(s.engine_entries).on_conflict_do_nothing(
+            index_elements=["target", "log", "run_id", "native_id"]
+        )
+        run("engine_entries", stmt, [_rows.entry_row(e) for e in immutable])
+    if mutable and db.dialect != "postgresql":
+        ins = db.insert(s.engine_entries)
+        stmt = ins.on_conflict_do_update(
+            index_elements=["target", "log", "run_id", "native_id"],
+            set_={"payload": ins.excluded.payload, "happened_at": ins.excluded.happened_at},
+        )
+        run("engine_entries", stmt, [_rows.entry_row(e) for e in mutable])
+    if batch.gaps:
+        stmt = db.insert(s.gaps).on_conflict_do_nothing(index_elements=["source", "log", "key"])
+        run("gaps", stmt, [_rows.gap_row(g) for g in batch.gaps])
+    if batch.engine_cursors:
+        ins = db.insert(s.engine_cursors)
+        stmt = ins.on_conflict_do_update(
+            index_elements=["target", "log"],
+            set_={c: ins.excluded[c] for c in ("run_id", "last_id", "state", "updated_at")},
+        )
+        rows_c = {(c.target, c.log): c for c in batch.engine_cursors}
+        conn.execute(
+            stmt,
+            [
+                {
+                    "target": c.target,
+                    "log": c.log,
+                    "run_id": c.run_id,
+                    "last_id": c.last_id,
+                    "state": c.state,
+                    "updated_at": now_us,
+                }
+                for c in rows_c.values()
+            ],
+        )
+    if batch.restarts:
+        stmt = db.insert(s.restarts).on_conflict_do_nothing(
+            index_elements=["pod_uid", "container", "restart_count"]
+        )
+        run("restarts", stmt, [_rows.restart_row(r) for r in batch.restarts])
+    if batch.restart_counts:
+        ins = db.insert(s.restart_counts)
+        stmt = ins.on_conflict_do_update(
+            index_elements=["pod_uid", "container"],
+            set_={c: ins.excluded[c] for c in ("namespace", "pod", "restart_count", "updated_at")},
+        )
+        rows_r = {(r.pod_uid, r.container): r for r in batch.restart_counts}
+        conn.execute(
+            stmt,
+            [
+                {
+                    "pod_uid": r.pod_uid,
+                    "container": r.container,
+                    "namespace": r.namespace,
+                    "pod": r.pod,
+                    "restart_count": r.restart_count,
+                    "updated_at": now_us,
+                }
+                for r in rows_r.values()
+            ],
+        )
+
+
+# ---------------------------------------------------------------------- PostgreSQL's partitioned tables
+def _days_by_table(batch: Batch) -> dict[str, set[int]]:
+    """The UTC days (µs) each partitioned table receives rows for in ``batch``."""
+    times = {
+        "object_changes": [c.observed_at for c in batch.object_changes],
+        "kube_events": [e.observed_at for e in batch.kube_events],
+        "engine_entries": [e.observed_at for e in batch.engine_entries],
+    }
+    return {table: {day_of(to_us(t)) for t in ts} for table, ts in times.items() if ts}
+
+
+def _claim_keys(conn: Connection, table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Insert the rows' idempotency keys into ``table``'s key table; the rows whose key was new (first of each
+    key in the batch wins, as ON CONFLICT DO NOTHING does on SQLite)."""
+    key_cols = s.PARTITION_KEYS[table]
+    keys_table = s.postgres_metadata.tables[s.KEY_TABLE[table]]
+    first: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        first.setdefault(tuple(r[c] for c in key_cols), r)
+    stmt = (
+        postgresql.insert(keys_table).on_conflict_do_nothing().returning(*[keys_table.c[c] for c in key_cols])
+    )
+    key_rows = [
+        {**{c: k[i] for i, c in enumerate(key_cols)}, "observed_at": r["observed_at"]}
+        for k, r in first.items()
+    ]
+    new = {tuple(row) for row in conn.execute(stmt, key_rows).all()}
+    return [r for k, r in first.items() if k in new]
+
+
+def _write_engine_entries_partitioned(
+    conn: Connection, immutable: list[EngineEntry], mutable: list[EngineEntry], inserted: dict[str, int]
+) -> None:
+    """Engine entries on PostgreSQL: new keys are inserted; a mutable entry already stored (an ACL LOG entry whose
+    count rose) is updated in whichever day's partition holds it."""
+    rows = _claim_keys(conn, "engine_entries", [_rows.entry_row(e) for e in (*immutable, *mutable)])
+    if rows:
+        conn.execute(s.engine_entries.insert(), rows)
+    fresh = {(r["target"], r["log"], r["run_id"], r["native_id"]) for r in rows}
+    updates = [
+        {
+            "k_target": e.target,
+            "k_log": e.log,
+            "k_run_id": e.run_id,
+            "k_native_id": e.native_id,
+            "payload": e.payload,
+            "happened_at": to_us(e.happened_at),
+        }
+        for e in mutable
+        if (e.target, e.log, e.run_id, e.native_id) not in fresh
+    ]
+    if updates:
+        ee = s.engine_entries
+        conn.execute(
+            update(ee)
+            .where(
+                ee.c.target == bindparam("k_target"),
+                ee.c.log == bindparam("k_log"),
+                ee.c.run_id == bindparam("k_run_id"),
+                ee.c.native_id == bindparam("k_native_id"),
+            )
+            .values(payload=bindparam("payload"), happened_at=bindparam("happened_at")),
+            updates,
+        )
+    inserted["engine_entries"] = inserted.get("engine_entries", 0) + len(rows) + len(updates)
+
+
+# ---------------------------------------------------------------------- row mapping
+def _sqlite_insert_ignore(conn: Connection, table: Any, rows: list[dict[str, Any]]) -> int:
+    """The hot path of ingest on SQLite: one DB-API executemany with JSON pre-encoded, skipping SQLAlchemy's
+    per-row parameter processing; sqlite3's rowcount of an executemany is the number of rows inserted."""
+    cols = [c.name for c in table.columns if c.name in rows[0]]
+    json_cols = {c.name for c in table.columns if isinstance(c.type, JSON)}
+    sql = (
+        f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+        "ON CONFLICT DO NOTHING"
+    )
+    params = [
+        tuple((None if r[c] is None else jsontext.dumps(r[c])) if c in json_cols else r[c] for c in cols)
+        for r in rows
+    ]
+    result = conn.exec_driver_sql(sql, params)
+    return max(int(result.rowcount), 0)
+
+
+_STATE_COLUMNS = (
+    "source",
+    "uid",
+    "kind",
+    "api_version",
+    "namespace",
+    "name",
+    "resource_version",
+    "version_seq",
+    "object",
+    "updated_at",
+)
+_SQLITE_STATE_UPSERT = (
+    f"INSERT INTO object_state ({', '.join(_STATE_COLUMNS)}) VALUES ({', '.join('?' * len(_STATE_COLUMNS))}) "
+    "ON CONFLICT (source, uid) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _STATE_COLUMNS[2:])
+)
+
+
+def _sqlite_upsert_states(conn: Connection, states: Sequence[ObjectState], now_us: int) -> None:
+    """The other half of the SQLite ingest hot path: last states upserted with one DB-API executemany, the object
+    JSON taken as the diff builder already encoded it."""
+    conn.exec_driver_sql(
+        _SQLITE_STATE_UPSERT,
+        [
+            (
+                st.source,
+                st.uid,
+                st.kind,
+                st.api_version,
+                st.namespace,
+                st.name,
+                st.resource_version,
+                st.version_seq,
+                st.encoded if st.encoded is not None else json.dumps(st.object),
+                now_us,
+            )
+            for st in states
+        ],
+    )
