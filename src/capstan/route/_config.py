@@ -170,20 +170,20 @@ class DiscoveryConfig(StrictModel):
     kubernetes: KubernetesDiscoveryConfig
 
 
-class _FilterConfig(StrictModel):
+class _FilterBase(StrictModel):
     @model_validator(mode="after")
-    def _implemented(self) -> _FilterConfig:
+    def _implemented(self) -> _FilterBase:
         problem = plugin_problem(FILTERS, self, "filter")
         if problem is not None:
             raise ValueError(problem)
         return self
 
 
-class HealthFilterConfig(_FilterConfig):
+class HealthFilterConfig(_FilterBase):
     type: Literal["health"]
 
 
-class ModelFilterConfig(_FilterConfig):
+class ModelFilterConfig(_FilterBase):
     type: Literal["model"]
 
 
@@ -191,7 +191,7 @@ def _default_roles() -> list[Role]:
     return ["both", "decode"]
 
 
-class RoleFilterConfig(_FilterConfig):
+class RoleFilterConfig(_FilterBase):
     type: Literal["role"]
     roles: list[Role] = Field(default_factory=_default_roles, min_length=1)
 
