@@ -303,11 +303,17 @@ class PickerConfig(StrictModel):
 
     @model_validator(mode="after")
     def _implemented(self) -> PickerConfig:
-        if self.type not in PICKERS:
-            raise ValueError(
-                f"picker type {self.type!r} has no implementation (implemented: {', '.join(PICKERS)})"
-            )
+        problem = picker_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
         return self
+
+
+def picker_problem(cfg: PickerConfig) -> str | None:
+    """Why ``cfg`` names no picker of :data:`PICKERS` (None: it names one)."""
+    if cfg.type in PICKERS:
+        return None
+    return f"picker type {cfg.type!r} has no implementation (implemented: {', '.join(PICKERS)})"
 
 
 def _default_filters() -> list[FilterConfig]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from capstan.config import plugin_for
 from capstan.errors import UserError
-from capstan.route._config import FILTERS, PICKERS, SCORERS, SchedulerConfig
+from capstan.route._config import FILTERS, PICKERS, SCORERS, SchedulerConfig, picker_problem
 from capstan.route._index import ApproximatePrefixIndex, PreciseKVIndex, Rekey
 from capstan.route._model import Decision, EndpointState, RouteRequest
 from capstan.route._plugins import Filter, Picker, SchedulingContext, Scorer
@@ -60,10 +60,7 @@ class Scheduler:
         ]
         pick = PICKERS.get(cfg.picker.type)
         if pick is None:
-            raise UserError(
-                f"scheduler.picker: picker type {cfg.picker.type!r} has no implementation "
-                f"(implemented: {', '.join(PICKERS)})"
-            )
+            raise UserError(f"scheduler.picker: {picker_problem(cfg.picker)}")
         self.approximate: ApproximatePrefixIndex | None = None
         self.precise: PreciseKVIndex | None = None
         if cfg.prefix.kind == "approximate":

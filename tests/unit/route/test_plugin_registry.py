@@ -3,6 +3,7 @@ and an unknown or unwired type fails at start with one line."""
 
 from __future__ import annotations
 
+import random
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +15,7 @@ from pydantic import Field
 from capstan.cli.main import main
 from capstan.config import Plugin, load_model, plugin_registry, plugin_type, union_models
 from capstan.errors import UserError
-from capstan.route import RouteConfig, Scheduler, SchedulerConfig
+from capstan.route import Endpoint, EndpointState, PickerConfig, RouteConfig, Scheduler, SchedulerConfig
 from capstan.route._config import (
     FILTERS,
     PICKERS,
@@ -25,6 +26,7 @@ from capstan.route._config import (
     PrefixScorerConfig,
     ScorerConfig,
 )
+from capstan.route._plugins import MaxScorePicker, RandomPicker, RoundRobinPicker
 
 pytestmark = pytest.mark.unit
 
@@ -42,6 +44,32 @@ def test_every_config_type_has_exactly_one_implementation(
 
 def test_every_picker_type_has_exactly_one_implementation() -> None:
     assert sorted(typing.get_args(PickerType)) == sorted(PICKERS)
+
+
+def test_a_picker_type_without_an_implementation_fails_when_the_scheduler_is_built() -> None:
+    cfg = SchedulerConfig.model_construct(
+        **{**dict(SchedulerConfig()), "picker": PickerConfig.model_construct(type="unwired")}  # type: ignore[arg-type]
+    )
+    with pytest.raises(UserError, match=r"^scheduler.picker: picker type 'unwired' has no implementation"):
+        Scheduler(cfg)
+
+
+def _endpoints(*names: str) -> tuple[EndpointState, ...]:
+    return tuple(EndpointState(Endpoint(n, f"http://127.0.0.1:{9000 + i}")) for i, n in enumerate(names))
+
+
+def test_pickers_choose_from_the_totals_alone() -> None:
+    eps = _endpoints("a", "b", "c")
+    totals = {"a": 1.0, "b": 3.0, "c": 3.0 - 1e-10}
+    one, again = MaxScorePicker(random.Random(7)), MaxScorePicker(random.Random(7))
+    draws = [one.pick(eps, totals).name for _ in range(20)]
+    assert set(draws) == {"b", "c"}  # within 1e-9 of the best is a tie, drawn with the seeded RNG
+    assert draws == [again.pick(eps, totals).name for _ in range(20)]
+    assert MaxScorePicker(random.Random(7)).pick(eps, {**totals, "c": 2.0}).name == "b"
+    turns = RoundRobinPicker(random.Random(0))
+    assert [turns.pick(eps, totals).name for _ in range(4)] == ["a", "b", "c", "a"]
+    assert [turns.pick(eps[:2], totals).name for _ in range(2)] == ["a", "b"]  # turns 4 and 5: one counter
+    assert {RandomPicker(random.Random(1)).pick(eps, totals).name for _ in range(50)} <= {"a", "b", "c"}
 
 
 def test_the_scheduler_names_plugins_by_their_config_type() -> None:
