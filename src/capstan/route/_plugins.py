@@ -1,4 +1,4 @@
-"""Filters, scorers and pickers: each a pure function of the scheduling context (request + endpoint snapshot).
+"""Filters, scorers and pickers: the scheduler runs each over one decision's snapshot (request + endpoint states).
 
 A scorer returns one value per candidate, higher is better; the framework (:mod:`capstan.route._scheduler`) clamps
 each to [0, 1], applies the weights and hands the totals to the picker, which breaks ties. No plugin names itself:
