@@ -7,9 +7,11 @@ that names the file and the key path.
 from __future__ import annotations
 
 import os
+import typing
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, Generic, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -17,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from capstan.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
+F = TypeVar("F")
 
 
 class StrictModel(BaseModel):
@@ -191,3 +194,63 @@ def load_file(
         if used:
             where += f" (with {', '.join(used)})"
     return load_model(model, data, where)
+
+
+@dataclass(frozen=True, slots=True)
+class Plugin(Generic[F]):
+    """One implementation of an extension point: the configuration model it is built from, and its factory."""
+
+    config: type[BaseModel]
+    build: F
+
+
+def plugin_type(model: type[BaseModel]) -> str:
+    """The name of a plugin: the ``type`` literal of its configuration model (``type: Literal["prefix"]``), the one
+    place it is spelled. Configuration files, registries and messages all read it from there."""
+    field = model.model_fields.get("type")
+    names = typing.get_args(field.annotation) if field is not None else ()
+    if len(names) != 1 or not isinstance(names[0], str):
+        raise TypeError(f"{model.__name__}: a plugin's configuration declares type: Literal['<name>']")
+    return names[0]
+
+
+def plugin_registry(*plugins: tuple[type[BaseModel], F]) -> dict[str, Plugin[F]]:
+    """The implementations of one extension point keyed by :func:`plugin_type`, built from ``(configuration
+    model, factory)`` pairs; a name given twice is a TypeError (a programming error, raised by the first import)."""
+    registry: dict[str, Plugin[F]] = {}
+    for model, build in plugins:
+        name = plugin_type(model)
+        if name in registry:
+            raise TypeError(f"plugin type {name!r} is registered twice")
+        registry[name] = Plugin(model, build)
+    return registry
+
+
+def _implementation(registry: Mapping[str, Plugin[F]], config: BaseModel) -> Plugin[F] | None:
+    name = getattr(config, "type", None)
+    plugin = registry.get(name) if isinstance(name, str) else None
+    return plugin if plugin is not None and type(config) is plugin.config else None
+
+
+def plugin_problem(registry: Mapping[str, Plugin[Any]], config: BaseModel, point: str) -> str | None:
+    """Why ``config`` has no implementation in ``registry`` (None: it has exactly its own). A configuration model
+    added without a registry entry fails at start with this line instead of being built as some other plugin."""
+    if _implementation(registry, config) is not None:
+        return None
+    name = getattr(config, "type", None)
+    return f"{point} type {name!r} has no implementation (implemented: {', '.join(registry)})"
+
+
+def plugin_for(registry: Mapping[str, Plugin[F]], config: BaseModel, point: str, where: str) -> F:
+    """The factory of ``config``'s plugin; :class:`UserError` (one line naming ``where``) if it has none."""
+    plugin = _implementation(registry, config)
+    if plugin is None:
+        raise UserError(f"{where}: {plugin_problem(registry, config, point)}")
+    return plugin.build
+
+
+def union_models(union: object) -> tuple[type[BaseModel], ...]:
+    """The configuration models of a union, e.g. ``Annotated[A | B, Field(discriminator="type")]``."""
+    if typing.get_origin(union) is typing.Annotated:
+        union = typing.get_args(union)[0]
+    return tuple(m for m in typing.get_args(union) if isinstance(m, type) and issubclass(m, BaseModel))

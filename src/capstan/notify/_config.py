@@ -1,15 +1,20 @@
 """Sink configuration: one strict model per sink type, chosen by ``type``; bad URLs and tokens fail at start
-with the setting named (pydantic's location, e.g. ``sinks.0.slack_webhook.url``)."""
+with the setting named (pydantic's location, e.g. ``sinks.0.slack_webhook.url``).
+
+Each sink type is spelled once, as the ``type`` literal of its model, and wired to its implementation once, in
+:data:`SINKS`; a model without an entry there fails validation with one line instead of being built as another sink.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from capstan.config import StrictModel
+from capstan.config import Plugin, StrictModel, plugin_for, plugin_problem, plugin_registry
 from capstan.notify._sinks import (
     DiscordSink,
     GoogleChatSink,
@@ -50,6 +55,13 @@ class _SinkBase(StrictModel):
         if not _NAME.match(value):
             raise ValueError("use lowercase letters, digits, '-', '_' or '.' (max 63)")
         return value
+
+    @model_validator(mode="after")
+    def _implemented(self) -> _SinkBase:
+        problem = plugin_problem(SINKS, self, "sink")
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class SlackWebhookSinkConfig(_SinkBase):
@@ -134,25 +146,52 @@ SinkConfig = Annotated[
 ]
 
 
+SinkFactory = Callable[[Any, ThreadIndex | None], Sink]
+
+
+def _slack_webhook(config: SlackWebhookSinkConfig, threads: ThreadIndex | None) -> Sink:
+    return SlackWebhookSink(config.name, config.url, timeout=config.timeout_seconds)
+
+
+def _slack_bot(config: SlackBotSinkConfig, threads: ThreadIndex | None) -> Sink:
+    return SlackBotSink(
+        config.name,
+        config.token,
+        config.channel,
+        base_url=config.base_url,
+        upload_logs=config.upload_logs,
+        timeout=config.timeout_seconds,
+        threads=threads,
+    )
+
+
+def _webhook(config: WebhookSinkConfig, threads: ThreadIndex | None) -> Sink:
+    return JsonWebhookSink(config.name, config.url, timeout=config.timeout_seconds, headers=config.headers)
+
+
+def _teams(config: TeamsSinkConfig, threads: ThreadIndex | None) -> Sink:
+    return TeamsSink(config.name, config.url, timeout=config.timeout_seconds)
+
+
+def _google_chat(config: GoogleChatSinkConfig, threads: ThreadIndex | None) -> Sink:
+    return GoogleChatSink(config.name, config.url, timeout=config.timeout_seconds)
+
+
+def _discord(config: DiscordSinkConfig, threads: ThreadIndex | None) -> Sink:
+    return DiscordSink(config.name, config.url, timeout=config.timeout_seconds)
+
+
+# NOTE: one entry per model of SinkConfig, none for anything else (tests/unit/notify pins it)
+SINKS: Mapping[str, Plugin[SinkFactory]] = plugin_registry(
+    (SlackWebhookSinkConfig, _slack_webhook),
+    (SlackBotSinkConfig, _slack_bot),
+    (WebhookSinkConfig, _webhook),
+    (TeamsSinkConfig, _teams),
+    (GoogleChatSinkConfig, _google_chat),
+    (DiscordSinkConfig, _discord),
+)
+
+
 def build_sink(config: SinkConfig, *, threads: ThreadIndex | None = None) -> Sink:
-    """The sink a validated configuration describes."""
-    timeout = config.timeout_seconds
-    if isinstance(config, SlackWebhookSinkConfig):
-        return SlackWebhookSink(config.name, config.url, timeout=timeout)
-    if isinstance(config, SlackBotSinkConfig):
-        return SlackBotSink(
-            config.name,
-            config.token,
-            config.channel,
-            base_url=config.base_url,
-            upload_logs=config.upload_logs,
-            timeout=timeout,
-            threads=threads,
-        )
-    if isinstance(config, WebhookSinkConfig):
-        return JsonWebhookSink(config.name, config.url, timeout=timeout, headers=config.headers)
-    if isinstance(config, TeamsSinkConfig):
-        return TeamsSink(config.name, config.url, timeout=timeout)
-    if isinstance(config, GoogleChatSinkConfig):
-        return GoogleChatSink(config.name, config.url, timeout=timeout)
-    return DiscordSink(config.name, config.url, timeout=timeout)
+    """The sink a validated configuration describes (:class:`UserError` for a type without an implementation)."""
+    return plugin_for(SINKS, config, "sink", f"sink {config.name}")(config, threads)

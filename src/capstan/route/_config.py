@@ -1,5 +1,9 @@
 """The router's YAML configuration, parsed strictly: an unknown plugin type or key fails at start.
 
+Each filter, scorer and picker type is spelled once, as the ``type`` literal of its configuration model, and wired
+to its implementation once, in :data:`FILTERS`, :data:`SCORERS` and :data:`PICKERS`; a configuration type without an
+entry there fails validation with one line rather than being built as some other plugin.
+
 Example (``docs/route.md`` has the full reference)::
 
     endpoints:
@@ -17,14 +21,33 @@ Example (``docs/route.md`` has the full reference)::
 
 from __future__ import annotations
 
+import random
 import re
-from typing import Annotated, Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from capstan.config import StrictModel
+from capstan.config import Plugin, StrictModel, plugin_problem, plugin_registry
 from capstan.kvcache import DEFAULT_BLOCK_SIZE
+from capstan.route._plugins import (
+    Filter,
+    HealthFilter,
+    InFlightScorer,
+    KVUtilizationScorer,
+    MaxScorePicker,
+    ModelFilter,
+    Picker,
+    PrefillCostScorer,
+    PrefixScorer,
+    QueueScorer,
+    RandomPicker,
+    RoleFilter,
+    RoundRobinPicker,
+    Scorer,
+    SessionAffinityScorer,
+)
 
 Role = Literal["both", "prefill", "decode"]
 """What an endpoint serves: whole requests, or one side of disaggregated prefill/decode (llm-d's roles)."""
@@ -148,11 +171,20 @@ class DiscoveryConfig(StrictModel):
     kubernetes: KubernetesDiscoveryConfig
 
 
-class HealthFilterConfig(StrictModel):
+class _FilterBase(StrictModel):
+    @model_validator(mode="after")
+    def _implemented(self) -> _FilterBase:
+        problem = plugin_problem(FILTERS, self, "filter")
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+class HealthFilterConfig(_FilterBase):
     type: Literal["health"]
 
 
-class ModelFilterConfig(StrictModel):
+class ModelFilterConfig(_FilterBase):
     type: Literal["model"]
 
 
@@ -160,7 +192,7 @@ def _default_roles() -> list[Role]:
     return ["both", "decode"]
 
 
-class RoleFilterConfig(StrictModel):
+class RoleFilterConfig(_FilterBase):
     type: Literal["role"]
     roles: list[Role] = Field(default_factory=_default_roles, min_length=1)
 
@@ -172,6 +204,13 @@ FilterConfig = Annotated[
 
 class _WeightedScorer(StrictModel):
     weight: float = Field(default=1.0, ge=0)
+
+    @model_validator(mode="after")
+    def _implemented(self) -> _WeightedScorer:
+        problem = plugin_problem(SCORERS, self, "scorer")
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class PrefixScorerConfig(_WeightedScorer):
@@ -211,6 +250,33 @@ ScorerConfig = Annotated[
 ]
 
 
+def _role_filter(cfg: RoleFilterConfig) -> Filter:
+    return RoleFilter(cfg.roles)
+
+
+def _session_affinity_scorer(cfg: SessionAffinityScorerConfig) -> Scorer:
+    return SessionAffinityScorer(cfg.header, cfg.max_sessions)
+
+
+FilterFactory = Callable[[Any], Filter]
+ScorerFactory = Callable[[Any], Scorer]
+
+# NOTE: one entry per model of FilterConfig / ScorerConfig, none for anything else (tests/unit/route pins it)
+FILTERS: Mapping[str, Plugin[FilterFactory]] = plugin_registry(
+    (HealthFilterConfig, lambda _: HealthFilter()),
+    (ModelFilterConfig, lambda _: ModelFilter()),
+    (RoleFilterConfig, _role_filter),
+)
+SCORERS: Mapping[str, Plugin[ScorerFactory]] = plugin_registry(
+    (PrefixScorerConfig, lambda _: PrefixScorer()),
+    (QueueScorerConfig, lambda _: QueueScorer()),
+    (KVUtilizationScorerConfig, lambda _: KVUtilizationScorer()),
+    (InFlightScorerConfig, lambda _: InFlightScorer()),
+    (PrefillCostScorerConfig, lambda _: PrefillCostScorer()),
+    (SessionAffinityScorerConfig, _session_affinity_scorer),
+)
+
+
 class PrefixIndexConfig(StrictModel):
     kind: Literal["none", "approximate", "precise"] = "approximate"
     capacity_per_endpoint: int = Field(
@@ -222,8 +288,33 @@ class PrefixIndexConfig(StrictModel):
     max_blocks_per_endpoint: int = Field(default=4_000_000, ge=1, description="precise: memory guard")
 
 
+PickerType = Literal["max-score", "random", "round-robin"]
+
+# NOTE: one entry per PickerType (a picker has no settings of its own, so one model with a literal per name keeps
+# `picker: {}` meaning max-score); each factory takes the scheduler's seeded RNG
+PICKERS: Mapping[PickerType, Callable[[random.Random], Picker]] = {
+    "max-score": MaxScorePicker,
+    "random": RandomPicker,
+    "round-robin": RoundRobinPicker,
+}
+
+
 class PickerConfig(StrictModel):
-    type: Literal["max-score", "random", "round-robin"] = "max-score"
+    type: PickerType = "max-score"
+
+    @model_validator(mode="after")
+    def _implemented(self) -> PickerConfig:
+        problem = picker_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+def picker_problem(cfg: PickerConfig) -> str | None:
+    """Why ``cfg`` names no picker of :data:`PICKERS` (None: it names one)."""
+    if cfg.type in PICKERS:
+        return None
+    return f"picker type {cfg.type!r} has no implementation (implemented: {', '.join(PICKERS)})"
 
 
 def _default_filters() -> list[FilterConfig]:

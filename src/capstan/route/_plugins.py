@@ -1,14 +1,15 @@
-"""Filters and scorers: each a pure function of the scheduling context (request + endpoint snapshot).
+"""Filters, scorers and pickers: the scheduler runs each over one decision's snapshot (request + endpoint states).
 
-Scores are in [0, 1], higher is better; the weights and the tie-breaking live in
-:mod:`capstan.route._scheduler`,
-never here. Stateful plugins (session affinity) keep their state in an explicit object the scheduler owns
-and update
-it only through :meth:`picked`, after the decision.
+A scorer returns one value per candidate, higher is better; the framework (:mod:`capstan.route._scheduler`) clamps
+each to [0, 1], applies the weights and hands the totals to the picker, which breaks ties. No plugin names itself:
+its name is the ``type`` of its configuration, and :mod:`capstan.route._config` maps each type to its
+implementation. Stateful plugins (session affinity, round-robin) keep their state in an explicit object the
+scheduler owns; a scorer updates it only through :meth:`Scorer.picked`, after the decision.
 """
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,17 +41,16 @@ class SchedulingContext:
         )
 
 
-class Filter(Protocol):
-    name: str
+_TIE_EPSILON = 1e-9
 
+
+class Filter(Protocol):
     def filter(self, ctx: SchedulingContext) -> tuple[EndpointState, ...]: ...
 
 
 class Scorer(Protocol):
-    name: str
-
     def score(self, ctx: SchedulingContext) -> Sequence[float]:
-        """One score in [0, 1] per ``ctx.endpoints`` entry, in the same order."""
+        """One score per ``ctx.endpoints`` entry, in the same order, meant in [0, 1] (the framework clamps it)."""
         ...
 
     def picked(self, ctx: SchedulingContext, chosen: EndpointState) -> None:
@@ -67,8 +67,6 @@ def _min_max_low_is_good(values: Sequence[float]) -> list[float]:
 
 
 class HealthFilter:
-    name = "health"
-
     def filter(self, ctx: SchedulingContext) -> tuple[EndpointState, ...]:
         return tuple(e for e in ctx.endpoints if e.healthy)
 
@@ -76,16 +74,12 @@ class HealthFilter:
 class ModelFilter:
     """Endpoints serving the requested model; an endpoint that lists no models serves any."""
 
-    name = "model"
-
     def filter(self, ctx: SchedulingContext) -> tuple[EndpointState, ...]:
         model = ctx.request.model
         return tuple(e for e in ctx.endpoints if not e.endpoint.models or model in e.endpoint.models)
 
 
 class RoleFilter:
-    name = "role"
-
     def __init__(self, roles: Sequence[str]) -> None:
         self.roles = frozenset(roles)
 
@@ -94,8 +88,6 @@ class RoleFilter:
 
 
 class _Stateless:
-    name = ""
-
     def picked(self, ctx: SchedulingContext, chosen: EndpointState) -> None:
         return None
 
@@ -104,18 +96,14 @@ class PrefixScorer(_Stateless):
     """Share of the request's indexed blocks the endpoint holds as a leading run (llm-d's
     prefix-cache-scorer)."""
 
-    name = "prefix"
-
     def score(self, ctx: SchedulingContext) -> list[float]:
         if ctx.indexed_blocks == 0:
             return [0.0] * len(ctx.endpoints)
-        return [min(1.0, ctx.prefix_blocks.get(e.name, 0) / ctx.indexed_blocks) for e in ctx.endpoints]
+        return [ctx.prefix_blocks.get(e.name, 0) / ctx.indexed_blocks for e in ctx.endpoints]
 
 
 class QueueScorer(_Stateless):
     """Shorter waiting queue is better, min-max normalised over the candidates (llm-d's queue-scorer)."""
-
-    name = "queue"
 
     def score(self, ctx: SchedulingContext) -> list[float]:
         return _min_max_low_is_good([e.waiting for e in ctx.endpoints])
@@ -124,16 +112,12 @@ class QueueScorer(_Stateless):
 class KVUtilizationScorer(_Stateless):
     """1 - KV-cache usage (llm-d's kv-cache-utilization-scorer)."""
 
-    name = "kv-utilization"
-
     def score(self, ctx: SchedulingContext) -> list[float]:
-        return [min(1.0, max(0.0, 1.0 - e.kv_usage)) for e in ctx.endpoints]
+        return [1.0 - e.kv_usage for e in ctx.endpoints]
 
 
 class InFlightScorer(_Stateless):
     """Fewer requests the router has in flight on the endpoint is better, min-max normalised."""
-
-    name = "in-flight"
 
     def score(self, ctx: SchedulingContext) -> list[float]:
         return _min_max_low_is_good([float(e.in_flight) for e in ctx.endpoints])
@@ -148,8 +132,6 @@ class PrefillCostScorer(_Stateless):
     long queue are weighed in the same unit. Score = 1 - cost / max cost over the candidates.
     """
 
-    name = "prefill-cost"
-
     def score(self, ctx: SchedulingContext) -> list[float]:
         costs = [
             float(e.pending_prefill_tokens + ctx.request.prompt_tokens - ctx.cached_tokens(e.name))
@@ -163,8 +145,6 @@ class PrefillCostScorer(_Stateless):
 
 class SessionAffinityScorer:
     """1.0 for the endpoint that served the request's session last, 0 elsewhere; bounded LRU of sessions."""
-
-    name = "session-affinity"
 
     def __init__(self, header: str = "x-session-id", max_sessions: int = 100_000) -> None:
         self.header = header.lower()
@@ -187,3 +167,53 @@ class SessionAffinityScorer:
         self._last.move_to_end(sid)
         while len(self._last) > self.max_sessions:
             self._last.popitem(last=False)
+
+
+class Picker(Protocol):
+    """Chooses one of the filtered candidates (sorted by name) from their weighted totals. ``needs_scores`` says
+    whether the scorers run first: a picker that ignores the totals is not made to wait for them."""
+
+    @property
+    def needs_scores(self) -> bool: ...
+
+    def pick(self, candidates: tuple[EndpointState, ...], totals: Mapping[str, float]) -> EndpointState: ...
+
+
+class MaxScorePicker:
+    """The highest weighted total; ties (within 1e-9) drawn with the scheduler's seeded RNG."""
+
+    needs_scores = True
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def pick(self, candidates: tuple[EndpointState, ...], totals: Mapping[str, float]) -> EndpointState:
+        best = max(totals.values())
+        tied = [e for e in candidates if totals[e.name] >= best - _TIE_EPSILON]
+        return tied[0] if len(tied) == 1 else self._rng.choice(tied)
+
+
+class RandomPicker:
+    """Any candidate, drawn with the scheduler's seeded RNG (a baseline)."""
+
+    needs_scores = False
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def pick(self, candidates: tuple[EndpointState, ...], totals: Mapping[str, float]) -> EndpointState:
+        return self._rng.choice(candidates)
+
+
+class RoundRobinPicker:
+    """The next candidate in turn, one counter over every decision (a baseline)."""
+
+    needs_scores = False
+
+    def __init__(self, rng: random.Random) -> None:
+        self._turn = 0
+
+    def pick(self, candidates: tuple[EndpointState, ...], totals: Mapping[str, float]) -> EndpointState:
+        chosen = candidates[self._turn % len(candidates)]
+        self._turn += 1
+        return chosen

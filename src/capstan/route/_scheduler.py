@@ -1,49 +1,24 @@
 """The scheduling framework: filters → weighted scorers → picker, built from :class:`SchedulerConfig`.
 
-The :class:`Scheduler` is the pure decision core used by both the HTTP proxy and the virtual-clock harness:
-it takes
-a request and a snapshot of endpoint states and returns a :class:`Decision`. Its only state is the prefix
-index, the
-session map and a seeded RNG, all owned by the object, so two schedulers built from the same config and fed
-the same
-inputs decide identically.
+The :class:`Scheduler` is the pure decision core used by both the HTTP proxy and the virtual-clock harness: it takes
+a request and a snapshot of endpoint states and returns a :class:`Decision`. Its only state is the prefix index,
+the plugins' own (session map, round-robin turn) and the picker's seeded RNG, all owned by the object, so two
+schedulers built from the same config and fed the same inputs decide identically. The framework, not the
+scorers, clamps every score to [0, 1] and applies the weights; the picker breaks ties.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from capstan.route._config import (
-    HealthFilterConfig,
-    InFlightScorerConfig,
-    KVUtilizationScorerConfig,
-    ModelFilterConfig,
-    PrefillCostScorerConfig,
-    PrefixScorerConfig,
-    QueueScorerConfig,
-    RoleFilterConfig,
-    SchedulerConfig,
-    SessionAffinityScorerConfig,
-)
+from capstan.config import plugin_for
+from capstan.errors import UserError
+from capstan.route._config import FILTERS, PICKERS, SCORERS, SchedulerConfig, picker_problem
 from capstan.route._index import ApproximatePrefixIndex, PreciseKVIndex, Rekey
 from capstan.route._model import Decision, EndpointState, RouteRequest
-from capstan.route._plugins import (
-    Filter,
-    HealthFilter,
-    InFlightScorer,
-    KVUtilizationScorer,
-    ModelFilter,
-    PrefillCostScorer,
-    PrefixScorer,
-    QueueScorer,
-    RoleFilter,
-    SchedulingContext,
-    Scorer,
-    SessionAffinityScorer,
-)
-
-_TIE_EPSILON = 1e-9
+from capstan.route._plugins import Filter, Picker, SchedulingContext, Scorer
 
 
 class NoEndpointError(Exception):
@@ -54,50 +29,41 @@ class NoEndpointError(Exception):
         self.rejected_by = rejected_by
 
 
-def build_filter(cfg: HealthFilterConfig | ModelFilterConfig | RoleFilterConfig) -> Filter:
-    if isinstance(cfg, HealthFilterConfig):
-        return HealthFilter()
-    if isinstance(cfg, ModelFilterConfig):
-        return ModelFilter()
-    return RoleFilter(cfg.roles)
+@dataclass(frozen=True, slots=True)
+class WeightedScorer:
+    """A scorer as the framework runs it: named by its configuration's type, with its weight."""
 
-
-def build_scorer(
-    cfg: PrefixScorerConfig
-    | QueueScorerConfig
-    | KVUtilizationScorerConfig
-    | InFlightScorerConfig
-    | PrefillCostScorerConfig
-    | SessionAffinityScorerConfig,
-) -> Scorer:
-    if isinstance(cfg, PrefixScorerConfig):
-        return PrefixScorer()
-    if isinstance(cfg, QueueScorerConfig):
-        return QueueScorer()
-    if isinstance(cfg, KVUtilizationScorerConfig):
-        return KVUtilizationScorer()
-    if isinstance(cfg, InFlightScorerConfig):
-        return InFlightScorer()
-    if isinstance(cfg, PrefillCostScorerConfig):
-        return PrefillCostScorer()
-    return SessionAffinityScorer(cfg.header, cfg.max_sessions)
+    name: str
+    scorer: Scorer
+    weight: float
 
 
 class Scheduler:
     """Decides where each request goes. Not thread-safe: one event loop (or one simulation) drives it."""
 
     def __init__(self, cfg: SchedulerConfig, rekey: Rekey | None = None) -> None:
+        """Builds every plugin ``cfg`` names through the registries of :mod:`capstan.route._config`; a type
+        without an implementation is a :class:`UserError` naming its place (``scheduler.scorers.2: …``)."""
         self.cfg = cfg
-        self.filters: list[Filter] = [build_filter(f) for f in cfg.filters]
-        self.scorers: list[tuple[Scorer, float]] = [(build_scorer(s), s.weight) for s in cfg.scorers]
+        self.filters: list[tuple[str, Filter]] = [
+            (f.type, plugin_for(FILTERS, f, "filter", f"scheduler.filters.{i}")(f))
+            for i, f in enumerate(cfg.filters)
+        ]
+        self.scorers: list[WeightedScorer] = [
+            WeightedScorer(s.type, plugin_for(SCORERS, s, "scorer", f"scheduler.scorers.{i}")(s), s.weight)
+            for i, s in enumerate(cfg.scorers)
+        ]
+        pick = PICKERS.get(cfg.picker.type)
+        if pick is None:
+            raise UserError(f"scheduler.picker: {picker_problem(cfg.picker)}")
         self.approximate: ApproximatePrefixIndex | None = None
         self.precise: PreciseKVIndex | None = None
         if cfg.prefix.kind == "approximate":
             self.approximate = ApproximatePrefixIndex(cfg.prefix.capacity_per_endpoint, cfg.prefix.stride)
         elif cfg.prefix.kind == "precise":
             self.precise = PreciseKVIndex(rekey, cfg.prefix.max_blocks_per_endpoint)
-        self._rng = random.Random(cfg.seed)
-        self._rr = 0
+        # NOTE: one seeded RNG, the picker's: decisions are reproducible from the config's seed
+        self.picker: Picker = pick(random.Random(cfg.seed))
 
     @property
     def index(self) -> ApproximatePrefixIndex | PreciseKVIndex | None:
@@ -116,29 +82,26 @@ class Scheduler:
         """Pick an endpoint for ``req``; raises :class:`NoEndpointError`. Nothing learns from the pick until
         :meth:`learn` is called with it, once the request is on its way there (llm-d's PreRequest step)."""
         candidates = tuple(sorted(endpoints, key=lambda e: e.name))
-        for f in self.filters:
+        for name, f in self.filters:
             kept = f.filter(SchedulingContext(req, candidates, {}, 0, req.block_size))
             if not kept:
-                raise NoEndpointError(f"no endpoint left after the {f.name} filter", f.name)
+                raise NoEndpointError(f"no endpoint left after the {name} filter", name)
             candidates = kept
         ctx = self._context(req, candidates)
         totals = dict.fromkeys((e.name for e in candidates), 0.0)
         scores: dict[str, dict[str, float]] = {}
-        picker = self.cfg.picker.type
-        if picker == "max-score":
-            for scorer, weight in self.scorers:
-                values = scorer.score(ctx)
-                scores[scorer.name] = {e.name: v for e, v in zip(candidates, values, strict=True)}
-                for e, v in zip(candidates, values, strict=True):
-                    totals[e.name] += weight * v
-            best = max(totals.values())
-            tied = [e for e in candidates if totals[e.name] >= best - _TIE_EPSILON]
-            chosen = tied[0] if len(tied) == 1 else self._rng.choice(tied)
-        elif picker == "random":
-            chosen = self._rng.choice(candidates)
-        else:
-            chosen = candidates[self._rr % len(candidates)]
-            self._rr += 1
+        if self.picker.needs_scores:
+            for weighted in self.scorers:
+                row: dict[str, float] = {}
+                weight = weighted.weight
+                for e, raw in zip(candidates, weighted.scorer.score(ctx), strict=True):
+                    # NOTE: the framework's clamp to [0, 1] (NaN becomes 0: max keeps its first argument); the
+                    # usual in-range value skips the two builtin calls (a measurable share of a decision)
+                    value = raw if 0.0 < raw <= 1.0 else min(1.0, max(0.0, raw))
+                    row[e.name] = value
+                    totals[e.name] += weight * value
+                scores[weighted.name] = row
+        chosen = self.picker.pick(candidates, totals)
         return Decision(
             chosen,
             totals,
@@ -155,7 +118,7 @@ class Scheduler:
         ctx = decision.context
         if ctx is None:
             return
-        for scorer, _ in self.scorers:
-            scorer.picked(ctx, decision.endpoint)
+        for weighted in self.scorers:
+            weighted.scorer.picked(ctx, decision.endpoint)
         if self.approximate is not None and ctx.request.block_hashes:
             self.approximate.record(decision.endpoint.name, ctx.request.block_hashes)

@@ -222,7 +222,7 @@ async def test_the_retry_delay_is_the_backoff_function_of_the_stored_attempt_cou
     draws = random.Random(5)
     for _ in range(5):  # bounded: one failed attempt per pass
         await drainer.drain_once()
-        [item] = outbox.outbox()
+        [item] = outbox.items()
         expected = backoff_delay(
             item.attempts, base=3.0, cap=600.0, jitter=Jitter.equal(), draw=draws.random()
         )

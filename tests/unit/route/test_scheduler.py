@@ -171,9 +171,14 @@ def test_queue_scorer_min_max_and_all_equal() -> None:
     assert QueueScorer().score(ctx(same)) == [1.0, 1.0, 1.0]
 
 
-def test_kv_utilization_scorer_is_clamped() -> None:
-    eps = [EndpointState(Endpoint(f"e{i}", "u"), kv_usage=u) for i, u in enumerate([0.0, 0.25, 1.5])]
-    assert KVUtilizationScorer().score(ctx(eps)) == [1.0, 0.75, 0.0]
+def test_kv_utilization_scores_are_clamped_by_the_framework() -> None:
+    usage = [0.0, 0.25, 1.5, -1.0, float("nan")]
+    eps = [EndpointState(Endpoint(f"e{i}", "u", ("m",)), kv_usage=u) for i, u in enumerate(usage)]
+    assert KVUtilizationScorer().score(ctx(eps))[:4] == [1.0, 0.75, -0.5, 2.0]  # the scorer does not clamp
+    s = sched(scorers=[{"type": "kv-utilization", "weight": 2}], prefix={"kind": "none"})
+    d = s.schedule(req([]), eps)
+    assert d.scores["kv-utilization"] == {"e0": 1.0, "e1": 0.75, "e2": 0.0, "e3": 1.0, "e4": 0.0}
+    assert d.totals == {"e0": 2.0, "e1": 1.5, "e2": 0.0, "e3": 2.0, "e4": 0.0}
 
 
 def test_prefill_cost_weighs_cached_prefix_against_queued_prefill() -> None:
