@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 from capstan.config import StrictModel, load_file
 from capstan.errors import UserError
 from capstan.record._diff import DiffPolicy
-from capstan.record._kube import KubeCollector, KubernetesConfig
+from capstan.record._kube import KubeCollector, KubeConnect, KubernetesConfig
 from capstan.record._redis import EngineCollector, RedisTargetConfig
 from capstan.redact import RedactionPolicy, Redactor
 from capstan.store import (
@@ -160,17 +160,22 @@ def engine_collectors(
 class Recorder:
     """The ``capstan record`` process: store + metrics + OTLP + retention + a runner of collectors.
 
-    The Kubernetes recorder plugs in with :meth:`add_collector` (anything satisfying :class:`Collector`) before
-    :meth:`run`; it gets the same store (``recorder.store``) and metrics (``recorder.metrics``).
+    With a ``kubernetes:`` section it records that cluster through ``kube_connect``, which the caller builds from
+    ``kubernetes.kubeconfig`` (see :class:`KubeCollector`). More collectors plug in with :meth:`add_collector`
+    (anything satisfying :class:`Collector`) before :meth:`run`; they get the same store (``recorder.store``) and
+    metrics (``recorder.metrics``).
     """
 
     def __init__(
         self,
         config: RecorderConfig,
         *,
+        kube_connect: KubeConnect | None = None,
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
     ) -> None:
+        if config.kubernetes is not None and kube_connect is None:
+            raise ValueError("the configuration records a cluster (kubernetes:): give kube_connect")
         self.config = config
         self._clock = clock
         self.registry = registry or CollectorRegistry()
@@ -192,9 +197,11 @@ class Recorder:
             self.runner.add(collector)
         self.kubernetes: KubeCollector | None = None
         if config.kubernetes is not None:
+            assert kube_connect is not None  # checked before anything was opened
             self.kubernetes = KubeCollector(
                 config.kubernetes,
                 self.store,
+                connect=kube_connect,
                 source=config.source,
                 policy=config.diff,
                 metrics=self.metrics,
