@@ -59,6 +59,7 @@ def serve(
     from capstan.route import RouteConfig
     from capstan.route._discovery import KubernetesEndpointSource
     from capstan.route._proxy import Router
+    from capstan.route._upstream import upstream_for
     from capstan.runtime import fix_mmap_threshold
 
     if not 0 < port < 65536:
@@ -71,7 +72,7 @@ def serve(
             raise UserError("discovery.kubernetes: give --kubeconfig (or set KUBECONFIG)")
         asyncio.run(_check_cluster_access(kubeconfig))
         source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
-    router = Router(cfg, source)
+    router = Router(cfg, source, upstream=upstream_for(cfg.proxy))
     fix_mmap_threshold()  # a long-running server of many connections: see capstan.runtime
     uvicorn.Server(router.server_config(host, port)).run()
 

@@ -22,6 +22,7 @@ from capstan.route import RouteConfig
 from capstan.route._config import KubernetesDiscoveryConfig
 from capstan.route._discovery import KubernetesEndpointSource, pod_endpoint
 from capstan.route._proxy import Router
+from capstan.route._upstream import upstream_for
 
 from ._servers import ServerThread, Upstream
 
@@ -86,7 +87,7 @@ async def test_serving_pods_become_endpoints_and_leave_when_deleted(
     )
     assert cfg.discovery is not None
     source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
-    router = Router(cfg, source)
+    router = Router(cfg, source, upstream=upstream_for(cfg.proxy))
     with ServerThread(router.app) as gateway:
         await wait_for(
             lambda: (
@@ -139,7 +140,9 @@ async def test_kv_events_of_discovered_pods_feed_the_precise_index_until_the_pod
         "test",
     )
     assert cfg.discovery is not None
-    router = Router(cfg, KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes))
+    router = Router(
+        cfg, KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes), upstream=upstream_for(cfg.proxy)
+    )
     tokens = list(range(64))
     seq = 0
     try:
