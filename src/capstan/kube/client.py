@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -525,6 +525,12 @@ class KubeClient:
         except TimeoutError:
             raise ApiError(0, "Timeout", f"logs {namespace}/{name}/{container}: no answer") from None
         return resp.content.decode("utf-8", errors="replace")
+
+
+KubeConnect = Callable[[], Awaitable[KubeClient]]
+"""Opens a new client to one cluster, for a component that owns its client's lifecycle (one per run, inside its
+event loop): ``functools.partial(KubeClient.from_kubeconfig, path)`` in the command that builds the component, a
+fake API server's client in unit tests. Whoever calls it closes what it returns."""
 
 
 def _qv(v: Any) -> str:

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from pydantic import Field, field_validator
 
 from capstan.config import StrictModel
 from capstan.kube import ApiError, Delta, Informer, KubeClient, Resource, resource_for
+from capstan.kube.client import KubeConnect
 from capstan.record._diff import DiffPolicy
 from capstan.record._objects import ObjectHistory, event_record, kind_key
 from capstan.redact import Redactor
@@ -98,11 +99,6 @@ class KubernetesConfig(StrictModel):
         out = [resource_for(k) for k in self.kinds]
         out += [resource_for(c.kind, plural=c.plural, namespaced=c.namespaced) for c in self.custom]
         return out
-
-
-KubeConnect = Callable[[], Awaitable[KubeClient]]
-"""Opens a new client to one cluster (e.g. ``functools.partial(KubeClient.from_kubeconfig, path)``); the caller of
-the factory closes what it returns. A configuration that cannot work raises :class:`~capstan.errors.UserError`."""
 
 
 class KubeCollector:

@@ -24,8 +24,9 @@ from pydantic import Field, model_validator
 
 from capstan.config import StrictModel, load_file
 from capstan.errors import UserError
+from capstan.kube.client import KubeConnect
 from capstan.record._diff import DiffPolicy
-from capstan.record._kube import KubeCollector, KubeConnect, KubernetesConfig
+from capstan.record._kube import KubeCollector, KubernetesConfig
 from capstan.record._redis import EngineCollector, RedisTargetConfig
 from capstan.redact import RedactionPolicy, Redactor
 from capstan.store import (
