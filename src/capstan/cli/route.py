@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 import typer
@@ -71,7 +72,10 @@ def serve(
         if kubeconfig is None:
             raise UserError("discovery.kubernetes: give --kubeconfig (or set KUBECONFIG)")
         asyncio.run(_check_cluster_access(kubeconfig))
-        source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
+        from capstan.kube import KubeClient
+
+        connect = functools.partial(KubeClient.from_kubeconfig, kubeconfig)
+        source = KubernetesEndpointSource(cfg.discovery.kubernetes, connect=connect)
     router = Router(cfg, source, upstream=upstream_for(cfg.proxy))
     fix_mmap_threshold()  # a long-running server of many connections: see capstan.runtime
     uvicorn.Server(router.server_config(host, port)).run()
