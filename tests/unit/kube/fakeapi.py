@@ -30,10 +30,11 @@ import httpx2
 
 from capstan.kube import KubeClient, Resource, object_key
 
-Ending = Literal["close", "broken", "silent", "garbage"]
+Ending = Literal["close", "broken", "silent", "garbage", "hold"]
 """How a scripted watch stream ends after its events: ``close`` (the server's timeoutSeconds ran out), ``broken``
 (the connection dropped mid-body), ``silent`` (nothing more arrived: the client's read timeout fires), ``garbage``
-(a line that is not JSON)."""
+(a line that is not JSON), ``hold`` (it stays open and quiet until the client goes away: a consumer that runs on
+in the background until the test stops it)."""
 
 
 Events = Sequence[Mapping[str, Any]] | Callable[[], Sequence[Mapping[str, Any]]]
@@ -114,10 +115,17 @@ class FakeApiServer:
 
     # ---- the stored objects ---------------------------------------------------------------------------------------
     def put(
-        self, name: str, data: Mapping[str, str] | None = None, *, uid: str | None = None
+        self,
+        name: str,
+        data: Mapping[str, str] | None = None,
+        *,
+        uid: str | None = None,
+        fields: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Create or update one object (a new uid re-creates it); returns its ADDED/MODIFIED watch event."""
-        meta: dict[str, Any] = {"name": name}
+        """Create or update one object (a new uid re-creates it); returns its ADDED/MODIFIED watch event.
+        ``fields`` are further top-level fields (a Pod's ``status``), ``metadata`` further metadata (labels)."""
+        meta: dict[str, Any] = {"name": name, **(metadata or {})}
         if self.namespace is not None:
             meta["namespace"] = self.namespace
         key = object_key({"metadata": meta})
@@ -131,6 +139,7 @@ class FakeApiServer:
             "kind": self.resource.kind,
             "metadata": meta,
             "data": dict(data or {}),
+            **copy.deepcopy(dict(fields or {})),
         }
         self.objects[key] = obj
         same = old is not None and old["metadata"]["uid"] == uid
@@ -273,3 +282,5 @@ async def _stream(events: tuple[Mapping[str, Any], ...], end: Ending) -> AsyncIt
         raise httpx2.ReadTimeout("no data within the read timeout")
     if end == "garbage":
         yield b"{this is not json\n"
+    if end == "hold":
+        await asyncio.Event().wait()  # until the client closes the stream (the task reading it is cancelled)
