@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from capstan.kube import resources
-from capstan.record import KubeCollector, KubernetesConfig
+from capstan.errors import UserError
+from capstan.kube import KubeClient, resources
+from capstan.record import KubeCollector, KubernetesConfig, Recorder, RecorderConfig
 from capstan.store import Store, open_store
 from tests.unit.kube.fakeapi import FakeApiServer, Watch
 
@@ -88,3 +89,31 @@ async def test_a_restart_resumes_the_watch_from_the_stored_cursor_without_a_list
         assert store.gaps(source="test") == []
     finally:
         store.close()
+
+
+def test_a_recorder_of_a_cluster_needs_its_client_factory(tmp_path: Path) -> None:
+    config = RecorderConfig(
+        store=str(tmp_path / "history.db"), kubernetes=KubernetesConfig(kinds=["ConfigMap"])
+    )
+    with pytest.raises(ValueError, match="give kube_connect"):
+        Recorder(config)
+    assert not (tmp_path / "history.db").exists()  # checked before anything was opened
+
+
+async def test_a_client_that_cannot_be_opened_stops_the_recorder_instead_of_a_crash_loop(
+    tmp_path: Path,
+) -> None:
+    async def cannot_work() -> KubeClient:
+        raise UserError("kubeconfig /nowhere: file not found")
+
+    config = RecorderConfig(
+        store=str(tmp_path / "history.db"), kubernetes=KubernetesConfig(kinds=["ConfigMap"])
+    )
+    recorder = Recorder(config, kube_connect=cannot_work)
+    try:
+        async with asyncio.timeout(30):  # a guard against a hang, never a measurement
+            with pytest.raises(UserError, match="kubeconfig /nowhere"):
+                await recorder.run(asyncio.Event())
+        assert recorder.runner.crashes == {}
+    finally:
+        recorder.close()
