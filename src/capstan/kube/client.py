@@ -134,9 +134,15 @@ class KubeClient:
     """Async access to one cluster. Create with :meth:`from_kubeconfig`; close with :meth:`close`."""
 
     def __init__(
-        self, http: httpx2.AsyncClient, *, timeout: float = DEFAULT_TIMEOUT, source: str = ""
+        self,
+        http: httpx2.AsyncClient,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        source: str = "",
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._http = http
+        self._sleep = sleep  # between the retries of a list the watch cache cannot serve yet
         self.timeout = timeout
         self.source = source
         self.exec_auth: ExecAuth | None = None
@@ -298,7 +304,7 @@ class KubeClient:
                     or attempt == _CACHE_LAG_RETRIES - 1
                 ):
                     raise
-                await asyncio.sleep(0.5 * 2**attempt)
+                await self._sleep(0.5 * 2**attempt)
         raise AssertionError("unreachable")
 
     async def list_pages(

@@ -23,7 +23,7 @@ import copy
 import dataclasses
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import httpx2
@@ -107,9 +107,9 @@ class FakeApiServer:
         self.compacted = 0
         self.objects: dict[str, dict[str, Any]] = {}
         self.watches: deque[Watch] = deque()
-        self.list_statuses: deque[int | None] = deque()
-        """Scripted answers of the next list requests (page requests included): a status fails that request,
-        None serves it; once empty, every list is served."""
+        self.list_statuses: deque[int | tuple[int, str] | None] = deque()
+        """Scripted answers of the next list requests (page requests included): a status (or a status and its
+        message) fails that request, None serves it; once empty, every list is served."""
         self.requests: list[Seen] = []
         self._uids = 0
 
@@ -185,16 +185,20 @@ class FakeApiServer:
         """Answer the next watch requests with these, in order."""
         self.watches.extend(watches)
 
-    def fail_lists(self, *statuses: int | None) -> None:
-        """Answer the next list (page) requests with these statuses (None: serve that one)."""
+    def fail_lists(self, *statuses: int | tuple[int, str] | None) -> None:
+        """Answer the next list (page) requests with these statuses, or statuses and messages (None: serve it)."""
         self.list_statuses.extend(statuses)
 
-    def client(self, *, timeout: float = 5.0) -> KubeClient:
-        """A real :class:`KubeClient` whose transport is this fake."""
+    def client(
+        self, *, timeout: float = 5.0, sleep: Callable[[float], Awaitable[None]] | None = None
+    ) -> KubeClient:
+        """A real :class:`KubeClient` whose transport is this fake (``sleep``: its wait between list retries)."""
         http = httpx2.AsyncClient(
             transport=httpx2.MockTransport(self._handle), base_url="https://fake-apiserver"
         )
-        return KubeClient(http, timeout=timeout, source="fake")
+        if sleep is None:
+            return KubeClient(http, timeout=timeout, source="fake")
+        return KubeClient(http, timeout=timeout, source="fake", sleep=sleep)
 
     async def connect(self) -> KubeClient:
         """A client factory, as the recorder is given (``connect``)."""
@@ -231,6 +235,8 @@ class FakeApiServer:
     def _list(self, query: Mapping[str, str]) -> httpx2.Response:
         if self.list_statuses:
             status = self.list_statuses.popleft()
+            if isinstance(status, tuple):
+                return _status_response(*status)
             if status is not None:
                 return _status_response(status, f"list {self.resource.name}: scripted failure")
         keys = sorted(self.objects)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from capstan.backoff import Backoff
-from capstan.kube import Delta, Informer, resources
+from capstan.kube import ApiError, Delta, Informer, resources
 
 from .fakeapi import FakeApiServer, Watch
 
@@ -286,3 +286,25 @@ async def test_stop_ends_the_stream_after_the_event_in_hand() -> None:
     rows = await run.deltas(stop_after=3)  # added a, synced, added b: then stop()
     assert [r[1] for r in rows] == ["app/a", "", "app/b"]
     assert fake.verbs() == ["list", "watch@101"]  # it neither read on nor watched again
+
+
+async def test_a_list_the_watch_cache_cannot_serve_yet_is_retried_by_the_client_a_bounded_number_of_times() -> (
+    None
+):
+    fake = world("a")
+    lag = (504, "Too large resource version: 200, current: 101")
+    waits: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+
+    fake.fail_lists(lag, lag)
+    client = fake.client(sleep=sleep)
+    items, rv = await client.list(CM, namespace=NS)
+    assert [o["metadata"]["name"] for o in items] == ["a"] and rv == "101"
+    assert waits == [0.5, 1.0]  # the client's own retries, not the informer's backoff
+    fake.fail_lists(*[lag] * 5)
+    with pytest.raises(ApiError, match="Too large resource version"):
+        await client.list(CM, namespace=NS)  # five answers of lag: given up
+    assert waits[2:] == [0.5, 1.0, 2.0, 4.0]
+    await client.close()
