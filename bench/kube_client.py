@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import resource
 import signal
@@ -293,6 +294,7 @@ async def run_recorder(
     kubeconfig: str, since: str, expect: int, namespace: str
 ) -> tuple[float, int, float, int]:
     """The history recorder (pods only) into SQLite until its first list is stored."""
+    from capstan.kube import KubeClient
     from capstan.record._kube import KubeCollector, KubernetesConfig
     from capstan.store import open_store
 
@@ -301,7 +303,7 @@ async def run_recorder(
         collector = KubeCollector(
             KubernetesConfig(kinds=["Pod"], events=False, namespace=namespace),
             store.history,
-            kubeconfig=Path(kubeconfig),
+            connect=functools.partial(KubeClient.from_kubeconfig, kubeconfig),
         )
         synced = collector.synced.setdefault("/v1/Pod", asyncio.Event())
         elapsed = await _until_synced(collector.run, synced)

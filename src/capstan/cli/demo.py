@@ -7,6 +7,7 @@ so that what the demo made can be inspected (``capstan sandbox down`` stops it).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import traceback
 from collections.abc import Callable, Coroutine
@@ -204,8 +205,8 @@ async def restarts_and_history_step(
                     kinds=["Deployment", "ReplicaSet", "Pod", "ConfigMap", "Node"], namespace=None
                 ),
                 store.history,
+                connect=functools.partial(KubeClient.from_kubeconfig, kubeconfig),
                 source="default",
-                kubeconfig=kubeconfig,
             )
             watcher = RestartWatcher(
                 config,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,17 +37,21 @@ def record(
     a configuration that cannot work (the file, the kubeconfig, its credentials) is one line and exit 2 before
     anything starts."""
     from capstan.errors import UserError
+    from capstan.kube import KubeClient
     from capstan.record import KubernetesConfig, Recorder, load_recorder_config
     from capstan.store import StoreWriteError
 
     cfg = load_recorder_config(config)
     if kubeconfig is not None:
         cfg.kubernetes = (cfg.kubernetes or KubernetesConfig()).model_copy(update={"kubeconfig": kubeconfig})
+    kube_connect = None
     if cfg.kubernetes is not None:
         if cfg.kubernetes.kubeconfig is None:
             raise UserError(f"{config}: kubernetes.kubeconfig: not set (set it, or give --kubeconfig)")
         asyncio.run(_check_cluster_access(cfg.kubernetes.kubeconfig))
-    recorder = Recorder(cfg)
+        # each run of the collector opens its own client inside its event loop (capstan.record.KubeCollector)
+        kube_connect = functools.partial(KubeClient.from_kubeconfig, cfg.kubernetes.kubeconfig)
+    recorder = Recorder(cfg, kube_connect=kube_connect)
     try:
         if once:
             results = recorder.poll_engines_once()

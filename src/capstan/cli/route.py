@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 import typer
@@ -59,6 +60,7 @@ def serve(
     from capstan.route import RouteConfig
     from capstan.route._discovery import KubernetesEndpointSource
     from capstan.route._proxy import Router
+    from capstan.route._upstream import upstream_for
     from capstan.runtime import fix_mmap_threshold
 
     if not 0 < port < 65536:
@@ -70,8 +72,11 @@ def serve(
         if kubeconfig is None:
             raise UserError("discovery.kubernetes: give --kubeconfig (or set KUBECONFIG)")
         asyncio.run(_check_cluster_access(kubeconfig))
-        source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
-    router = Router(cfg, source)
+        from capstan.kube import KubeClient
+
+        connect = functools.partial(KubeClient.from_kubeconfig, kubeconfig)
+        source = KubernetesEndpointSource(cfg.discovery.kubernetes, connect=connect)
+    router = Router(cfg, source, upstream=upstream_for(cfg.proxy))
     fix_mmap_threshold()  # a long-running server of many connections: see capstan.runtime
     uvicorn.Server(router.server_config(host, port)).run()
 

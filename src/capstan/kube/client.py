@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +134,15 @@ class KubeClient:
     """Async access to one cluster. Create with :meth:`from_kubeconfig`; close with :meth:`close`."""
 
     def __init__(
-        self, http: httpx2.AsyncClient, *, timeout: float = DEFAULT_TIMEOUT, source: str = ""
+        self,
+        http: httpx2.AsyncClient,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        source: str = "",
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._http = http
+        self._sleep = sleep  # between the retries of a list the watch cache cannot serve yet
         self.timeout = timeout
         self.source = source
         self.exec_auth: ExecAuth | None = None
@@ -298,7 +304,7 @@ class KubeClient:
                     or attempt == _CACHE_LAG_RETRIES - 1
                 ):
                     raise
-                await asyncio.sleep(0.5 * 2**attempt)
+                await self._sleep(0.5 * 2**attempt)
         raise AssertionError("unreachable")
 
     async def list_pages(
@@ -525,6 +531,12 @@ class KubeClient:
         except TimeoutError:
             raise ApiError(0, "Timeout", f"logs {namespace}/{name}/{container}: no answer") from None
         return resp.content.decode("utf-8", errors="replace")
+
+
+KubeConnect = Callable[[], Awaitable[KubeClient]]
+"""Opens a new client to one cluster, for a component that owns its client's lifecycle (one per run, inside its
+event loop): ``functools.partial(KubeClient.from_kubeconfig, path)`` in the command that builds the component, a
+fake API server's client in unit tests. Whoever calls it closes what it returns."""
 
 
 def _qv(v: Any) -> str:

@@ -10,6 +10,11 @@ simply relists again, against the states the written chunks stored.
 
 Writes are idempotent (unique keys on source + uid + resourceVersion), so replaying after a kill -9 stores every
 change exactly once.
+
+The collector never reads a kubeconfig: it is given ``connect``, which opens a :class:`~capstan.kube.KubeClient`
+(the composition root, ``capstan record``, passes ``KubeClient.from_kubeconfig`` bound to the configured file). A
+factory rather than a client, because each :meth:`KubeCollector.run` owns the client it opens inside its own event
+loop and closes it when it ends, and the runner starts ``run`` again after a crash.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pydantic import Field, field_validator
 
 from capstan.config import StrictModel
 from capstan.kube import ApiError, Delta, Informer, KubeClient, Resource, resource_for
+from capstan.kube.client import KubeConnect
 from capstan.record._diff import DiffPolicy
 from capstan.record._objects import ObjectHistory, event_record, kind_key
 from capstan.redact import Redactor
@@ -96,15 +102,16 @@ class KubernetesConfig(StrictModel):
 
 
 class KubeCollector:
-    """A :class:`~capstan.record.Collector` recording one cluster into ``store`` under ``source``."""
+    """A :class:`~capstan.record.Collector` recording one cluster into ``store`` under ``source``; every
+    :meth:`run` opens its client with ``connect`` (see the module docstring)."""
 
     def __init__(
         self,
         config: KubernetesConfig,
         store: HistoryWriter,
         *,
+        connect: KubeConnect,
         source: str = "default",
-        kubeconfig: Path | None = None,
         policy: DiffPolicy | None = None,
         metrics: HistoryMetrics | None = None,
         clock: Callable[[], float] = time.time,
@@ -115,7 +122,7 @@ class KubeCollector:
         self.config = config
         self.store = store
         self.source = source
-        self.kubeconfig = kubeconfig or config.kubeconfig
+        self._connect = connect
         self.policy = policy or DiffPolicy()
         self.metrics = metrics
         self.clock = clock
@@ -273,12 +280,8 @@ class KubeCollector:
         """List every kind once and record it as a start-up does (against the stored states, with the cursors),
         then stop: ``capstan record --once``. Returns the error line of this target (None: recorded). Each kind is
         asked for once first, so a kind the credentials may not list is named at once instead of retried."""
-        if self.kubeconfig is None:
-            from capstan.errors import UserError
-
-            raise UserError("kubernetes recorder: no kubeconfig configured (kubernetes.kubeconfig)")
         kinds = self._kinds()
-        client = await KubeClient.from_kubeconfig(self.kubeconfig)
+        client = await self._connect()
         try:
             for resource, _ in kinds:
                 try:
@@ -311,11 +314,7 @@ class KubeCollector:
         return None
 
     async def run(self, stop: asyncio.Event) -> None:
-        if self.kubeconfig is None:
-            from capstan.errors import UserError
-
-            raise UserError("kubernetes recorder: no kubeconfig configured (kubernetes.kubeconfig)")
-        client = await KubeClient.from_kubeconfig(self.kubeconfig)
+        client = await self._connect()
         redactor = self._redactor or await asyncio.to_thread(self.store.redactor)
         history = ObjectHistory(
             self.source,

@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 from capstan.backoff import NO_JITTER, Backoff
 from capstan.config import StrictModel, load_file
 from capstan.errors import UserError
+from capstan.kube.client import KubeConnect
 from capstan.record._diff import DiffPolicy
 from capstan.record._kube import KubeCollector, KubernetesConfig
 from capstan.record._redis import EngineCollector, RedisTargetConfig
@@ -164,17 +165,22 @@ def engine_collectors(
 class Recorder:
     """The ``capstan record`` process: store + metrics + OTLP + retention + a runner of collectors.
 
-    The Kubernetes recorder plugs in with :meth:`add_collector` (anything satisfying :class:`Collector`) before
-    :meth:`run`; it gets the same store's history (``recorder.store.history``) and metrics (``recorder.metrics``).
+    With a ``kubernetes:`` section it records that cluster through ``kube_connect``, which the caller builds from
+    ``kubernetes.kubeconfig`` (see :class:`KubeCollector`). More collectors plug in with :meth:`add_collector`
+    (anything satisfying :class:`Collector`) before :meth:`run`; they get the same store's history
+    (``recorder.store.history``) and metrics (``recorder.metrics``).
     """
 
     def __init__(
         self,
         config: RecorderConfig,
         *,
+        kube_connect: KubeConnect | None = None,
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
     ) -> None:
+        if config.kubernetes is not None and kube_connect is None:
+            raise ValueError("the configuration records a cluster (kubernetes:): give kube_connect")
         self.config = config
         self._clock = clock
         self.registry = registry or CollectorRegistry()
@@ -196,9 +202,11 @@ class Recorder:
             self.runner.add(collector)
         self.kubernetes: KubeCollector | None = None
         if config.kubernetes is not None:
+            assert kube_connect is not None  # checked before anything was opened
             self.kubernetes = KubeCollector(
                 config.kubernetes,
                 self.store.history,
+                connect=kube_connect,
                 source=config.source,
                 policy=config.diff,
                 metrics=self.metrics,

@@ -6,6 +6,10 @@ configuration or the ``capstan.io/model`` label (comma-separated), its role from
 publisher from the ``capstan.io/kv-events`` annotation or ``tcp://<podIP>:<kv_events_port>``. The endpoint's name
 is ``<namespace>/<pod>``. Implements :class:`capstan.route.EndpointSource`; the monitor asks for
 the set on every polling round, so a pod that turns unready or goes away leaves the rotation within a round.
+
+The source is given ``connect`` (a :data:`capstan.kube.client.KubeConnect`; ``capstan route serve`` binds
+``KubeClient.from_kubeconfig`` to ``--kubeconfig``) and opens its client in :meth:`KubernetesEndpointSource.start`,
+inside the server's event loop, closing it in ``stop``.
 """
 
 from __future__ import annotations
@@ -14,10 +18,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from capstan.kube import Informer, KubeClient, resources
+from capstan.kube.client import KubeConnect
 from capstan.route._config import KubernetesDiscoveryConfig
 from capstan.route._model import Endpoint
 
@@ -59,8 +63,8 @@ def pod_endpoint(pod: Mapping[str, Any], cfg: KubernetesDiscoveryConfig) -> Endp
 class KubernetesEndpointSource:
     """Serving pods as endpoints (see the module text)."""
 
-    def __init__(self, kubeconfig: Path | str, cfg: KubernetesDiscoveryConfig) -> None:
-        self._kubeconfig = kubeconfig
+    def __init__(self, cfg: KubernetesDiscoveryConfig, *, connect: KubeConnect) -> None:
+        self._connect = connect
         self._client: KubeClient | None = None
         self._cfg = cfg
         self._by_pod: dict[str, Endpoint] = {}
@@ -84,7 +88,7 @@ class KubernetesEndpointSource:
             log.info("endpoint ready", extra={"endpoint": key, "url": endpoint.url})
 
     async def start(self) -> None:
-        self._client = await KubeClient.from_kubeconfig(self._kubeconfig)
+        self._client = await self._connect()
         self._informer = Informer(
             self._client,
             resources.PODS,

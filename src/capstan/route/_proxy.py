@@ -50,13 +50,7 @@ from capstan.route._kvevents import KVEventSubscriber
 from capstan.route._metrics import RouterMetrics
 from capstan.route._model import Endpoint, EndpointState, RouteRequest
 from capstan.route._scheduler import NoEndpointError, Scheduler
-from capstan.route._upstream import (
-    AiohttpUpstream,
-    HttpxUpstream,
-    UpstreamClient,
-    UpstreamError,
-    UpstreamResponse,
-)
+from capstan.route._upstream import UpstreamClient, UpstreamError, UpstreamResponse
 
 log = logging.getLogger(__name__)
 
@@ -200,13 +194,19 @@ class _RelayResponse(Response):
 
 class Router:
     """The proxy application: scheduler, endpoint monitor, KV-event subscriber and metrics, owned per
-    instance."""
+    instance.
+
+    Upstream requests go through ``upstream`` (``capstan route serve`` passes :func:`upstream_for` of
+    ``cfg.proxy``); the router closes it in :meth:`stop`, because it is used, and must be closed, inside the
+    server's event loop. ``transport`` is the httpx transport of the endpoint monitor's polling.
+    """
 
     def __init__(
         self,
         cfg: RouteConfig,
         source: EndpointSource | None = None,
         *,
+        upstream: UpstreamClient,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -220,11 +220,7 @@ class Router:
         self.metrics = RouterMetrics()
         self.hasher = PromptHasher(cfg.scheduler.block_size)
         p = cfg.proxy
-        self.upstream: UpstreamClient = (
-            AiohttpUpstream(p.connect_timeout_s)
-            if p.upstream_client == "aiohttp"
-            else HttpxUpstream(p.connect_timeout_s)
-        )
+        self.upstream = upstream
         # the monitor's low-rate polling keeps httpx
         self.client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(p.poll_timeout_s))
         self.monitor = EndpointMonitor(

@@ -5,6 +5,9 @@ docs/benchmarks.md): aiohttp answered about seven times more requests per second
 request, so it is the default; httpx stays selectable (``proxy.upstream_client: httpx``). Errors of either library
 become :class:`UpstreamError` so the proxy's retry and mid-stream handling do not depend on the choice.
 
+The router is given its client (:class:`~capstan.route._proxy.Router`'s ``upstream``); :func:`upstream_for` is how
+the composition root (``capstan route serve``) builds the configured one.
+
 Each request carries its own read timeout: the longest wait for the next bytes of the answer, headers included
 (both libraries restart it at every read). The proxy passes its stall timeout for streams, whose headers come at
 once and whose chunks follow each other, and its read timeout for buffered answers, which come whole at the end.
@@ -17,6 +20,8 @@ from typing import Protocol
 
 import aiohttp
 import httpx
+
+from capstan.route._config import ProxyConfig
 
 
 class UpstreamError(Exception):
@@ -164,3 +169,11 @@ class HttpxUpstream:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def upstream_for(proxy: ProxyConfig) -> UpstreamClient:
+    """The upstream client ``proxy.upstream_client`` names, with its connect timeout; nothing is connected yet (the
+    aiohttp session is created on the first request, inside the running loop)."""
+    if proxy.upstream_client == "aiohttp":
+        return AiohttpUpstream(proxy.connect_timeout_s)
+    return HttpxUpstream(proxy.connect_timeout_s)

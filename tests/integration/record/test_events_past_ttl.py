@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,8 +41,8 @@ async def test_events_are_queryable_after_the_api_server_expired_them(
         collector = KubeCollector(
             KubernetesConfig(kinds=["Pod"], flush_interval_s=0.05),
             store.history,
+            connect=functools.partial(KubeClient.from_kubeconfig, state.kubeconfig),
             source="ttl",
-            kubeconfig=Path(state.kubeconfig),
         )
         stop = asyncio.Event()
         task = asyncio.create_task(collector.run(stop))

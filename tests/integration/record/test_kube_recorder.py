@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ async def recording(
 ) -> Any:
     collector = KubeCollector(
         KubernetesConfig(kinds=kinds, namespace=namespace, flush_interval_s=0.05, max_batch=max_batch), store.history, source="test",
-        kubeconfig=kubeconfig,
+        connect=functools.partial(KubeClient.from_kubeconfig, kubeconfig),
     )  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(collector.run(stop))

@@ -7,6 +7,7 @@ on loopback; everything else — the informer, readiness, labels, deletion — i
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,21 @@ import zmq
 
 from capstan.config import load_model
 from capstan.kube import KubeClient, resources
+from capstan.kube.client import KubeConnect
 from capstan.kvcache import BlockStored, block_hashes, encode_kv_batch
 from capstan.route import RouteConfig
 from capstan.route._config import KubernetesDiscoveryConfig
 from capstan.route._discovery import KubernetesEndpointSource, pod_endpoint
 from capstan.route._proxy import Router
+from capstan.route._upstream import upstream_for
 
 from ._servers import ServerThread, Upstream
 
 pytestmark = pytest.mark.integration
+
+
+def connect_to(kubeconfig: Path) -> KubeConnect:
+    return functools.partial(KubeClient.from_kubeconfig, kubeconfig)
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +92,8 @@ async def test_serving_pods_become_endpoints_and_leave_when_deleted(
         "test",
     )
     assert cfg.discovery is not None
-    source = KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes)
-    router = Router(cfg, source)
+    source = KubernetesEndpointSource(cfg.discovery.kubernetes, connect=connect_to(kubeconfig))
+    router = Router(cfg, source, upstream=upstream_for(cfg.proxy))
     with ServerThread(router.app) as gateway:
         await wait_for(
             lambda: (
@@ -139,7 +146,8 @@ async def test_kv_events_of_discovered_pods_feed_the_precise_index_until_the_pod
         "test",
     )
     assert cfg.discovery is not None
-    router = Router(cfg, KubernetesEndpointSource(kubeconfig, cfg.discovery.kubernetes))
+    source = KubernetesEndpointSource(cfg.discovery.kubernetes, connect=connect_to(kubeconfig))
+    router = Router(cfg, source, upstream=upstream_for(cfg.proxy))
     tokens = list(range(64))
     seq = 0
     try:

@@ -19,6 +19,7 @@ import pytest
 from capstan.config import load_model
 from capstan.route import RouteConfig
 from capstan.route._proxy import Router
+from capstan.route._upstream import upstream_for
 from tests.integration._slow_clients import read_until_closed, unfinished_requests_answers
 
 from ._servers import EngineProcess, ServerThread, Upstream
@@ -42,7 +43,8 @@ def router_for(urls: list[tuple[str, str]], **proxy: object) -> Router:
         "endpoints": [{"name": n, "url": u, "models": ["m"]} for n, u in urls],
         "proxy": {"poll_interval_s": 0.05, **proxy},
     }
-    return Router(load_model(RouteConfig, cfg, "test"))
+    route = load_model(RouteConfig, cfg, "test")
+    return Router(route, upstream=upstream_for(route.proxy))
 
 
 def serve(router: Router) -> ServerThread:

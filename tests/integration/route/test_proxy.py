@@ -16,6 +16,7 @@ from capstan.config import load_model
 from capstan.kvcache import BlockStored, Tokenizer, block_hashes, encode_kv_batch, render_chat
 from capstan.route import RouteConfig
 from capstan.route._proxy import Router
+from capstan.route._upstream import upstream_for
 
 from ._servers import ServerThread, Upstream
 
@@ -55,7 +56,8 @@ def router_for(
         "proxy": {"poll_interval_s": 0.05},
         **(extra or {}),
     }
-    return Router(load_model(RouteConfig, cfg, "test"))
+    route = load_model(RouteConfig, cfg, "test")
+    return Router(route, upstream=upstream_for(route.proxy))
 
 
 @pytest.fixture(scope="module", params=["aiohttp", "httpx"])
@@ -262,7 +264,8 @@ def test_precise_index_follows_kv_events_over_zmq(upstreams: list[tuple[Upstream
         ],
         "scheduler": {"prefix": {"kind": "precise"}},
     }
-    router = Router(load_model(RouteConfig, cfg, "test"))
+    route = load_model(RouteConfig, cfg, "test")
+    router = Router(route, upstream=upstream_for(route.proxy))
     text = render_chat([{"role": "user", "content": " ".join(f"doc{i}" for i in range(300))}])
     tokens = Tokenizer().encode(text)
     hashes = block_hashes(tokens, 16)

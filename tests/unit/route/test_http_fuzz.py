@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from capstan.config import load_model
 from capstan.route import Endpoint, RouteConfig
 from capstan.route._proxy import Router, validate_body
+from capstan.route._upstream import upstream_for
 
 from ._bodies import Raw, any_bodies, deep, encode
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.unit
 
 def make_router() -> Router:
     cfg = load_model(RouteConfig, {"proxy": {"max_body_bytes": 64 * 1024}}, "test")
-    router = Router(cfg)
+    router = Router(cfg, upstream=upstream_for(cfg.proxy))
     # No monitor running: the endpoint stays unhealthy, so a valid request ends in 503.
     router.monitor.endpoints = (Endpoint("e0", "http://127.0.0.1:9", ("m",)),)
     return router

@@ -1,0 +1,119 @@
+"""The Kubernetes recorder over its client seam: the scripted API server (``tests/unit/kube/fakeapi``) through the
+``connect`` factory, into a real SQLite store. What a relist records (the difference, marked ``relist``, and the gap
+it cannot fill) and how a restart resumes from the stored cursor, without a cluster; the same against the real
+control plane is tests/integration/record/test_kube_recorder.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from capstan.errors import UserError
+from capstan.kube import KubeClient, resources
+from capstan.record import KubeCollector, KubernetesConfig, Recorder, RecorderConfig
+from capstan.store import Store, open_store
+from tests.unit.kube.fakeapi import FakeApiServer, Watch
+
+pytestmark = pytest.mark.unit
+
+NS = "app"
+KEY = "/v1/ConfigMap"
+
+
+async def record_until_the_script_ends(fake: FakeApiServer, store: Store) -> FakeApiServer:
+    """Run one collector until the fake has no answer left (its AssertionError ends ``run``, which writes what it
+    observed first)."""
+    collector = KubeCollector(
+        KubernetesConfig(kinds=["ConfigMap"], events=False, namespace=NS, flush_interval_s=0.01),
+        store.history,
+        connect=fake.connect,
+        source="test",
+        clock=lambda: 1_000.0,
+    )
+    async with asyncio.timeout(30):  # a guard against a hang, never a measurement
+        with pytest.raises(AssertionError, match="unscripted watch"):
+            await collector.run(asyncio.Event())
+    return fake
+
+
+async def test_a_relist_records_the_difference_and_the_gap_it_cannot_fill(tmp_path: Path) -> None:
+    fake = FakeApiServer(resources.CONFIGMAPS, namespace=NS)
+    fake.put("a", {"v": "1"})  # 101
+    fake.put("b", {"v": "1"})  # 102
+
+    def events() -> list[dict[str, object]]:
+        change = fake.put("a", {"v": "2"})  # 103, seen
+        fake.remove("b")  # 104 and 105: lost with the stream, found by the relist
+        fake.put("c", {"v": "1"})
+        return [change, fake.expired()]
+
+    fake.script(Watch(events))
+    store = open_store(str(tmp_path / "history.db"))
+    try:
+        await record_until_the_script_ends(fake, store)
+        rows = [(r.name, r.change_type, r.observed_via) for r in store.history.timeline(source="test")]
+        assert rows == [  # the first list is stored as observed by a (re)list too
+            ("a", "added", "relist"),
+            ("b", "added", "relist"),
+            ("a", "modified", "watch"),
+            ("c", "added", "relist"),
+            ("b", "deleted", "relist"),
+        ]
+        (gap,) = store.history.gaps(source="test")
+        assert gap.log == "kubernetes" and "410 Gone" in gap.reason
+        assert (gap.detail["from_resource_version"], gap.detail["to_resource_version"]) == ("103", "105")
+        cursor = store.history.kind_cursor("test", KEY)
+        assert cursor is not None and cursor.resource_version == "105"
+    finally:
+        store.close()
+
+
+async def test_a_restart_resumes_the_watch_from_the_stored_cursor_without_a_list(tmp_path: Path) -> None:
+    fake = FakeApiServer(resources.CONFIGMAPS, namespace=NS)
+    fake.put("a", {"v": "1"})  # 101
+    fake.script(Watch(lambda: [fake.put("a", {"v": "2"})]))  # 102
+    store = open_store(str(tmp_path / "history.db"))
+    try:
+        await record_until_the_script_ends(fake, store)
+        fake.requests.clear()
+        fake.put("a", {"v": "3"})  # 103, while the recorder was down: the resumed watch delivers it
+        missed = {"type": "MODIFIED", "object": dict(fake.objects[f"{NS}/a"])}
+        fake.script(Watch([missed]))
+        await record_until_the_script_ends(fake, store)
+        assert fake.verbs() == ["watch@102", "watch@103"]  # resumed, never relisted
+        versions = [(r.resource_version, r.observed_via) for r in store.history.timeline(source="test")]
+        assert versions == [("101", "relist"), ("102", "watch"), ("103", "watch")]
+        assert store.history.gaps(source="test") == []
+    finally:
+        store.close()
+
+
+def test_a_recorder_of_a_cluster_needs_its_client_factory(tmp_path: Path) -> None:
+    config = RecorderConfig(
+        store=str(tmp_path / "history.db"), kubernetes=KubernetesConfig(kinds=["ConfigMap"])
+    )
+    with pytest.raises(ValueError, match="give kube_connect"):
+        Recorder(config)
+    assert not (tmp_path / "history.db").exists()  # checked before anything was opened
+
+
+async def test_a_client_that_cannot_be_opened_stops_the_recorder_instead_of_a_crash_loop(
+    tmp_path: Path,
+) -> None:
+    async def cannot_work() -> KubeClient:
+        raise UserError("kubeconfig /nowhere: file not found")
+
+    config = RecorderConfig(
+        store=str(tmp_path / "history.db"), kubernetes=KubernetesConfig(kinds=["ConfigMap"])
+    )
+    recorder = Recorder(config, kube_connect=cannot_work)
+    try:
+        async with asyncio.timeout(30):  # a guard against a hang, never a measurement
+            with pytest.raises(UserError, match="kubeconfig /nowhere"):
+                await recorder.run(asyncio.Event())
+        assert recorder.runner.crashes == {}
+    finally:
+        recorder.close()
