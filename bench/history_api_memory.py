@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
 
-from capstan.sandbox.datastores import PostgresServer
+from capstan.sandbox import PostgresServer
 from capstan.store import INGEST_CACHE_KIB, open_store
 from goals import limit
 from history_ingest import load_query_dataset

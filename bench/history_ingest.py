@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from capstan.record import ObjectHistory
-from capstan.sandbox.datastores import PostgresServer
+from capstan.sandbox import PostgresServer
 from capstan.store import INGEST_CACHE_KIB, Batch, ObjectChange, Store, open_store
 from goals import limit
 

@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from capstan.record import EngineCollector, RedisTargetConfig
-from capstan.sandbox.datastores import RedisServer, free_port
+from capstan.sandbox import RedisServer, free_port
 from capstan.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent

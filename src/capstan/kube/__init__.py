@@ -17,6 +17,7 @@ from capstan.lazy import lazy_attributes
 _LAZY = {
     "ApiError": "capstan.kube.client",
     "KubeClient": "capstan.kube.client",
+    "KubeConnect": "capstan.kube.client",
     "Delta": "capstan.kube.informer",
     "Informer": "capstan.kube.informer",
     "InformerStats": "capstan.kube.informer",
@@ -27,7 +28,7 @@ _LAZY = {
 __getattr__ = lazy_attributes("capstan.kube", _LAZY)
 
 if TYPE_CHECKING:
-    from capstan.kube.client import ApiError, KubeClient
+    from capstan.kube.client import ApiError, KubeClient, KubeConnect
     from capstan.kube.informer import Delta, Informer, InformerStats, diff_states, object_key
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "Informer",
     "InformerStats",
     "KubeClient",
+    "KubeConnect",
     "Resource",
     "diff_states",
     "object_key",

@@ -30,8 +30,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from capstan.config import StrictModel
-from capstan.kube import ApiError, Delta, Informer, KubeClient, Resource, resource_for
-from capstan.kube.client import KubeConnect
+from capstan.kube import ApiError, Delta, Informer, KubeClient, KubeConnect, Resource, resource_for
 from capstan.record._diff import DiffPolicy
 from capstan.record._objects import ObjectHistory, event_record, kind_key
 from capstan.redact import Redactor

@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 from capstan.backoff import NO_JITTER, Backoff
 from capstan.config import StrictModel, load_file
 from capstan.errors import UserError
-from capstan.kube.client import KubeConnect
+from capstan.kube import KubeConnect
 from capstan.record._diff import DiffPolicy
 from capstan.record._kube import KubeCollector, KubernetesConfig
 from capstan.record._redis import EngineCollector, RedisTargetConfig

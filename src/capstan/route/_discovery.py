@@ -20,8 +20,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from capstan.kube import Informer, KubeClient, resources
-from capstan.kube.client import KubeConnect
+from capstan.kube import Informer, KubeClient, KubeConnect, resources
 from capstan.route._config import KubernetesDiscoveryConfig
 from capstan.route._model import Endpoint
 

@@ -4,12 +4,15 @@ Public surface: build the binaries (:func:`build_toolchain`), describe the clust
 (:class:`Sandbox`).
 """
 
+from capstan.sandbox.datastores import PostgresServer, RedisServer, free_port
 from capstan.sandbox.build import Toolchain, build_toolchain, find_toolchain, require_toolchain
 from capstan.sandbox.cluster import Sandbox, SandboxState, default_state_dir
 from capstan.sandbox.spec import NodePool, SandboxSpec, Taint, load_spec, node_manifests
 
 __all__ = [
     "NodePool",
+    "PostgresServer",
+    "RedisServer",
     "Sandbox",
     "SandboxSpec",
     "SandboxState",
@@ -18,6 +21,7 @@ __all__ = [
     "build_toolchain",
     "default_state_dir",
     "find_toolchain",
+    "free_port",
     "load_spec",
     "node_manifests",
     "require_toolchain",

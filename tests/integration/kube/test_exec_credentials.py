@@ -26,7 +26,7 @@ import yaml
 
 from capstan.errors import UserError
 from capstan.kube import ApiError, KubeClient, resources
-from capstan.sandbox.datastores import free_port
+from capstan.sandbox import free_port
 from tests.unit.kube.exec_plugin import runs, write_kubeconfig
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ import redis
 
 from capstan.cli.main import main
 from capstan.kube import KubeClient, resources
-from capstan.sandbox.datastores import RedisServer, free_port
+from capstan.sandbox import RedisServer, free_port
 
 pytestmark = pytest.mark.integration
 

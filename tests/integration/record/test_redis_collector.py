@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from capstan.record import EngineCollector, RecorderRunner, RedisTargetConfig
-from capstan.sandbox.datastores import RedisServer, free_port
+from capstan.sandbox import RedisServer, free_port
 from capstan.store import open_store
 
 pytestmark = pytest.mark.integration

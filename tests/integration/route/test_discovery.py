@@ -17,8 +17,7 @@ import pytest
 import zmq
 
 from capstan.config import load_model
-from capstan.kube import KubeClient, resources
-from capstan.kube.client import KubeConnect
+from capstan.kube import KubeClient, KubeConnect, resources
 from capstan.kvcache import BlockStored, block_hashes, encode_kv_batch
 from capstan.route import RouteConfig
 from capstan.route._config import KubernetesDiscoveryConfig

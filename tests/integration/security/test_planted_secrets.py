@@ -38,8 +38,7 @@ from starlette.routing import Route
 from capstan.faults import Kubelet, Termination
 from capstan.kube import KubeClient, resources
 from capstan.notify import DEV_WEBHOOK_PATH, SlackReceiver, serve_in_thread
-from capstan.sandbox import Sandbox
-from capstan.sandbox.datastores import RedisServer
+from capstan.sandbox import RedisServer, Sandbox
 from capstan.store import Store, create_history_app, open_store
 from tests.integration.store._loopback import serve
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import uvicorn
 
-from capstan.sandbox.datastores import free_port
+from capstan.sandbox import free_port
 
 
 @contextmanager

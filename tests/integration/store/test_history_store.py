@@ -11,7 +11,7 @@ import pytest
 
 from capstan.errors import UserError
 from capstan.record import DiffPolicy, ObjectHistory, event_record, kind_key, normalize
-from capstan.sandbox.datastores import free_port
+from capstan.sandbox import free_port
 from capstan.store import (
     Batch,
     EngineEntry,

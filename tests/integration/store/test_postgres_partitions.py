@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, text
 
 from capstan.record import DiffPolicy, ObjectHistory, event_record
-from capstan.sandbox.datastores import PostgresServer
+from capstan.sandbox import PostgresServer
 from capstan.store import Batch, EngineEntry, RetentionPolicy, Store, apply_retention, open_store
 from capstan.store import _schema as s
 from capstan.store._engine import HEAD_REVISION, MIGRATIONS_DIR, parse_database_url
