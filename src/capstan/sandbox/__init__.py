@@ -4,9 +4,9 @@ Public surface: build the binaries (:func:`build_toolchain`), describe the clust
 (:class:`Sandbox`).
 """
 
-from capstan.sandbox.datastores import PostgresServer, RedisServer, free_port
 from capstan.sandbox.build import Toolchain, build_toolchain, find_toolchain, require_toolchain
 from capstan.sandbox.cluster import Sandbox, SandboxState, default_state_dir
+from capstan.sandbox.datastores import PostgresServer, RedisServer, free_port
 from capstan.sandbox.spec import NodePool, SandboxSpec, Taint, load_spec, node_manifests
 
 __all__ = [
