@@ -33,10 +33,17 @@ from rich.table import Table
 
 from capstan.config import load_model
 from capstan.enginesim import EngineConfig, get_preset
+from capstan.percentile import percentile
 from capstan.replay import AgenticConfig, agentic_requests
-from capstan.route import SchedulerConfig
-from capstan.route._sim import SimRequest, SimResult, percentile, pooled_cache_reference, simulate
-from capstan.route._workloads import from_replay_requests, mooncake_requests
+from capstan.route import (
+    SchedulerConfig,
+    SimRequest,
+    SimResult,
+    from_replay_requests,
+    mooncake_requests,
+    pooled_cache_reference,
+    simulate,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT.parent / "shared/data/traces/mooncake-fast25/conversation_trace.jsonl"

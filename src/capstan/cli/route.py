@@ -20,10 +20,9 @@ def _route() -> None:
 
 def _load(config: Path | None, endpoints: list[str] | None, model: str | None) -> object:
     """The configuration ``route serve`` runs with (``--endpoint`` replaces its endpoints), checked as
-    :func:`capstan.route._config.serving_problem` checks it; every problem is one line naming the file."""
+    :func:`capstan.route.serving_problem` checks it; every problem is one line naming the file."""
     from capstan.config import load_file, load_model
-    from capstan.route import RouteConfig
-    from capstan.route._config import serving_problem
+    from capstan.route import RouteConfig, serving_problem
 
     cfg = load_file(RouteConfig, config) if config is not None else RouteConfig()
     where = str(config) if config is not None else "configuration"
@@ -57,10 +56,7 @@ def serve(
     """Run the gateway: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
     import uvicorn
 
-    from capstan.route import RouteConfig
-    from capstan.route._discovery import KubernetesEndpointSource
-    from capstan.route._proxy import Router
-    from capstan.route._upstream import upstream_for
+    from capstan.route import KubernetesEndpointSource, RouteConfig, Router, upstream_for
     from capstan.runtime import fix_mmap_threshold
 
     if not 0 < port < 65536:
@@ -129,9 +125,13 @@ def simulate_cmd(
     from capstan.config import load_file
     from capstan.enginesim import EngineConfig, get_preset
     from capstan.percentile import percentile
-    from capstan.route import RouteConfig, SchedulerConfig
-    from capstan.route._sim import pooled_cache_reference, simulate
-    from capstan.route._workloads import mooncake_requests
+    from capstan.route import (
+        RouteConfig,
+        SchedulerConfig,
+        mooncake_requests,
+        pooled_cache_reference,
+        simulate,
+    )
 
     if time_scale <= 0:
         raise UserError("--time-scale must be positive")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capstan.kvcache import BlockRemoved, BlockStored
-from capstan.route._index import PreciseKVIndex
+from capstan.route import PreciseKVIndex
 
 pytestmark = pytest.mark.unit
 
