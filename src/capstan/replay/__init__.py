@@ -10,7 +10,6 @@ It lives apart from the engine simulator because it drives any OpenAI-compatible
 Capstan's router, or a peer router in front of them.
 """
 
-from capstan.percentile import percentile
 from capstan.replay._format import ReplayRequest, expand_body, iter_sessions, read_requests, write_requests
 from capstan.replay._generators import (
     AgenticConfig,
@@ -25,7 +24,6 @@ from capstan.replay._replayer import (
     ReplayConfig,
     ReplayReport,
     RequestResult,
-    read_counters,
     replay,
     result_rows,
     summarize,
@@ -44,8 +42,6 @@ __all__ = [
     "expand_body",
     "iter_sessions",
     "mooncake_requests",
-    "percentile",
-    "read_counters",
     "read_requests",
     "replay",
     "result_rows",

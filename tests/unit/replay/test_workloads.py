@@ -10,6 +10,7 @@ import pytest
 
 from capstan.errors import UserError
 from capstan.kvcache import MooncakeText, Tokenizer, block_hashes, prompt_text
+from capstan.percentile import percentile
 from capstan.replay import (
     AgenticConfig,
     ReplayReport,
@@ -20,7 +21,6 @@ from capstan.replay import (
     expand_body,
     iter_sessions,
     mooncake_requests,
-    percentile,
     read_requests,
     shared_prefix_requests,
     summarize,
