@@ -124,6 +124,7 @@ def simulate_cmd(
 
     from capstan.config import load_file
     from capstan.enginesim import EngineConfig, get_preset
+    from capstan.kvcache import DEFAULT_BLOCK_SIZE
     from capstan.percentile import percentile
     from capstan.route import (
         RouteConfig,
@@ -136,7 +137,7 @@ def simulate_cmd(
     if time_scale <= 0:
         raise UserError("--time-scale must be positive")
     p = get_preset(preset)
-    blocks = p.num_gpu_blocks if kv_tokens is None else max(1, kv_tokens // 16)
+    blocks = p.num_gpu_blocks if kv_tokens is None else max(1, kv_tokens // DEFAULT_BLOCK_SIZE)
     engine = EngineConfig(latency=p.latency, num_gpu_blocks=blocks, max_num_seqs=p.max_num_seqs)
     reqs = mooncake_requests(trace, limit=limit, time_scale=time_scale)
     if not reqs:
@@ -159,7 +160,9 @@ def simulate_cmd(
     bound = pooled_cache_reference(reqs, None).hit_ratio
     results = [(name, simulate(reqs, sched_cfg, engine, replicas, name=name)) for name, sched_cfg in policies]
     rr = results[-1][1] if baseline else None
-    table = Table(title=f"{len(reqs)} requests, {replicas} × {blocks * 16:,} KV tokens, preset {preset}")
+    table = Table(
+        title=f"{len(reqs)} requests, {replicas} × {blocks * DEFAULT_BLOCK_SIZE:,} KV tokens, preset {preset}"
+    )
     cols = ["policy", "hit", "÷ pooled", "TTFT p50", "TTFT p90", "prefill max/mean", "GPU-s/req"]
     for col in cols + (["÷ round-robin"] if rr else []):
         if col == "policy":
