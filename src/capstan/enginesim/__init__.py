@@ -27,7 +27,6 @@ from capstan.enginesim._engine import (
     RequestRejected,
 )
 from capstan.enginesim._latency import LatencyModel, Preset, get_preset, preset_names
-from capstan.enginesim._request import BadRequest, build_engine_request
 from capstan.lazy import lazy_attributes
 
 # The shell (Starlette, uvicorn, ZMQ, prometheus_client) is imported on first use: the in-process harness
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
     from capstan.enginesim._server import Replica, ReplicaSpec
 
 __all__ = [
-    "BadRequest",
     "Completion",
     "Engine",
     "EngineConfig",
@@ -60,7 +58,6 @@ __all__ = [
     "Replica",
     "ReplicaSpec",
     "RequestRejected",
-    "build_engine_request",
     "get_preset",
     "port_conflict",
     "preset_names",

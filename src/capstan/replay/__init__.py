@@ -10,7 +10,7 @@ It lives apart from the engine simulator because it drives any OpenAI-compatible
 Capstan's router, or a peer router in front of them.
 """
 
-from capstan.replay._format import ReplayRequest, expand_body, iter_sessions, read_requests, write_requests
+from capstan.replay._format import ReplayRequest, expand_body, read_requests, write_requests
 from capstan.replay._generators import (
     AgenticConfig,
     SharedPrefixConfig,
@@ -40,7 +40,6 @@ __all__ = [
     "Words",
     "agentic_requests",
     "expand_body",
-    "iter_sessions",
     "mooncake_requests",
     "read_requests",
     "replay",

@@ -19,13 +19,13 @@ from capstan.replay import (
     SharedPrefixConfig,
     agentic_requests,
     expand_body,
-    iter_sessions,
     mooncake_requests,
     read_requests,
     shared_prefix_requests,
     summarize,
     write_requests,
 )
+from capstan.replay._format import iter_sessions
 
 pytestmark = pytest.mark.unit
 
