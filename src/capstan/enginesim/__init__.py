@@ -9,7 +9,9 @@ Core (pure, clock-injected, used by the in-process discrete-event harness and by
   contract in :mod:`capstan.kvcache`.
 
 Shell: :class:`Replica` (one emulated vLLM replica: OpenAI HTTP, ``/metrics`` with vLLM's names, ZMQ KV events)
-and :func:`running_replicas` (several replicas on loopback ports in one process).
+configured by a :class:`ReplicaSpec`, :func:`running_replicas` (several replicas on loopback ports in one process)
+and :func:`serve_forever` (``capstan enginesim serve``; :func:`port_conflict` is what it refuses). The shell is
+imported on first use, so the engine model alone loads no HTTP stack.
 
 See docs/enginesim.md for the model, the HTTP surface and the KV-event wire format.
 """
