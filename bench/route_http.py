@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 from capstan.kvcache import DEFAULT_BLOCK_SIZE
-from capstan.replay import AgenticConfig, ReplayConfig, ReplayRequest, agentic_requests, replay, summarize
+from capstan.replay import AgenticConfig, ReplayConfig, ReplayRequest, agentic_requests, replay
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_VENV = ROOT / "bench/out/peers-venv"
@@ -369,7 +369,7 @@ def main() -> None:
                     ReplayConfig(target=url, time_scale=args.time_scale, model=MODEL, backends=urls),
                 )
             )
-            s = summarize(report)
+            s = report.summary  # the replayer's summarize() of this report
             rss = router.rss_mib()
             d50 = d99 = h50 = h99 = math.nan
             if policy.startswith("capstan-"):

@@ -1,10 +1,13 @@
 """Workloads and replay: a documented request-file format, generators for it, and an async HTTP replayer.
 
-* Format (JSONL, see ``_format.py``): :class:`ReplayRequest`, :func:`read_requests`, :func:`write_requests`.
+* Format (JSONL; its fields are documented in ``src/capstan/replay/_format.py``): :class:`ReplayRequest`,
+  :func:`read_requests`, :func:`write_requests`, :func:`expand_body` (a request's OpenAI body).
 * Generators: :func:`mooncake_requests` (Mooncake traces, prompts as compact ``prompt_ref``),
-  :func:`agentic_requests` (:class:`AgenticConfig`), :func:`shared_prefix_requests` (:class:`SharedPrefixConfig`).
-* Replayer: :func:`replay` with :class:`ReplayConfig` → :class:`ReplayReport` (per-request TTFT, e2e, cached
-  tokens, errors; backends' counters; summary).
+  :func:`agentic_requests` (:class:`AgenticConfig`), :func:`shared_prefix_requests` (:class:`SharedPrefixConfig`),
+  the last two drawing text from :class:`Words` (seeded, an exact token count).
+* Replayer: :func:`replay` with :class:`ReplayConfig` → :class:`ReplayReport` (per-request
+  :class:`RequestResult`: TTFT, e2e, cached tokens, errors; :class:`BackendCounters`; ``summary``), and
+  :func:`result_rows` for its JSON lines.
 
 It lives apart from the engine simulator because it drives any OpenAI-compatible server: the simulated replicas,
 Capstan's router, or a peer router in front of them.
@@ -26,7 +29,6 @@ from capstan.replay._replayer import (
     RequestResult,
     replay,
     result_rows,
-    summarize,
 )
 
 __all__ = [
@@ -45,6 +47,5 @@ __all__ = [
     "replay",
     "result_rows",
     "shared_prefix_requests",
-    "summarize",
     "write_requests",
 ]

@@ -22,10 +22,10 @@ from capstan.replay import (
     mooncake_requests,
     read_requests,
     shared_prefix_requests,
-    summarize,
     write_requests,
 )
 from capstan.replay._format import iter_sessions
+from capstan.replay._replayer import summarize
 
 pytestmark = pytest.mark.unit
 
