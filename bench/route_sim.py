@@ -203,7 +203,8 @@ def main() -> None:
     caps = sorted({round(lo * (hi / lo) ** (i / max(1, points - 1))) for i in range(points)})
     console.print(
         f"Mooncake: {len(reqs)} requests over {reqs[-1].arrival:.0f} s, working set {ws:,} blocks "
-        f"({ws * DEFAULT_BLOCK_SIZE:,} tokens); per-replica capacity sweep {[c * DEFAULT_BLOCK_SIZE for c in caps]} tokens"
+        f"({ws * DEFAULT_BLOCK_SIZE:,} tokens); per-replica capacity sweep "
+        f"{[c * DEFAULT_BLOCK_SIZE for c in caps]} tokens"
     )
     sweep: list[dict[str, Any]] = []
     for cap in caps:
