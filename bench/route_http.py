@@ -41,7 +41,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from capstan.replay import AgenticConfig, ReplayConfig, ReplayRequest, agentic_requests, replay, summarize
+from capstan.kvcache import DEFAULT_BLOCK_SIZE
+from capstan.replay import AgenticConfig, ReplayConfig, ReplayRequest, agentic_requests, replay
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_VENV = ROOT / "bench/out/peers-venv"
@@ -210,7 +211,7 @@ def start_router(
         if policy.endswith("kv_aware"):
             for u, k in zip(urls, kv, strict=True):
                 argv += ["--kv-event-source", f"{u}={k}"]
-            argv += ["--kv-event-block-size", "16", "--kv-event-model", MODEL]
+            argv += ["--kv-event-block-size", str(DEFAULT_BLOCK_SIZE), "--kv-event-model", MODEL]
     child = Child(argv, log)
     ready = f"http://127.0.0.1:{port}/v1/models"
     wait_http(ready, child, timeout=120)
@@ -351,7 +352,7 @@ def main() -> None:
     requests = openai_strict(agentic_requests(acfg))
     console.print(
         f"workload: {len(requests)} agentic requests, {args.sessions} sessions; {args.replicas} replicas × "
-        f"{args.kv_blocks * 16:,} KV tokens, time scale {args.time_scale}"
+        f"{args.kv_blocks * DEFAULT_BLOCK_SIZE:,} KV tokens, time scale {args.time_scale}"
     )
     rows: list[dict[str, Any]] = []
     for policy in policies:
@@ -368,7 +369,7 @@ def main() -> None:
                     ReplayConfig(target=url, time_scale=args.time_scale, model=MODEL, backends=urls),
                 )
             )
-            s = summarize(report)
+            s = report.summary  # the replayer's summarize() of this report
             rss = router.rss_mib()
             d50 = d99 = h50 = h99 = math.nan
             if policy.startswith("capstan-"):

@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 import capstan.route
-from capstan.kvcache import BlockStored, MooncakeText
+from capstan.kvcache import DEFAULT_BLOCK_SIZE, BlockStored, MooncakeText
 from capstan.route import ApproximatePrefixIndex, PreciseKVIndex
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,7 @@ TRACE = ROOT.parent / "shared/data/traces/mooncake-fast25/conversation_trace.jso
 console = Console(width=160)
 
 
-def read_prompts(path: Path, limit: int, block_size: int = 16) -> list[list[int]]:
+def read_prompts(path: Path, limit: int, block_size: int = DEFAULT_BLOCK_SIZE) -> list[list[int]]:
     text = MooncakeText(block_size)
     out = []
     with path.open(encoding="utf-8") as fh:
@@ -71,7 +71,7 @@ def bytes_per_entry(kind: str, entries: int, seed: int) -> float:
             index = PreciseKVIndex()
             for i in range(entries // per_call):
                 blocks = [rng.getrandbits(63) for _ in range(per_call)]
-                index.apply(f"e{i % 8}", [BlockStored(blocks, None, [], 16)])
+                index.apply(f"e{i % 8}", [BlockStored(blocks, None, [], DEFAULT_BLOCK_SIZE)])
         else:
             index = ApproximatePrefixIndex(capacity_per_endpoint=entries, stride=1)
             for i in range(entries // per_call):
@@ -105,7 +105,7 @@ def main() -> None:
     index = PreciseKVIndex()
     for blocks in stored:
         for name in rng.sample(names, rng.choice([1, 1, 2])):
-            index.apply(name, [BlockStored(list(blocks), None, [], 16)])
+            index.apply(name, [BlockStored(list(blocks), None, [], DEFAULT_BLOCK_SIZE)])
     timings = []
     for blocks in queries:
         best = float("inf")
@@ -157,7 +157,7 @@ def main() -> None:
     (args.out / "route_index.json").write_text(json.dumps(result, indent=2))
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.scatter(lengths, timings, s=4)
-    ax.set_xlabel("prompt length (blocks of 16 tokens)")
+    ax.set_xlabel(f"prompt length (blocks of {DEFAULT_BLOCK_SIZE} tokens)")
     ax.set_ylabel("match time, fastest of 5 (µs)")
     ax.set_title(f"precise prefix match, {index.size:,} entries")
     fig.tight_layout()

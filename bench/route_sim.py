@@ -33,10 +33,18 @@ from rich.table import Table
 
 from capstan.config import load_model
 from capstan.enginesim import EngineConfig, get_preset
+from capstan.kvcache import DEFAULT_BLOCK_SIZE
+from capstan.percentile import percentile
 from capstan.replay import AgenticConfig, agentic_requests
-from capstan.route import SchedulerConfig
-from capstan.route._sim import SimRequest, SimResult, percentile, pooled_cache_reference, simulate
-from capstan.route._workloads import from_replay_requests, mooncake_requests
+from capstan.route import (
+    SchedulerConfig,
+    SimRequest,
+    SimResult,
+    from_replay_requests,
+    mooncake_requests,
+    pooled_cache_reference,
+    simulate,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT.parent / "shared/data/traces/mooncake-fast25/conversation_trace.jsonl"
@@ -195,7 +203,8 @@ def main() -> None:
     caps = sorted({round(lo * (hi / lo) ** (i / max(1, points - 1))) for i in range(points)})
     console.print(
         f"Mooncake: {len(reqs)} requests over {reqs[-1].arrival:.0f} s, working set {ws:,} blocks "
-        f"({ws * 16:,} tokens); per-replica capacity sweep {[c * 16 for c in caps]} tokens"
+        f"({ws * DEFAULT_BLOCK_SIZE:,} tokens); per-replica capacity sweep "
+        f"{[c * DEFAULT_BLOCK_SIZE for c in caps]} tokens"
     )
     sweep: list[dict[str, Any]] = []
     for cap in caps:
@@ -207,9 +216,19 @@ def main() -> None:
             res, wall = run_policy(reqs, name, engine, args.replicas)
             rows.append(row(res, pooled, wall))
         print_table(
-            f"Mooncake conversation, {args.replicas} replicas × {cap * 16:,} KV tokens", rows, pooled, bound
+            f"Mooncake conversation, {args.replicas} replicas × {cap * DEFAULT_BLOCK_SIZE:,} KV tokens",
+            rows,
+            pooled,
+            bound,
         )
-        sweep.append({"kv_tokens_per_replica": cap * 16, "pooled": pooled, "bound": bound, "rows": rows})
+        sweep.append(
+            {
+                "kv_tokens_per_replica": cap * DEFAULT_BLOCK_SIZE,
+                "pooled": pooled,
+                "bound": bound,
+                "rows": rows,
+            }
+        )
     results["mooncake"] = {"requests": len(reqs), "working_set_blocks": ws, "sweep": sweep}
 
     # ---- 2. Agentic sessions -------------------------------------------------------------------------------
@@ -235,7 +254,7 @@ def main() -> None:
         f"Agentic sessions, {args.agentic_shape}, {acfg.answer_tokens} output tokens per turn "
         f"({len(areqs)} requests, {args.agentic_sessions} sessions), "
         f"{args.replicas} replicas × "
-        f"{preset.num_gpu_blocks * 16:,} KV tokens",
+        f"{preset.num_gpu_blocks * DEFAULT_BLOCK_SIZE:,} KV tokens",
         rows,
         pooled,
         abound,

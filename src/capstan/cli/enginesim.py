@@ -9,6 +9,7 @@ import signal
 import typer
 
 from capstan.errors import UserError
+from capstan.kvcache import DEFAULT_BLOCK_SIZE  # light: the contract's constants, no numpy
 
 app = typer.Typer(help="vLLM-compatible engine simulator (loopback only).", no_args_is_help=True)
 
@@ -52,7 +53,7 @@ def serve(
     model: str = typer.Option("sim-model", "--model", help="Model name served (and used in the KV topic)."),
     preset: str = typer.Option("llama-3.1-8b-h100", "--preset", help="Model/GPU preset (see `presets`)."),
     num_gpu_blocks: int | None = typer.Option(None, "--num-gpu-blocks", help="KV capacity in blocks."),
-    block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block."),
+    block_size: int = typer.Option(DEFAULT_BLOCK_SIZE, "--block-size", help="Tokens per KV block."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Running batch limit."),
     max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", help="Tokens per step."),
     max_model_len: int = typer.Option(131072, "--max-model-len", help="Longest prompt + output."),

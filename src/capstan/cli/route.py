@@ -20,10 +20,9 @@ def _route() -> None:
 
 def _load(config: Path | None, endpoints: list[str] | None, model: str | None) -> object:
     """The configuration ``route serve`` runs with (``--endpoint`` replaces its endpoints), checked as
-    :func:`capstan.route._config.serving_problem` checks it; every problem is one line naming the file."""
+    :func:`capstan.route.serving_problem` checks it; every problem is one line naming the file."""
     from capstan.config import load_file, load_model
-    from capstan.route import RouteConfig
-    from capstan.route._config import serving_problem
+    from capstan.route import RouteConfig, serving_problem
 
     cfg = load_file(RouteConfig, config) if config is not None else RouteConfig()
     where = str(config) if config is not None else "configuration"
@@ -57,10 +56,7 @@ def serve(
     """Run the gateway: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
     import uvicorn
 
-    from capstan.route import RouteConfig
-    from capstan.route._discovery import KubernetesEndpointSource
-    from capstan.route._proxy import Router
-    from capstan.route._upstream import upstream_for
+    from capstan.route import KubernetesEndpointSource, RouteConfig, Router, upstream_for
     from capstan.runtime import fix_mmap_threshold
 
     if not 0 < port < 65536:
@@ -128,15 +124,20 @@ def simulate_cmd(
 
     from capstan.config import load_file
     from capstan.enginesim import EngineConfig, get_preset
+    from capstan.kvcache import DEFAULT_BLOCK_SIZE
     from capstan.percentile import percentile
-    from capstan.route import RouteConfig, SchedulerConfig
-    from capstan.route._sim import pooled_cache_reference, simulate
-    from capstan.route._workloads import mooncake_requests
+    from capstan.route import (
+        RouteConfig,
+        SchedulerConfig,
+        mooncake_requests,
+        pooled_cache_reference,
+        simulate,
+    )
 
     if time_scale <= 0:
         raise UserError("--time-scale must be positive")
     p = get_preset(preset)
-    blocks = p.num_gpu_blocks if kv_tokens is None else max(1, kv_tokens // 16)
+    blocks = p.num_gpu_blocks if kv_tokens is None else max(1, kv_tokens // DEFAULT_BLOCK_SIZE)
     engine = EngineConfig(latency=p.latency, num_gpu_blocks=blocks, max_num_seqs=p.max_num_seqs)
     reqs = mooncake_requests(trace, limit=limit, time_scale=time_scale)
     if not reqs:
@@ -159,7 +160,9 @@ def simulate_cmd(
     bound = pooled_cache_reference(reqs, None).hit_ratio
     results = [(name, simulate(reqs, sched_cfg, engine, replicas, name=name)) for name, sched_cfg in policies]
     rr = results[-1][1] if baseline else None
-    table = Table(title=f"{len(reqs)} requests, {replicas} × {blocks * 16:,} KV tokens, preset {preset}")
+    table = Table(
+        title=f"{len(reqs)} requests, {replicas} × {blocks * DEFAULT_BLOCK_SIZE:,} KV tokens, preset {preset}"
+    )
     cols = ["policy", "hit", "÷ pooled", "TTFT p50", "TTFT p90", "prefill max/mean", "GPU-s/req"]
     for col in cols + (["÷ round-robin"] if rr else []):
         if col == "policy":

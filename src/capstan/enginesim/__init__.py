@@ -9,10 +9,14 @@ Core (pure, clock-injected, used by the in-process discrete-event harness and by
   contract in :mod:`capstan.kvcache`.
 
 Shell: :class:`Replica` (one emulated vLLM replica: OpenAI HTTP, ``/metrics`` with vLLM's names, ZMQ KV events)
-and :func:`running_replicas` (several replicas on loopback ports in one process).
+configured by a :class:`ReplicaSpec`, :func:`running_replicas` (several replicas on loopback ports in one process)
+and :func:`serve_forever` (``capstan enginesim serve``; :func:`port_conflict` is what it refuses). The shell is
+imported on first use, so the engine model alone loads no HTTP stack.
 
 See docs/enginesim.md for the model, the HTTP surface and the KV-event wire format.
 """
+
+from typing import TYPE_CHECKING
 
 from capstan.enginesim._engine import (
     Completion,
@@ -25,12 +29,25 @@ from capstan.enginesim._engine import (
     RequestRejected,
 )
 from capstan.enginesim._latency import LatencyModel, Preset, get_preset, preset_names
-from capstan.enginesim._request import BadRequest, build_engine_request
-from capstan.enginesim._serve import port_conflict, running_replicas, serve_forever
-from capstan.enginesim._server import Replica, ReplicaSpec
+from capstan.lazy import lazy_attributes
+
+# The shell (Starlette, uvicorn, ZMQ, prometheus_client) is imported on first use: the in-process harness
+# (capstan.route.simulate) and the benches that step engines directly never need it.
+_LAZY = {
+    "Replica": "capstan.enginesim._server",
+    "ReplicaSpec": "capstan.enginesim._server",
+    "port_conflict": "capstan.enginesim._serve",
+    "running_replicas": "capstan.enginesim._serve",
+    "serve_forever": "capstan.enginesim._serve",
+}
+
+__getattr__ = lazy_attributes("capstan.enginesim", _LAZY)
+
+if TYPE_CHECKING:
+    from capstan.enginesim._serve import port_conflict, running_replicas, serve_forever
+    from capstan.enginesim._server import Replica, ReplicaSpec
 
 __all__ = [
-    "BadRequest",
     "Completion",
     "Engine",
     "EngineConfig",
@@ -43,7 +60,6 @@ __all__ = [
     "Replica",
     "ReplicaSpec",
     "RequestRejected",
-    "build_engine_request",
     "get_preset",
     "port_conflict",
     "preset_names",

@@ -40,6 +40,8 @@ The contract, in order:
    without a second copy of the chain.
 """
 
+from typing import TYPE_CHECKING
+
 from capstan.kvcache._events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -55,13 +57,19 @@ from capstan.kvcache._events import (
 )
 from capstan.kvcache._hasher import PromptHasher
 from capstan.kvcache._hashes import DEFAULT_BLOCK_SIZE, block_hashes, hash_block, root_hash
-from capstan.kvcache._mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeText
 from capstan.kvcache._prompt import prompt_text, prompt_token_ids, render_chat
 from capstan.kvcache._tokenizer import VOCAB_SIZE, Tokenizer
+from capstan.lazy import lazy_attributes
+
+# MooncakeText computes with numpy; the constants and the hash chain do not, so the CLI can read the block size
+# for its option defaults without loading numpy (tests/unit/core/test_cli_startup.py).
+__getattr__ = lazy_attributes("capstan.kvcache", {"MooncakeText": "capstan.kvcache._mooncake"})
+
+if TYPE_CHECKING:
+    from capstan.kvcache._mooncake import MooncakeText
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
-    "MOONCAKE_BLOCK_TOKENS",
     "VOCAB_SIZE",
     "AllBlocksCleared",
     "BlockRemoved",

@@ -7,7 +7,7 @@ publisher from the ``capstan.io/kv-events`` annotation or ``tcp://<podIP>:<kv_ev
 is ``<namespace>/<pod>``. Implements :class:`capstan.route.EndpointSource`; the monitor asks for
 the set on every polling round, so a pod that turns unready or goes away leaves the rotation within a round.
 
-The source is given ``connect`` (a :data:`capstan.kube.client.KubeConnect`; ``capstan route serve`` binds
+The source is given ``connect`` (a :data:`capstan.kube.KubeConnect`; ``capstan route serve`` binds
 ``KubeClient.from_kubeconfig`` to ``--kubeconfig``) and opens its client in :meth:`KubernetesEndpointSource.start`,
 inside the server's event loop, closing it in ``stop``.
 """

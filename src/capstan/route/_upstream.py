@@ -5,7 +5,7 @@ docs/benchmarks.md): aiohttp answered about seven times more requests per second
 request, so it is the default; httpx stays selectable (``proxy.upstream_client: httpx``). Errors of either library
 become :class:`UpstreamError` so the proxy's retry and mid-stream handling do not depend on the choice.
 
-The router is given its client (:class:`~capstan.route._proxy.Router`'s ``upstream``); :func:`upstream_for` is how
+The router is given its client (:class:`capstan.route.Router`'s ``upstream``); :func:`upstream_for` is how
 the composition root (``capstan route serve``) builds the configured one.
 
 Each request carries its own read timeout: the longest wait for the next bytes of the answer, headers included

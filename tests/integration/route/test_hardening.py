@@ -17,9 +17,7 @@ import httpx
 import pytest
 
 from capstan.config import load_model
-from capstan.route import RouteConfig
-from capstan.route._proxy import Router
-from capstan.route._upstream import upstream_for
+from capstan.route import RouteConfig, Router, upstream_for
 from tests.integration._slow_clients import read_until_closed, unfinished_requests_answers
 
 from ._servers import EngineProcess, ServerThread, Upstream

@@ -14,9 +14,7 @@ import zmq
 
 from capstan.config import load_model
 from capstan.kvcache import BlockStored, Tokenizer, block_hashes, encode_kv_batch, render_chat
-from capstan.route import RouteConfig
-from capstan.route._proxy import Router
-from capstan.route._upstream import upstream_for
+from capstan.route import RouteConfig, Router, upstream_for
 
 from ._servers import ServerThread, Upstream
 

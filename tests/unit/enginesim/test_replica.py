@@ -9,14 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
-from capstan.enginesim import (
-    BadRequest,
-    EngineRequest,
-    LatencyModel,
-    Replica,
-    ReplicaSpec,
-    build_engine_request,
-)
+from capstan.enginesim import EngineRequest, LatencyModel, Replica, ReplicaSpec
+from capstan.enginesim._request import BadRequest, build_engine_request
 from capstan.kvcache import Tokenizer, block_hashes
 
 pytestmark = pytest.mark.unit

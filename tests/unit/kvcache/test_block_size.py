@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 
 import pytest
 
+from capstan.cli.main import main
 from capstan.enginesim import EngineConfig, ReplicaSpec
 from capstan.kvcache import DEFAULT_BLOCK_SIZE, MooncakeText, PromptHasher, block_hashes
-from capstan.route import RouteRequest, SchedulerConfig
+from capstan.route import (
+    RouteRequest,
+    SchedulerConfig,
+    from_replay_requests,
+    mooncake_requests,
+    pooled_cache_reference,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -27,3 +35,14 @@ def test_every_default_block_size_is_the_contracts() -> None:
     assert _default(EngineConfig, "block_size") == DEFAULT_BLOCK_SIZE
     assert inspect.signature(block_hashes).parameters["block_size"].default == DEFAULT_BLOCK_SIZE
     assert inspect.signature(MooncakeText).parameters["block_size"].default == DEFAULT_BLOCK_SIZE
+    for builder in (mooncake_requests, from_replay_requests, pooled_cache_reference):
+        assert inspect.signature(builder).parameters["block_size"].default == DEFAULT_BLOCK_SIZE, builder
+
+
+def test_the_simulators_cli_default_block_size_is_the_contracts(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        main(["enginesim", "serve", "--help"])
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    shown = re.search(r"--block-size\s.*?\[default: (\d+)\]", capsys.readouterr().out, re.S)
+    assert shown is not None and int(shown.group(1)) == DEFAULT_BLOCK_SIZE

@@ -10,6 +10,7 @@ import pytest
 
 from capstan.errors import UserError
 from capstan.kvcache import MooncakeText, Tokenizer, block_hashes, prompt_text
+from capstan.percentile import percentile
 from capstan.replay import (
     AgenticConfig,
     ReplayReport,
@@ -18,14 +19,13 @@ from capstan.replay import (
     SharedPrefixConfig,
     agentic_requests,
     expand_body,
-    iter_sessions,
     mooncake_requests,
-    percentile,
     read_requests,
     shared_prefix_requests,
-    summarize,
     write_requests,
 )
+from capstan.replay._format import iter_sessions
+from capstan.replay._replayer import summarize
 
 pytestmark = pytest.mark.unit
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 import httpx
 
-from capstan.route._upstream import UpstreamError, UpstreamResponse
+from capstan.route import UpstreamError, UpstreamResponse
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 
 from capstan.kube import resources
-from capstan.route import Endpoint
-from capstan.route._config import KubernetesDiscoveryConfig
-from capstan.route._discovery import KubernetesEndpointSource
+from capstan.route import Endpoint, KubernetesDiscoveryConfig, KubernetesEndpointSource
 from tests.unit.kube.fakeapi import FakeApiServer, Watch
 
 pytestmark = pytest.mark.unit

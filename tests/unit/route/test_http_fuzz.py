@@ -13,9 +13,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from capstan.config import load_model
-from capstan.route import Endpoint, RouteConfig
-from capstan.route._proxy import Router, validate_body
-from capstan.route._upstream import upstream_for
+from capstan.route import Endpoint, RouteConfig, Router, upstream_for
+from capstan.route._proxy import validate_body
 
 from ._bodies import Raw, any_bodies, deep, encode
 

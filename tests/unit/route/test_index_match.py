@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capstan.kvcache import BlockRemoved, BlockStored
-from capstan.route._index import PreciseKVIndex
+from capstan.route import PreciseKVIndex
 
 pytestmark = pytest.mark.unit
 
@@ -133,7 +133,7 @@ def _chain(spec: tuple[int, int]) -> list[int]:
 def test_approximate_record_keeps_the_plain_lru_order(
     requests: list[tuple[str, list[int]]], capacity: int
 ) -> None:
-    from capstan.route._index import ApproximatePrefixIndex
+    from capstan.route import ApproximatePrefixIndex
 
     index = ApproximatePrefixIndex(capacity_per_endpoint=capacity, stride=1)
     plain = _PlainLRU(capacity)
@@ -154,7 +154,7 @@ def test_approximate_match_is_the_longest_held_run_of_chained_prompts(
 ) -> None:
     """Prompts are chains (a block's hash covers its whole prefix), so recording tail first and evicting the
     least recent keeps every endpoint's blocks prefix-closed, and the bisecting match is exact."""
-    from capstan.route._index import ApproximatePrefixIndex
+    from capstan.route import ApproximatePrefixIndex
 
     index = ApproximatePrefixIndex(capacity_per_endpoint=capacity, stride=1)
     plain = _PlainLRU(capacity)
@@ -171,7 +171,7 @@ def test_the_memory_gauge_is_within_a_quarter_of_what_tracemalloc_measures(kind:
     import random
     import tracemalloc
 
-    from capstan.route._index import ApproximatePrefixIndex
+    from capstan.route import ApproximatePrefixIndex
 
     rng = random.Random(0)
     tracemalloc.start()

@@ -15,13 +15,14 @@ from pydantic import Field
 from capstan.cli.main import main
 from capstan.config import Plugin, load_model, plugin_registry, plugin_type, union_models
 from capstan.errors import UserError
-from capstan.route import Endpoint, EndpointState, PickerConfig, RouteConfig, Scheduler, SchedulerConfig
+from capstan.route import Endpoint, EndpointState, RouteConfig, Scheduler, SchedulerConfig
 from capstan.route._config import (
     FILTERS,
     PICKERS,
     SCORERS,
     FilterConfig,
     HealthFilterConfig,
+    PickerConfig,
     PickerType,
     PrefixScorerConfig,
     ScorerConfig,

@@ -12,8 +12,7 @@ import httpx
 import pytest
 
 from capstan.config import load_model
-from capstan.route import RouteConfig
-from capstan.route._proxy import Router
+from capstan.route import RouteConfig, Router
 
 from .fakeupstream import Answer, FakeUpstream, healthy_endpoints, sse
 

@@ -22,7 +22,6 @@ from capstan.route import (
     ApproximatePrefixIndex,
     Endpoint,
     EndpointState,
-    InFlightTracker,
     NoEndpointError,
     PreciseKVIndex,
     RouteConfig,
@@ -30,6 +29,7 @@ from capstan.route import (
     Scheduler,
     SchedulerConfig,
 )
+from capstan.route._inflight import InFlightTracker
 from capstan.route._plugins import (
     KVUtilizationScorer,
     PrefillCostScorer,

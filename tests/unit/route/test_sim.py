@@ -11,9 +11,14 @@ from capstan.enginesim import EngineConfig, LatencyModel
 from capstan.errors import UserError
 from capstan.percentile import percentile
 from capstan.replay import AgenticConfig, agentic_requests
-from capstan.route import SchedulerConfig
-from capstan.route._sim import SimRequest, pooled_cache_reference, simulate
-from capstan.route._workloads import from_replay_requests, mooncake_requests
+from capstan.route import (
+    SchedulerConfig,
+    SimRequest,
+    from_replay_requests,
+    mooncake_requests,
+    pooled_cache_reference,
+    simulate,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,8 @@
-"""Replica listening sockets give accepted connections TCP_NODELAY (else Nagle + delayed ACK add ~40 ms)."""
+"""Replica listening sockets give accepted connections TCP_NODELAY (else Nagle + delayed ACK add ~40 ms).
+
+White-box: the option is set on the listener :func:`capstan.enginesim._serve._bind` makes, and only the server side
+of a connection can read it, so the test holds the listener itself (over a real loopback socket).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import pytest
 
 from capstan.enginesim._serve import _bind
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit
 
 
 def test_accepted_connections_are_tcp_with_nodelay() -> None:
