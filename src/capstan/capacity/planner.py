@@ -319,6 +319,9 @@ class PlanCache:
         """What headroom is held for, if not the planner's own :class:`SlidingForecast`."""
         self._sliding: Forecaster = forecaster or SlidingForecast()
         self._phantoms: tuple[Forecast, PlannerConfig, list[Pod]] | None = None
+        self.replans = 0
+        """How many full plans made with this cache were made a second time, with the repack search first
+        (``repack_both_orders``; see :func:`plan`). A count, not a memo: :meth:`reset` keeps it."""
 
     @property
     def horizon(self) -> float:
@@ -1160,6 +1163,7 @@ def plan(
     both = scope == "full" and cfg.repack_both_orders and cfg.consolidate and cfg.headroom
     if not both or not passed_over:
         return first
+    cache.replans += 1
     second, _ = _plan_once(snapshot, cfg, cache, scope, repack_first=True)
     type_of = {n.id: n.type for n in snapshot.nodes}
     by_name = cache.by_name

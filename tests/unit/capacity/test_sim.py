@@ -9,24 +9,29 @@ import pytest
 
 from capstan.capacity import (
     POLICY_NAMES,
+    AgenticSpec,
     CapstanPolicy,
     ClusterAutoscalerPolicy,
     Delay,
-    KarpenterPolicy,
     NodeType,
     PlannerConfig,
     Pod,
     Sim,
     Workload,
     empty_start_floor,
+    inference_node_types,
     run_policies,
+    summarize,
     synthetic_agentic,
 )
-from capstan.capacity.nodetypes import inference_node_types
-from capstan.capacity.policies import CAConfig, KarpenterConfig, buffer_template, peak_burst_gpus
-from capstan.capacity.report import summarize
+from capstan.capacity.policies import (
+    CAConfig,
+    KarpenterConfig,
+    KarpenterPolicy,
+    buffer_template,
+    peak_burst_gpus,
+)
 from capstan.capacity.sim import SimPod
-from capstan.capacity.traces import AgenticSpec
 
 pytestmark = pytest.mark.unit
 
