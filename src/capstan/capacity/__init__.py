@@ -8,6 +8,7 @@ default), :func:`load_trace` and the readers beside it (a trace to a :class:`Wor
 :func:`run_policies` / :func:`summarize` (a replay's figures as a :class:`Summary`) with :func:`write_plots`.
 """
 
+from capstan.capacity._cluster_autoscaler import CAConfig, ClusterAutoscalerPolicy, buffer_size_and_template
 from capstan.capacity.forecast import (
     Forecast,
     Forecaster,
@@ -31,11 +32,8 @@ from capstan.capacity.planner import (
 )
 from capstan.capacity.policies import (
     POLICY_NAMES,
-    CAConfig,
     CapstanPolicy,
-    ClusterAutoscalerPolicy,
     OraclePolicy,
-    buffer_size_and_template,
     make_policy,
 )
 from capstan.capacity.report import (

@@ -24,13 +24,8 @@ from capstan.capacity import (
     summarize,
     synthetic_agentic,
 )
-from capstan.capacity.policies import (
-    CAConfig,
-    KarpenterConfig,
-    KarpenterPolicy,
-    buffer_template,
-    peak_burst_gpus,
-)
+from capstan.capacity._cluster_autoscaler import CAConfig, buffer_template, peak_burst_gpus
+from capstan.capacity._karpenter import KarpenterConfig, KarpenterPolicy
 from capstan.capacity.sim import SimPod
 
 pytestmark = pytest.mark.unit
@@ -529,8 +524,7 @@ def test_capstan_makes_room_on_openb_and_every_gpu_second_still_adds_up() -> Non
 def test_a_pod_asking_for_any_number_of_gpus_is_unplaceable_at_once_under_every_policy() -> None:
     """A pod of a million GPUs neither sizes the CapacityBuffer (it was a million virtual pods) nor Capstan's
     headroom (a million phantoms per decision): every policy reports it unplaceable and runs the rest."""
-    from capstan.capacity import POLICY_NAMES
-    from capstan.capacity.policies import buffer_size_and_template
+    from capstan.capacity import POLICY_NAMES, buffer_size_and_template
 
     giant = Pod("giant", 10.0, 4000, 8192, 10**6, 1000, duration=100)
     w = Workload("w", (gpu_pod("a", 0.0, 100), giant, gpu_pod("b", 20.0, 100)))
