@@ -10,13 +10,7 @@ from dataclasses import dataclass
 
 from capstan.capacity._scans import first_fit_decreasing, live_count, next_scan
 from capstan.capacity.model import NodeType, Pod, PodShape
-from capstan.capacity.placement import (
-    Capacity,
-    choose_devices,
-    fits,
-    give,
-    take,
-)
+from capstan.capacity.placement import Capacity, choose_devices, fits, give, take
 from capstan.capacity.sim import Sim, SimNode
 
 

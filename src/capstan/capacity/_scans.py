@@ -7,12 +7,7 @@ from __future__ import annotations
 import math
 
 from capstan.capacity.model import NodeType, Pod
-from capstan.capacity.placement import (
-    Capacity,
-    choose_devices,
-    fits,
-    take,
-)
+from capstan.capacity.placement import Capacity, choose_devices, fits, take
 from capstan.capacity.sim import Sim
 
 
