@@ -6,6 +6,10 @@ that each pid still runs the binary we started, so a recycled pid is never signa
 
 Ports are chosen free by the kernel; if a component still loses a race for its port, the whole start is retried
 with new ports.
+
+NOTE: a little over 600 lines on purpose: :class:`Sandbox` is one lifecycle (start, wait until serving, stop,
+restart one component), and every step reads and writes the same ``state.json`` and makes the same check that a
+pid still runs the binary started, so the steps stay in one class beside that state.
 """
 
 from __future__ import annotations

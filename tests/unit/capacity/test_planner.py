@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from capstan.capacity import (
     Delay,
+    Forecast,
     NodeState,
     NodeType,
     NodeView,
@@ -19,12 +20,14 @@ from capstan.capacity import (
     PlanCache,
     PlannerConfig,
     Pod,
+    SlidingForecast,
     Snapshot,
     Taint,
+    Toleration,
+    headroom_window,
     plan,
 )
-from capstan.capacity.forecast import Forecast, SlidingForecast, forecast, headroom_window
-from capstan.capacity.model import Toleration
+from capstan.capacity.forecast import forecast
 from capstan.capacity.planner import _plan_once
 
 pytestmark = pytest.mark.unit
@@ -790,7 +793,7 @@ def test_type_choice_stops_at_the_value_bound_with_the_choice_a_full_search_make
     the best found; every plan must be the one trying every type gives."""
     import math
 
-    from capstan.capacity.planner import PlanCache
+    from capstan.capacity import PlanCache
 
     node_types = tuple(
         NodeType(f"t{i}-{model}", cores * 1000, cores * 4096, gpus, model, price, boot_delay=BOOT)

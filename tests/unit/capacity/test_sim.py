@@ -10,6 +10,7 @@ import pytest
 from capstan.capacity import (
     POLICY_NAMES,
     AgenticSpec,
+    CAConfig,
     CapstanPolicy,
     ClusterAutoscalerPolicy,
     Delay,
@@ -24,7 +25,7 @@ from capstan.capacity import (
     summarize,
     synthetic_agentic,
 )
-from capstan.capacity._cluster_autoscaler import CAConfig, buffer_template, peak_burst_gpus
+from capstan.capacity._cluster_autoscaler import buffer_template, peak_burst_gpus
 from capstan.capacity._karpenter import KarpenterConfig, KarpenterPolicy
 from capstan.capacity.sim import SimPod
 
@@ -193,8 +194,6 @@ def test_ca_does_not_duplicate_while_the_node_boots() -> None:
 
 
 def test_ca_counts_a_node_with_unready_gpus_as_duplicate_when_the_gpu_hack_is_off() -> None:
-    from capstan.capacity import CAConfig
-
     slow_gpu = NodeType(
         "g", 8000, 32768, 1, "L4", 1.0, boot_delay=Delay("fixed", 60), gpu_ready_delay=Delay("fixed", 300)
     )
@@ -467,7 +466,8 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
     snapshot."""
     import capstan.capacity.planner as planner
     import capstan.capacity.policies as policies
-    from capstan.capacity.planner import Plan, PlanCache, Scope, Snapshot
+    from capstan.capacity import Plan, PlanCache, Snapshot
+    from capstan.capacity.planner import Scope
 
     workload, types = replay_inputs("synthetic" if trace == "synthetic" else "openb", openb_tasks=400)
     original = planner.plan

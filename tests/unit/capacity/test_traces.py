@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from capstan.capacity import Delay, load_trace, read_openb_nodes, read_openb_pods
-from capstan.capacity.model import Pod
+from capstan.capacity import Delay, Pod, load_trace, read_openb_nodes, read_openb_pods, synthetic_agentic
 from capstan.capacity.traces import (
     HpaBehavior,
     ReplicaShape,
@@ -18,7 +17,6 @@ from capstan.capacity.traces import (
     read_genai_qps,
     read_request_rate,
     sniff_format,
-    synthetic_agentic,
 )
 from capstan.errors import UserError
 from capstan.replay import AgenticConfig, agentic_requests, write_requests
