@@ -32,6 +32,7 @@ import httpx
 
 from capstan.errors import UserError
 from capstan.sandbox.build import Toolchain
+from capstan.sandbox.datastores import free_port
 from capstan.sandbox.pki import Pki, create_pki, write_kubeconfig
 from capstan.sandbox.spec import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, SandboxSpec, node_manifests
 
@@ -51,12 +52,6 @@ def default_state_dir(name: str = "default") -> Path:
         else Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "capstan"
     )
     return root / "sandbox" / name
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_again(previous: int | None) -> int:
