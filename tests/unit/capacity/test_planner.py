@@ -510,6 +510,18 @@ def test_with_the_repack_first_headroom_does_not_count_on_a_node_being_drained()
     assert not kept.drains and not kept.launches
 
 
+def test_the_cache_counts_the_plans_made_a_second_time_with_the_repack_first() -> None:
+    """``PlanCache.replans`` counts the full plans made again with the repack search first: one when headroom
+    held room on a repack candidate, none with ``repack_both_orders`` off, none for a plan that is not full."""
+    snap = headroom_on_a_repack_candidate(third=True)
+    counted = PlanCache(snap.node_types)
+    plan(snap, PlannerConfig(), counted)
+    assert counted.replans == 1
+    plan(snap, PlannerConfig(repack_both_orders=False), counted)
+    plan(snap, PlannerConfig(), counted, scope="review")
+    assert counted.replans == 1
+
+
 def test_new_node_type_follows_the_arrival_mix_not_only_the_queue() -> None:
     """Alone, a 12-CPU pod is cheapest on a 16-CPU node; when such pods keep arriving, the 104-CPU node that two
     of them fill is cheaper per pod."""
