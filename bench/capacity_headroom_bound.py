@@ -14,7 +14,7 @@ wait in a replay than here).
 
 Three ways to choose the level, each printed as GPU-hours held and pods that would wait a boot:
 
-- the planner's own forecast (``capstan.capacity.forecast``, through ``SlidingForecast``), as configured and with
+- the planner's own forecast (``capstan.capacity.SlidingForecast``), as configured and with
   less headroom (lower quantiles, a shorter recent look-back): the level is the GPUs of the forecast's pods;
 - a constant level, held whenever the planner's forecast holds any (so both start and stop together);
 - clairvoyant policies: told, at the start of every block of the clock (an hour, 4 h, a day: ``--blocks``),
@@ -57,13 +57,16 @@ from capstan.capacity import (
     Pod,
     Policy,
     Sim,
+    SlidingForecast,
     Snapshot,
     Workload,
+    forecast_lookback,
+    gpu_horizon,
+    headroom_window,
     read_openb_nodes,
     read_openb_pods,
     summarize,
 )
-from capstan.capacity.forecast import SlidingForecast, forecast_lookback, gpu_horizon, headroom_window
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENB = ROOT / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"

@@ -25,7 +25,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from _capacity_traces import grow, grow_node_types
 from capstan.capacity import (
+    AgenticSpec,
     CapstanPolicy,
     Delay,
     NodeType,
@@ -34,16 +36,14 @@ from capstan.capacity import (
     Summary,
     Workload,
     empty_start_floor,
-    grow,
-    grow_node_types,
     inference_node_types,
     load_trace,
     read_openb_nodes,
     run_policies,
     summarize,
+    synthetic_agentic,
     write_plots,
 )
-from capstan.capacity.traces import AgenticSpec, synthetic_agentic
 from goals import limit
 
 ROOT = Path(__file__).resolve().parents[1]

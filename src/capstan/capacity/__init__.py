@@ -1,7 +1,22 @@
 """GPU capacity planning: a pure planner deciding placement and provisioning together, and the simulator that
-replays real traces against it and against emulated cluster-autoscaler, Karpenter, static and oracle policies."""
+replays real traces against it and against emulated cluster-autoscaler, Karpenter, static and oracle policies.
 
-from capstan.capacity.forecast import Forecast, Forecaster
+Entry points: :func:`plan` (a :class:`Snapshot` and a :class:`PlannerConfig` to a :class:`Plan`; a
+:class:`PlanCache` carries memos between decisions and a :class:`Forecaster`, :class:`SlidingForecast` by
+default), :func:`load_trace` and the readers beside it (a trace to a :class:`Workload`, node types from a file),
+:class:`Sim` (a replay of a workload under a :class:`Policy`, :func:`make_policy` by name), and
+:func:`run_policies` / :func:`summarize` (a replay's figures as a :class:`Summary`) with :func:`write_plots`.
+"""
+
+from capstan.capacity._cluster_autoscaler import CAConfig, ClusterAutoscalerPolicy, buffer_size_and_template
+from capstan.capacity.forecast import (
+    Forecast,
+    Forecaster,
+    SlidingForecast,
+    forecast_lookback,
+    gpu_horizon,
+    headroom_window,
+)
 from capstan.capacity.model import Delay, NodeState, NodeType, Pod, Taint, Toleration, Workload
 from capstan.capacity.nodetypes import inference_node_types, load_node_type_file, read_openb_nodes
 from capstan.capacity.planner import (
@@ -17,12 +32,8 @@ from capstan.capacity.planner import (
 )
 from capstan.capacity.policies import (
     POLICY_NAMES,
-    CAConfig,
     CapstanPolicy,
-    ClusterAutoscalerPolicy,
-    KarpenterPolicy,
     OraclePolicy,
-    StaticPolicy,
     make_policy,
 )
 from capstan.capacity.report import (
@@ -37,12 +48,7 @@ from capstan.capacity.sim import IDLE_CAUSES, STAGES, Policy, Sim, SimResult
 from capstan.capacity.traces import (
     OPENB_QOS,
     AgenticSpec,
-    HpaBehavior,
-    ReplicaShape,
-    grow,
-    grow_node_types,
     load_trace,
-    read_genai_qps,
     read_openb_pods,
     synthetic_agentic,
 )
@@ -60,8 +66,6 @@ __all__ = [
     "Drain",
     "Forecast",
     "Forecaster",
-    "HpaBehavior",
-    "KarpenterPolicy",
     "Launch",
     "NodeState",
     "NodeType",
@@ -73,24 +77,24 @@ __all__ = [
     "PlannerConfig",
     "Pod",
     "Policy",
-    "ReplicaShape",
     "Sim",
     "SimResult",
+    "SlidingForecast",
     "Snapshot",
-    "StaticPolicy",
     "Summary",
     "Taint",
     "Toleration",
     "Workload",
+    "buffer_size_and_template",
     "empty_start_floor",
-    "grow",
-    "grow_node_types",
+    "forecast_lookback",
+    "gpu_horizon",
+    "headroom_window",
     "inference_node_types",
     "load_node_type_file",
     "load_trace",
     "make_policy",
     "plan",
-    "read_genai_qps",
     "read_openb_nodes",
     "read_openb_pods",
     "run_policies",

@@ -15,6 +15,12 @@ allocated to a pod or idle for exactly one cause: ``booting`` (requested until G
 (allocatable, node has pods, free GPU shares: fragmentation), ``empty`` (no pods: waiting for scale-down,
 draining, or a static cluster's spare node), ``headroom`` (held or launched on purpose for forecast demand) or
 ``duplicate`` (launched for pods, never ran one).
+
+NOTE: one module of about 740 lines on purpose. :class:`Sim` is the event loop and the cluster state every event
+mutates, and the accounting is exact only because each state change (launch, bind, evict, drain, gone) charges
+the time before it through one method, ``_account``, in the same class; split across modules, a new event kind
+could change state without charging it. :class:`SimResult`, the node and pod records and the :class:`Policy`
+protocol are the data that loop produces and the interface it drives.
 """
 
 from __future__ import annotations

@@ -26,11 +26,11 @@ import math
 import random
 from collections import defaultdict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from capstan.capacity.model import GPU_MILLI, NodeType, Pod, Toleration, Workload
+from capstan.capacity.model import GPU_MILLI, Pod, Toleration, Workload
 from capstan.config import decoded_lines
 from capstan.errors import UserError
 
@@ -435,33 +435,6 @@ def synthetic_agentic(seed: int, spec: AgenticSpec | None = None) -> Workload:
         n += 1
     pods.sort(key=lambda p: (p.arrival, p.name))
     return Workload(name=f"synthetic-agentic-seed{seed}", pods=tuple(pods))
-
-
-def grow(workload: Workload, factor: int, seed: int) -> Workload:
-    """``factor`` copies of every pod with seeded arrival jitter (up to 60 s): the same trace, ``factor``× the load."""
-    if factor <= 1:
-        return workload
-    rng = random.Random(seed)
-    pods = list(workload.pods)
-    for k in range(1, factor):
-        for p in workload.pods:
-            jitter = 0.0 if p.gang else rng.uniform(0, 60)
-            pods.append(
-                replace(
-                    p,
-                    name=f"{p.name}~{k}",
-                    arrival=p.arrival + jitter,
-                    gang=f"{p.gang}~{k}" if p.gang else "",
-                )
-            )
-    pods.sort(key=lambda p: (p.arrival, p.name))
-    return Workload(name=f"{workload.name}x{factor}", pods=tuple(pods))
-
-
-def grow_node_types(types: tuple[NodeType, ...], factor: int) -> tuple[NodeType, ...]:
-    return tuple(
-        replace(t, max_count=t.max_count * factor if t.max_count is not None else None) for t in types
-    )
 
 
 def load_trace(

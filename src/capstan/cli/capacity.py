@@ -77,7 +77,7 @@ def parse_buffer(text: str, option: str) -> int | None:
 
 def buffer_line(workload: Workload, types: tuple[NodeType, ...], count: int | None) -> str:
     """What ``ca-buffer`` held: how many one-GPU pods of which template (and, at ``peak``, why that many)."""
-    from capstan.capacity.policies import buffer_size_and_template
+    from capstan.capacity import buffer_size_and_template
 
     why = ", the trace's peak burst: the most GPUs asked for within one boot plus GPU-ready delay"
     if count is not None:

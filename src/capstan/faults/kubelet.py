@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from capstan.kube import ApiError, KubeClient, resources
-from capstan.sandbox.spec import GPU_RESOURCE, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
+from capstan.sandbox import GPU_RESOURCE, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
 
 ContainerKind = Literal["container", "init", "sidecar"]
 Clock = Callable[[], dt.datetime]

@@ -1,15 +1,30 @@
 """A real local Kubernetes control plane for tests, benchmarks and the demo.
 
-Public surface: build the binaries (:func:`build_toolchain`), describe the cluster (:class:`SandboxSpec`), run it
-(:class:`Sandbox`).
+Public surface: build the binaries (:func:`build_toolchain`), describe the cluster (:class:`SandboxSpec`, its
+:class:`NodePool` list, :func:`load_spec`), run it (:class:`Sandbox`); throwaway datastores for tests and benches
+(:class:`PostgresServer`, :class:`RedisServer`, :func:`free_port`); and the names the sandbox's fake nodes carry
+(:data:`GPU_RESOURCE`, :data:`KWOK_NODE_ANNOTATION` = :data:`KWOK_NODE_ANNOTATION_VALUE`), which the fault
+injectors look for.
 """
 
 from capstan.sandbox.build import Toolchain, build_toolchain, find_toolchain, require_toolchain
 from capstan.sandbox.cluster import Sandbox, SandboxState, default_state_dir
 from capstan.sandbox.datastores import PostgresServer, RedisServer, free_port
-from capstan.sandbox.spec import NodePool, SandboxSpec, Taint, load_spec, node_manifests
+from capstan.sandbox.spec import (
+    GPU_RESOURCE,
+    KWOK_NODE_ANNOTATION,
+    KWOK_NODE_ANNOTATION_VALUE,
+    NodePool,
+    SandboxSpec,
+    Taint,
+    load_spec,
+    node_manifests,
+)
 
 __all__ = [
+    "GPU_RESOURCE",
+    "KWOK_NODE_ANNOTATION",
+    "KWOK_NODE_ANNOTATION_VALUE",
     "NodePool",
     "PostgresServer",
     "RedisServer",

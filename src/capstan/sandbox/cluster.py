@@ -6,6 +6,10 @@ that each pid still runs the binary we started, so a recycled pid is never signa
 
 Ports are chosen free by the kernel; if a component still loses a race for its port, the whole start is retried
 with new ports.
+
+NOTE: a little over 600 lines on purpose: :class:`Sandbox` is one lifecycle (start, wait until serving, stop,
+restart one component), and every step reads and writes the same ``state.json`` and makes the same check that a
+pid still runs the binary started, so the steps stay in one class beside that state.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import httpx
 
 from capstan.errors import UserError
 from capstan.sandbox.build import Toolchain
+from capstan.sandbox.datastores import free_port
 from capstan.sandbox.pki import Pki, create_pki, write_kubeconfig
 from capstan.sandbox.spec import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, SandboxSpec, node_manifests
 
@@ -47,12 +52,6 @@ def default_state_dir(name: str = "default") -> Path:
         else Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "capstan"
     )
     return root / "sandbox" / name
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_again(previous: int | None) -> int:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capstan.capacity import PlannerConfig
-from capstan.capacity.forecast import headroom_window
+from capstan.capacity import PlannerConfig, headroom_window
 from capstan.cli.capacity import parse_buffer, parse_wait
 from capstan.errors import UserError
 

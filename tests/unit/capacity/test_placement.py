@@ -6,7 +6,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from capstan.capacity.model import GPU_MILLI, Pod
+from capstan.capacity import Pod
+from capstan.capacity.model import GPU_MILLI
 from capstan.capacity.placement import (
     STRANDED_CPU_MILLI,
     STRANDED_MEMORY_MIB,

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from capstan.capacity import (
     Delay,
+    Forecast,
     NodeState,
     NodeType,
     NodeView,
@@ -19,12 +20,14 @@ from capstan.capacity import (
     PlanCache,
     PlannerConfig,
     Pod,
+    SlidingForecast,
     Snapshot,
     Taint,
+    Toleration,
+    headroom_window,
     plan,
 )
-from capstan.capacity.forecast import Forecast, SlidingForecast, forecast, headroom_window
-from capstan.capacity.model import Toleration
+from capstan.capacity.forecast import forecast
 from capstan.capacity.planner import _plan_once
 
 pytestmark = pytest.mark.unit
@@ -313,7 +316,7 @@ def test_split_phantoms_see_busy_nodes_whose_free_cpu_only_a_split_one_fits() ->
 
 
 def test_split_phantoms_are_whole_devices_with_a_share_of_cpu_and_memory() -> None:
-    from capstan.capacity.planner import _headroom_pods
+    from capstan.capacity._cache import _headroom_pods
 
     big = pod("big", gpus=6, milli=500, cpu=24000, mem=49152, models=frozenset({"V100"}))
     parts = _headroom_pods((big, pod("small", gpus=2)), PlannerConfig())
@@ -505,6 +508,18 @@ def test_with_the_repack_first_headroom_does_not_count_on_a_node_being_drained()
     assert [(launch.type, launch.purpose) for launch in first.launches] == [("t4-4w", "headroom")]
     kept = plan(snap, cfg)
     assert not kept.drains and not kept.launches
+
+
+def test_the_cache_counts_the_plans_made_a_second_time_with_the_repack_first() -> None:
+    """``PlanCache.replans`` counts the full plans made again with the repack search first: one when headroom
+    held room on a repack candidate, none with ``repack_both_orders`` off, none for a plan that is not full."""
+    snap = headroom_on_a_repack_candidate(third=True)
+    counted = PlanCache(snap.node_types)
+    plan(snap, PlannerConfig(), counted)
+    assert counted.replans == 1
+    plan(snap, PlannerConfig(repack_both_orders=False), counted)
+    plan(snap, PlannerConfig(), counted, scope="review")
+    assert counted.replans == 1
 
 
 def test_new_node_type_follows_the_arrival_mix_not_only_the_queue() -> None:
@@ -700,8 +715,8 @@ def test_filling_a_trial_node_in_one_step_equals_placing_copies_one_by_one(
     gpus: int, milli: int, cpu: int, mem: int, k: int, devs: list[int], node_cpu: int, node_mem: int
 ) -> None:
     """choose_type's trial fill places equal pods at once; it must leave the node as a pod-by-pod loop does."""
+    from capstan.capacity._work import _fill
     from capstan.capacity.placement import Capacity, choose_devices, fits, take
-    from capstan.capacity.planner import _fill
 
     p = Pod("q", 0.0, cpu, mem, num_gpu=gpus, gpu_milli=milli if gpus else 0)
     fast, slow = Capacity(node_cpu, node_mem, list(devs)), Capacity(node_cpu, node_mem, list(devs))
@@ -790,7 +805,7 @@ def test_type_choice_stops_at_the_value_bound_with_the_choice_a_full_search_make
     the best found; every plan must be the one trying every type gives."""
     import math
 
-    from capstan.capacity.planner import PlanCache
+    from capstan.capacity import PlanCache
 
     node_types = tuple(
         NodeType(f"t{i}-{model}", cores * 1000, cores * 4096, gpus, model, price, boot_delay=BOOT)
@@ -909,7 +924,7 @@ def test_placement_scans_choose_the_bin_scoring_every_bin_chooses(
     """The scans skip work (bins by kind, the first kind with a fit decides, new bins in a state already
     scored are passed over); every plan must be the one scoring every bin gives, headroom, room moves and
     repacks included."""
-    import capstan.capacity.planner as planner
+    import capstan.capacity._work as work
 
     types = {"t4": T4x4, "v100-8": V100x8, "v100-1": V100x1, "cpu": CPU}
     views = []
@@ -931,20 +946,20 @@ def test_placement_scans_choose_the_bin_scoring_every_bin_chooses(
     )
     cfg = PlannerConfig(repack_min_age_s=0.0)
     fast = plan(snap, cfg)
-    original = planner._Work.best_bin
-    planner._Work.best_bin = _best_bin_by_definition  # type: ignore[assignment]
+    original = work._Work.best_bin
+    work._Work.best_bin = _best_bin_by_definition  # type: ignore[assignment]
     try:
         slow = plan(snap, cfg)
     finally:
-        planner._Work.best_bin = original  # type: ignore[method-assign]
+        work._Work.best_bin = original  # type: ignore[method-assign]
     assert fast == slow
 
 
 def test_a_new_node_alike_but_for_its_devices_is_scored_too() -> None:
     """Two planned T4 nodes with the same free CPU and memory, one GPU half used on the first and a quarter on
     the second: a pod asking for three quarters fills the second's device exactly, so it goes there."""
+    from capstan.capacity._work import _Work
     from capstan.capacity.placement import choose_devices
-    from capstan.capacity.planner import _Work
 
     half, quarter, big = (pod(n, 1, m, cpu=2000, mem=4096) for n, m in (("h", 500), ("q", 250), ("b", 750)))
     snap = Snapshot(now=0.0, node_types=(T4x4,), nodes=(), pending=(half, quarter, big))

@@ -9,24 +9,25 @@ import pytest
 
 from capstan.capacity import (
     POLICY_NAMES,
+    AgenticSpec,
+    CAConfig,
     CapstanPolicy,
     ClusterAutoscalerPolicy,
     Delay,
-    KarpenterPolicy,
     NodeType,
     PlannerConfig,
     Pod,
     Sim,
     Workload,
     empty_start_floor,
+    inference_node_types,
     run_policies,
+    summarize,
     synthetic_agentic,
 )
-from capstan.capacity.nodetypes import inference_node_types
-from capstan.capacity.policies import CAConfig, KarpenterConfig, buffer_template, peak_burst_gpus
-from capstan.capacity.report import summarize
+from capstan.capacity._cluster_autoscaler import buffer_template, peak_burst_gpus
+from capstan.capacity._karpenter import KarpenterConfig, KarpenterPolicy
 from capstan.capacity.sim import SimPod
-from capstan.capacity.traces import AgenticSpec
 
 pytestmark = pytest.mark.unit
 
@@ -193,8 +194,6 @@ def test_ca_does_not_duplicate_while_the_node_boots() -> None:
 
 
 def test_ca_counts_a_node_with_unready_gpus_as_duplicate_when_the_gpu_hack_is_off() -> None:
-    from capstan.capacity import CAConfig
-
     slow_gpu = NodeType(
         "g", 8000, 32768, 1, "L4", 1.0, boot_delay=Delay("fixed", 60), gpu_ready_delay=Delay("fixed", 300)
     )
@@ -467,7 +466,8 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
     snapshot."""
     import capstan.capacity.planner as planner
     import capstan.capacity.policies as policies
-    from capstan.capacity.planner import Plan, PlanCache, Scope, Snapshot
+    from capstan.capacity import Plan, PlanCache, Snapshot
+    from capstan.capacity.planner import Scope
 
     workload, types = replay_inputs("synthetic" if trace == "synthetic" else "openb", openb_tasks=400)
     original = planner.plan
@@ -524,8 +524,7 @@ def test_capstan_makes_room_on_openb_and_every_gpu_second_still_adds_up() -> Non
 def test_a_pod_asking_for_any_number_of_gpus_is_unplaceable_at_once_under_every_policy() -> None:
     """A pod of a million GPUs neither sizes the CapacityBuffer (it was a million virtual pods) nor Capstan's
     headroom (a million phantoms per decision): every policy reports it unplaceable and runs the rest."""
-    from capstan.capacity import POLICY_NAMES
-    from capstan.capacity.policies import buffer_size_and_template
+    from capstan.capacity import POLICY_NAMES, buffer_size_and_template
 
     giant = Pod("giant", 10.0, 4000, 8192, 10**6, 1000, duration=100)
     w = Workload("w", (gpu_pod("a", 0.0, 100), giant, gpu_pod("b", 20.0, 100)))

@@ -9,15 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from capstan.capacity import Delay, grow, load_trace, read_genai_qps, read_openb_nodes, read_openb_pods
-from capstan.capacity.model import Pod
+from capstan.capacity import Delay, Pod, load_trace, read_openb_nodes, read_openb_pods, synthetic_agentic
 from capstan.capacity.traces import (
     HpaBehavior,
     ReplicaShape,
     demand_to_replicas,
+    read_genai_qps,
     read_request_rate,
     sniff_format,
-    synthetic_agentic,
 )
 from capstan.errors import UserError
 from capstan.replay import AgenticConfig, agentic_requests, write_requests
@@ -204,15 +203,6 @@ def test_synthetic_generator_is_seeded() -> None:
     assert a == b
     assert a.pods != c.pods
     assert any(p.gang for p in a.pods)
-
-
-def test_grow_multiplies_pods_and_keeps_gangs_apart() -> None:
-    w = synthetic_agentic(1)
-    g = grow(w, 3, seed=0)
-    assert len(g.pods) == 3 * len(w.pods)
-    assert len({p.name for p in g.pods}) == len(g.pods)
-    gangs = {p.gang for p in g.pods if p.gang}
-    assert len(gangs) == 3 * len({p.gang for p in w.pods if p.gang})
 
 
 def test_a_header_only_file_and_an_unknown_qos_are_errors_naming_file_and_row(tmp_path: Path) -> None:

@@ -1,0 +1,181 @@
+"""The planner's repack pass: emptying wasteful allocatable nodes (delete and replacement consolidation in one
+search) onto the other nodes or onto fewer, cheaper new ones, over the same scratch state (:class:`._work._Work`)
+as placement; :func:`capstan.capacity.plan` runs it in a full plan, after headroom or (``repack_both_orders``)
+before."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from capstan.capacity._cache import _queue_key
+from capstan.capacity._plan_types import K8S_CONSOLIDATE, K8S_MOVE, Drain, Nomination, PlannerConfig
+from capstan.capacity._work import _Bin, _Work
+from capstan.capacity.model import GPU_MILLI, NodeType, Pod
+from capstan.capacity.placement import Assignment, choose_devices
+
+
+def _gpus_free(b: _Bin) -> float:
+    return b.cap.free_gpu_milli() / 1000
+
+
+def _repack_waste(w: _Work, nt: NodeType, gpus_free: float, cpu_free: int) -> float | None:
+    """What a node of type ``nt`` with this much free costs an hour beyond its allocated GPUs at the lowest price
+    per GPU of any type (GPU nodes), or beyond its allocated CPU share of its price (CPU nodes); None when that
+    does not make it a repack candidate (no waste, or a CPU node at least ``consolidation_threshold`` used).
+
+    NOTE: with only nodes that had free GPUs as candidates, a full node of dear GPUs was never repacked: on
+    openb default two pods that ran for about 90 days held a 2-GPU P100 node (2.99 a GPU an hour against the T4
+    node's 1.50) for 89 days. With these candidates too, Capstan cost 9.9 % less on openb default at 5
+    minutes and 2.7 % less on gpuspec20, with the repack type chosen with the arrival mix
+    (docs/benchmarks-history.md, "GPU capacity")."""
+    if nt.gpu:
+        waste = nt.price_per_hour - (nt.gpu - gpus_free) * w.cache.gpu_price
+        return waste if waste > 1e-6 else None
+    used = 1.0 - cpu_free / nt.cpu_milli
+    return nt.price_per_hour * (1.0 - used) if used < w.cfg.consolidation_threshold else None
+
+
+@dataclass
+class _Repack:
+    """One repack of a group of nodes: where each of their pods goes, and what it saves per hour."""
+
+    nodes: list[_Bin]
+    moves: list[tuple[Pod, _Bin]]
+    saving: float
+    waits: bool
+    """Some destination is not allocatable yet (in flight or new): nothing is drained until it is."""
+
+
+def _try_repack(w: _Work, group: list[_Bin], cfg: PlannerConfig, *, commit: bool = False) -> _Repack | None:
+    """Pack the pods of ``group`` onto other nodes (busy, empty, in flight or new); return it if it pays.
+
+    It pays when the hourly price of the nodes it empties exceeds the price of the nodes it brings into use by
+    more than ``repack_min_saving`` (a share) and it leaves fewer GPUs unallocated on the nodes it empties and the
+    nodes it fills (a full node of dear GPUs emptied into free room elsewhere counts). Unless ``commit``, every
+    change is rolled back; packing is deterministic, so committing the same group later gives the same result.
+
+    A new node's type is chosen as for pending pods, with the arrival mix (:meth:`_Work.choose_type`): the node
+    outlives the group's pods, and later arrivals fill what they leave.
+
+    NOTE: chosen for the group's pods alone (the rule until 2026-12-01), a repack took the cheapest
+    type those pods fit, often a 2-GPU P100 node a cent an hour cheaper than a 4-GPU T4 one, and the next
+    arrivals found no room: on openb default at 5 minutes (this change alone) Capstan cost 1.1 % more and moved 5,092 pods
+    instead of 812, and the oracle, which packs the same way, cost 11 % more (docs/benchmarks-history.md).
+    """
+    exclude = frozenset(b.id for b in group)
+    pods = sorted((p for b in group for p in w.views[b.id].bound), key=_queue_key)
+    done: list[tuple[Pod, _Bin, Assignment]] = []
+    opened: list[_Bin] = []
+    woken: list[_Bin] = []
+    before = sum(b.nt.price_per_hour for b in group)
+    # the price of the nodes brought into use only grows: once it leaves no saving, stop packing (the final
+    # test below would refuse it; the margin keeps float rounding from cutting short a repack that pays)
+    hopeless = before - cfg.repack_min_saving * before + 1e-6
+    spent = 0.0
+    ok = True
+    free_at_first: dict[str, float] = {}  # free GPUs of each destination before this repack placed anything
+    for i, pod in enumerate(pods):
+        found = w.best_bin(pod, ("ready", "inflight", "new"), exclude=exclude)
+        if found is None:
+            if spent + w.cheapest(pod) >= hopeless:
+                ok = False
+                break
+            choice = w.choose_type(pod, pods, i + 1)
+            if not isinstance(choice, NodeType):
+                ok = False
+                break
+            b = w.open_bin(choice)
+            opened.append(b)
+            spent += choice.price_per_hour
+            found = (b, choose_devices(b.cap, pod))
+        b, a = found
+        if b.pods == 0 and b.kind != "new":
+            woken.append(b)
+            spent += b.nt.price_per_hour
+        free_at_first.setdefault(b.id, _gpus_free(b))
+        w.place(b, pod, a)
+        done.append((pod, b, a))
+        if spent >= hopeless:
+            ok = False
+            break
+    result: _Repack | None = None
+    if ok:
+        brought = woken + opened
+        after = sum(b.nt.price_per_hour for b in brought)
+        # unallocated GPUs of the nodes it empties and of every node it fills, before and after
+        dests = {b.id: b for _, b, _ in done}
+        free_before = sum(_gpus_free(b) for b in group) + sum(free_at_first.values())
+        free_after = sum(_gpus_free(b) for b in dests.values())
+        if before - after > cfg.repack_min_saving * before and free_after < free_before - 1e-9:
+            waits = any(b.kind != "ready" for _, b, _ in done)
+            result = _Repack(list(group), [(p, b) for p, b, _ in done], before - after, waits)
+    if not (commit and result is not None):
+        w.undo(done, opened)
+    return result
+
+
+def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination], set[str]]:
+    """Replace wasteful nodes: empty those whose long-running pods fit elsewhere or on fewer, cheaper nodes.
+
+    Candidates are allocatable nodes all of whose pods have run at least ``repack_min_age_s`` (a pod that has
+    run long is likely to run on) and are safe to evict (:attr:`Pod.safe_to_evict`): GPU nodes that cost more
+    than their allocated GPUs would at the lowest price per GPU of any type (free GPUs, or GPUs dearer than
+    they need be, :func:`_repack_waste`), CPU nodes under ``consolidation_threshold``; the most waste first. Groups
+    of the first 1..``repack_group``
+    candidates are tried and the largest saving wins. If all its destinations are allocatable, the group is
+    drained now and its pods nominated to them. If it needs new nodes they are launched (a later decision, when
+    they are up, finds the same repack with allocatable destinations and drains); if it needs nodes already in
+    flight, it waits for them. Returns the drains, the nominations for the evicted pods and the ids of the
+    nodes the repack keeps (so they are neither drained as empty nor lent to forecast headroom).
+    """
+    now = w.snap.now
+    wasteful: list[tuple[float, int, _Bin]] = []
+    for b in w.bins:  # bounded by the snapshot's nodes
+        if not (
+            b.kind == "ready"
+            and b.pods
+            and not b.real
+            and b.pods - b.phantom == len(w.views[b.id].bound)
+            and all(now - p.arrival >= cfg.repack_min_age_s and p.safe_to_evict for p in w.views[b.id].bound)
+        ):
+            continue
+        if b.phantom:
+            # headroom holds room here; with it given back (the view's free room: nothing else was placed on
+            # this node in this plan), would it be a candidate?
+            view = w.views[b.id]
+            if view.bound and not w.passed_over:
+                gpus = sum(view.devs) / GPU_MILLI
+                w.passed_over = _repack_waste(w, b.nt, gpus, view.cpu) is not None
+            continue
+        waste = _repack_waste(w, b.nt, _gpus_free(b), b.cap.cpu)
+        if waste is not None:
+            wasteful.append((-waste, b.order, b))
+    wasteful.sort(key=lambda c: c[:2])
+    cands = [b for _, _, b in wasteful[: cfg.consolidation_candidates]]
+    if not cands:
+        return [], [], set()
+    # the trial packings depend only on the candidates and every bin's free resources: skip them when those
+    # are exactly as they were when no repack paid
+    key = (
+        tuple(b.id for b in cands),
+        tuple((b.id, b.nt.name, b.kind, b.cap.cpu, b.cap.mem, tuple(b.cap.devs), b.pods) for b in w.bins),
+    )
+    if w.cache.no_repack.get(w.repack_first) == key:
+        return [], [], set()
+    best: tuple[float, int] | None = None
+    for size in range(1, min(cfg.repack_group, len(cands)) + 1):
+        got = _try_repack(w, cands[:size], cfg)
+        if got is not None and (best is None or got.saving > best[0] + 1e-9):
+            best = (got.saving, size)
+    if best is None:
+        w.cache.no_repack[w.repack_first] = key
+        return [], [], set()
+    chosen = _try_repack(w, cands[: best[1]], cfg, commit=True)
+    assert chosen is not None
+    kept = {b.id for _, b in chosen.moves}
+    if chosen.waits:
+        return [], [], kept
+    reason = f"repack: its pods fit on other nodes, saving {chosen.saving:.2f}/h"
+    drains = [Drain(b.id, now, reason, K8S_CONSOLIDATE) for b in chosen.nodes]
+    moves = [Nomination(p.name, b.id, K8S_MOVE.format(node=b.id)) for p, b in chosen.moves]
+    return drains, moves, kept
