@@ -20,6 +20,12 @@ without a key (chat-only paths, logs) writes ``[REDACTED]``.
 
 Redaction is idempotent (a marker is never redacted again), so data read back from the store and redacted once
 more is unchanged, and it never mutates its input: containers are copied only on the way to what changed.
+
+Why one module of ~700 lines: the rules above are one policy that every output must apply identically, and the
+`Redactor`'s entry points (`text`, `json`, `served`, `args`, `redis_command`, `kube_object`, `secret`, and the
+`RedactingFilter` for log records) share its compiled patterns and the one marker format; split across modules they
+would invite a second, drifting copy of a rule — the failure this module exists to prevent. The container-editing
+walkers are small private helpers at the bottom.
 """
 
 from __future__ import annotations
