@@ -47,7 +47,7 @@ from rich.console import Console
 from rich.table import Table
 
 from capstan.sandbox import PostgresServer
-from capstan.store import INGEST_CACHE_KIB, open_store
+from capstan.store import HEAD_REVISION, INGEST_CACHE_KIB, open_store
 from goals import limit
 from history_ingest import load_query_dataset
 
@@ -150,8 +150,6 @@ def stamp_for_peer(store_url: str, peer_src: Path) -> str:
     match = re.search(r'HEAD_REVISION = "(\w+)"', engine_py)
     if match is None:
         raise SystemExit(f"peer {peer_src}: no HEAD_REVISION in capstan/store/_engine.py")
-    from capstan.store._engine import HEAD_REVISION
-
     stamp(store_url, match.group(1))
     return HEAD_REVISION
 

@@ -18,9 +18,18 @@ from sqlalchemy import create_engine, text
 
 from capstan.record import DiffPolicy, ObjectHistory, event_record
 from capstan.sandbox import PostgresServer
-from capstan.store import Batch, EngineEntry, RetentionPolicy, Store, apply_retention, open_store
+from capstan.store import (
+    HEAD_REVISION,
+    MIGRATIONS_DIR,
+    Batch,
+    EngineEntry,
+    RetentionPolicy,
+    Store,
+    apply_retention,
+    open_store,
+    parse_database_url,
+)
 from capstan.store import _schema as s
-from capstan.store._engine import HEAD_REVISION, MIGRATIONS_DIR, parse_database_url
 
 pytestmark = pytest.mark.integration
 
