@@ -12,9 +12,9 @@ collectors live in :mod:`capstan.record`.
 from typing import TYPE_CHECKING
 
 from capstan.lazy import lazy_attributes
+from capstan.store._connection import HEAD_REVISION, INGEST_CACHE_KIB, MIGRATIONS_DIR, parse_database_url
 from capstan.store._cursor import BadCursor, Position, decode_cursor, encode_cursor
 from capstan.store._database import StoreWriteError
-from capstan.store._engine import HEAD_REVISION, INGEST_CACHE_KIB, MIGRATIONS_DIR, parse_database_url
 from capstan.store._history import HistoryReader, HistoryStore, HistoryWriter, StoreCorruptHistory
 from capstan.store._keys import RedactionKeys
 from capstan.store._metrics import HistoryMetrics

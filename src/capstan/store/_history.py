@@ -169,7 +169,7 @@ class HistoryStore:
 
     # ------------------------------------------------------------------ cursors and state
     def kind_cursor(self, source: str, kind: str) -> KindCursor | None:
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             row = conn.execute(
                 select(s.kind_cursors.c.resource_version).where(
                     s.kind_cursors.c.source == source, s.kind_cursors.c.kind == kind
@@ -182,7 +182,7 @@ class HistoryStore:
         q = select(s.object_state).where(s.object_state.c.source == source)
         if kind is not None:
             q = q.where(s.object_state.c.kind == kind)
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             rows = conn.execute(q).all()
         return {
             r.uid: ObjectState(
@@ -200,7 +200,7 @@ class HistoryStore:
         }
 
     def engine_cursor(self, target: str, log_name: str) -> EngineCursor | None:
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             row = conn.execute(
                 select(s.engine_cursors).where(
                     s.engine_cursors.c.target == target, s.engine_cursors.c.log == log_name
@@ -236,7 +236,7 @@ class HistoryStore:
             if value is not None:
                 q = q.where(col == value)
         q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             return [_rows.change_from_row(r) for r in conn.execute(q)]
 
     def object_at(
@@ -250,7 +250,7 @@ class HistoryStore:
         if source is not None:
             q = q.where(t.c.source == source)
         q = q.order_by(t.c.observed_at.desc(), t.c.id.desc()).limit(1)
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             hit = conn.execute(q).first()
             if hit is None:
                 return None
@@ -258,7 +258,7 @@ class HistoryStore:
 
     def version(self, source: str, uid: str, version_seq: int) -> ObjectVersion:
         """Rebuild one recorded version of an object."""
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             return self._rebuild(conn, source, uid, version_seq)
 
     def _rebuild(self, conn: Connection, source: str, uid: str, seq: int) -> ObjectVersion:
@@ -330,7 +330,7 @@ class HistoryStore:
         if involved_name is not None:
             q = q.where(t.c.involved_name == involved_name)
         q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             return [_rows.event_from_row(r) for r in conn.execute(q)]
 
     def engine_entries(
@@ -353,7 +353,7 @@ class HistoryStore:
         if log_name is not None:
             q = q.where(t.c.log == log_name)
         q = _rows.page(_rows.window(q, t.c.happened_at, since, until), t.c.happened_at, t.c.id, after, limit)
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             return [_rows.entry_from_row(r) for r in conn.execute(q)]
 
     def gaps(
@@ -371,7 +371,7 @@ class HistoryStore:
         if source is not None:
             q = q.where(t.c.source == source)
         q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             return [_rows.gap_from_row(r) for r in conn.execute(q)]
 
     def restarts(
@@ -392,5 +392,5 @@ class HistoryStore:
         if pod is not None:
             q = q.where(t.c.pod == pod)
         q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             return [_rows.restart_from_row(r) for r in conn.execute(q)]

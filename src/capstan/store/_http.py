@@ -41,8 +41,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from capstan import jsontext
 from capstan.redact import Redactor
+from capstan.store._connection import describe_db_error
 from capstan.store._cursor import BadCursor, Position, decode_cursor, encode_cursor
-from capstan.store._engine import describe_db_error
 from capstan.store._history import HistoryReader
 from capstan.store._models import (
     EngineEntry,

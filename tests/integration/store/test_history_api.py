@@ -195,7 +195,7 @@ def test_a_token_guards_every_route_but_healthz(filled: Store) -> None:
 def test_a_failing_store_is_a_503_with_one_line(history_store_url: str) -> None:
     store = open_store(history_store_url)
     with serve(create_history_app(store.history)) as base, httpx.Client(base_url=base, timeout=30) as http:
-        with store.database.write_engine.begin() as conn:
+        with store.database.write_sql_engine.begin() as conn:
             conn.exec_driver_sql(
                 "DROP TABLE gaps CASCADE" if store.dialect == "postgresql" else "DROP TABLE gaps"
             )

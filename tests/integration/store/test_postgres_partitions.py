@@ -141,7 +141,7 @@ def test_age_retention_drops_whole_days_and_answers_like_row_retention(pg: Store
     assert parts["object_changes"][0] == "object_changes_base"
     assert "object_changes_p20260923" not in parts["object_changes"]  # day 2 dropped whole
     assert parts["kube_events"][0] == "kube_events_p20260924"  # day 3 stays: the cutoff is inside it
-    with pg.database.read_engine.connect() as conn:
+    with pg.database.read_sql_engine.connect() as conn:
         stale_keys = conn.execute(
             text("SELECT count(*) FROM object_change_keys WHERE observed_at < :c"),
             {"c": int((now - max_age_s) * 1e6)},
@@ -187,8 +187,8 @@ def _sql_rows(store_url: str) -> None:
     from capstan.store._rows import entry_row as _entry_row
     from capstan.store._rows import event_row as _event_row
 
-    engine = create_engine(parse_database_url(store_url))
-    with engine.begin() as conn:
+    sql_engine = create_engine(parse_database_url(store_url))
+    with sql_engine.begin() as conn:
         for b in history_batches():
             if b.object_changes:
                 conn.execute(s.object_changes.insert(), [_change_row(c) for c in b.object_changes])
@@ -197,17 +197,17 @@ def _sql_rows(store_url: str) -> None:
             fresh = [e for e in b.engine_entries if not (e.mutable and e.payload["count"] > 1)]
             if fresh:
                 conn.execute(s.engine_entries.insert(), [_entry_row(e) for e in fresh])
-    engine.dispose()
+    sql_engine.dispose()
 
 
 def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
     postgres_server: PostgresServer,
 ) -> None:
     postgres_server.reset()
-    engine = create_engine(parse_database_url(postgres_server.url))
+    sql_engine = create_engine(parse_database_url(postgres_server.url))
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as conn:
+    with sql_engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0002")
     _sql_rows(postgres_server.url)
@@ -234,17 +234,17 @@ def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
         Batch(engine_entries=[EngineEntry("cache", "slowlog", "r", "99", T0, T0 + 6 * DAY, {})])
     )
     assert new.inserted["engine_entries"] == 1  # the id sequence carried on past the copied rows
-    with engine.connect() as conn:
+    with sql_engine.connect() as conn:
         diff = compare_metadata(
             MigrationContext.configure(conn, opts={"include_name": _not_a_partition}), s.postgres_metadata
         )
     assert diff == []
     st.close()
 
-    with engine.begin() as conn:  # and back: plain tables with their unique keys, the rows and ids kept
+    with sql_engine.begin() as conn:  # and back: plain tables with their unique keys, the rows and ids kept
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0002")
-    with engine.connect() as conn:
+    with sql_engine.connect() as conn:
         at_0002 = MigrationContext.configure(conn, opts={"include_object": _before_0004})
         assert compare_metadata(at_0002, s.metadata) == []
         counts = [conn.exec_driver_sql(f"SELECT count(*), max(id) FROM {t}").one() for t in s.PARTITION_KEYS]
@@ -259,7 +259,7 @@ def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
     )
     assert again.database.count("engine_entries") == 9
     again.close()
-    engine.dispose()
+    sql_engine.dispose()
 
 
 def _before_0004(_obj: Any, name: str | None, type_: str, _reflected: bool, _other: Any) -> bool:
@@ -272,7 +272,7 @@ def _not_a_partition(name: str | None, type_: str, _parent: Any) -> bool:
 
 
 def test_a_fresh_postgres_store_has_exactly_the_partitioned_schema(pg: Store) -> None:
-    with pg.database.read_engine.connect() as conn:
+    with pg.database.read_sql_engine.connect() as conn:
         diff = compare_metadata(
             MigrationContext.configure(conn, opts={"include_name": _not_a_partition}), s.postgres_metadata
         )
