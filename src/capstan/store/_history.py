@@ -9,10 +9,10 @@ evidence) use the listings and the object rebuilds (the :class:`HistoryReader` p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import jsonpatch
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Select, func, select
 from sqlalchemy.engine import URL, Row
 
 from capstan.redact import RedactionPolicy, Redactor
@@ -42,6 +42,7 @@ from capstan.store._models import (
 from capstan.store._rows import DEFAULT_LIMIT
 
 MAX_PATCH_CHAIN = 100_000
+T = TypeVar("T")
 
 
 class StoreCorruptHistory(RuntimeError):
@@ -224,20 +225,9 @@ class HistoryStore:
     ) -> list[ObjectChange]:
         """Object changes matching the filters, oldest first (``observed_at`` in [since, until]); ``after``: only
         those after that (observed_at µs, id) position (see :func:`position_of`)."""
-        t = s.object_changes
-        q = select(t)
-        for col, value in (
-            (t.c.source, source),
-            (t.c.kind, kind),
-            (t.c.namespace, namespace),
-            (t.c.name, name),
-            (t.c.uid, uid),
-        ):
-            if value is not None:
-                q = q.where(col == value)
-        q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_sql_engine.begin() as conn:
-            return [_rows.change_from_row(r) for r in conn.execute(q)]
+        filters = {"source": source, "kind": kind, "namespace": namespace, "name": name, "uid": uid}
+        q = _rows.listing_query(s.object_changes, filters, since=since, until=until, after=after, limit=limit)
+        return self._list(q, _rows.change_from_row)
 
     def object_at(
         self, kind: str, namespace: str, name: str, at: float, *, source: str | None = None
@@ -321,17 +311,9 @@ class HistoryStore:
         after: Position | None = None,
     ) -> list[KubeEvent]:
         """Event occurrences, oldest observed first; ``after`` as in :meth:`timeline`."""
-        t = s.kube_events
-        q = select(t)
-        if involved_uid is not None:
-            q = q.where(t.c.involved_uid == involved_uid)
-        if namespace is not None:
-            q = q.where(t.c.namespace == namespace)
-        if involved_name is not None:
-            q = q.where(t.c.involved_name == involved_name)
-        q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_sql_engine.begin() as conn:
-            return [_rows.event_from_row(r) for r in conn.execute(q)]
+        filters = {"involved_uid": involved_uid, "namespace": namespace, "involved_name": involved_name}
+        q = _rows.listing_query(s.kube_events, filters, since=since, until=until, after=after, limit=limit)
+        return self._list(q, _rows.event_from_row)
 
     def engine_entries(
         self,
@@ -346,15 +328,16 @@ class HistoryStore:
         """Engine entries by target and log, ordered by when they happened (then by native id order of insertion);
         ``after`` a (happened_at µs, id) position. NOTE: an ACL LOG entry whose count rose has a later happened_at,
         so a client paging meanwhile sees it again, at its new place."""
-        t = s.engine_entries
-        q = select(t)
-        if target is not None:
-            q = q.where(t.c.target == target)
-        if log_name is not None:
-            q = q.where(t.c.log == log_name)
-        q = _rows.page(_rows.window(q, t.c.happened_at, since, until), t.c.happened_at, t.c.id, after, limit)
-        with self._db.read_sql_engine.begin() as conn:
-            return [_rows.entry_from_row(r) for r in conn.execute(q)]
+        q = _rows.listing_query(
+            s.engine_entries,
+            {"target": target, "log": log_name},
+            time_column="happened_at",
+            since=since,
+            until=until,
+            after=after,
+            limit=limit,
+        )
+        return self._list(q, _rows.entry_from_row)
 
     def gaps(
         self,
@@ -366,13 +349,10 @@ class HistoryStore:
         after: Position | None = None,
     ) -> list[Gap]:
         """Gap records, oldest observed first; ``after`` as in :meth:`timeline`."""
-        t = s.gaps
-        q = select(t)
-        if source is not None:
-            q = q.where(t.c.source == source)
-        q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_sql_engine.begin() as conn:
-            return [_rows.gap_from_row(r) for r in conn.execute(q)]
+        q = _rows.listing_query(
+            s.gaps, {"source": source}, since=since, until=until, after=after, limit=limit
+        )
+        return self._list(q, _rows.gap_from_row)
 
     def restarts(
         self,
@@ -385,12 +365,11 @@ class HistoryStore:
         after: Position | None = None,
     ) -> list[Restart]:
         """Observed restarts, oldest first; ``after`` as in :meth:`timeline`."""
-        t = s.restarts
-        q = select(t)
-        if namespace is not None:
-            q = q.where(t.c.namespace == namespace)
-        if pod is not None:
-            q = q.where(t.c.pod == pod)
-        q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
+        filters = {"namespace": namespace, "pod": pod}
+        q = _rows.listing_query(s.restarts, filters, since=since, until=until, after=after, limit=limit)
+        return self._list(q, _rows.restart_from_row)
+
+    def _list(self, q: Select[Any], from_row: Callable[[Row[Any]], T]) -> list[T]:
+        """The records of one listing query, read in one short read transaction."""
         with self._db.read_sql_engine.begin() as conn:
-            return [_rows.restart_from_row(r) for r in conn.execute(q)]
+            return [from_row(r) for r in conn.execute(q)]
