@@ -14,7 +14,8 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, text
+from sqlalchemy import JSON, MetaData, Table, create_engine, text
+from sqlalchemy.dialects.postgresql import JSONB
 
 from capstan.record import DiffPolicy, ObjectHistory, event_record
 from capstan.sandbox import PostgresServer
@@ -181,22 +182,45 @@ def test_age_retention_drops_whole_days_and_answers_like_row_retention(pg: Store
     lite.close()
 
 
-def _sql_rows(store_url: str) -> None:
-    """Write history_batches() through the unpartitioned tables of revision 0002, as that release stored them."""
-    from capstan.store._rows import change_row as _change_row
-    from capstan.store._rows import entry_row as _entry_row
-    from capstan.store._rows import event_row as _event_row
+STORED_TIMES = ("observed_at", "event_time", "happened_at")  # stored as integer microseconds since the epoch
 
+
+def _stored(table: Table, record: Any) -> dict[str, Any]:
+    """``record`` as revision 0002 stored it in ``table``: each column but ``id`` from the record's field of the
+    same name, times in integer microseconds."""
+    row = {}
+    for column in table.columns:
+        if column.name == "id":
+            continue
+        value = getattr(record, column.name)
+        row[column.name] = (
+            round(value * 1_000_000) if column.name in STORED_TIMES and value is not None else value
+        )
+    return row
+
+
+def _sql_rows(store_url: str) -> None:
+    """Write history_batches() through the unpartitioned tables of revision 0002, as that release stored them
+    (the tables as the database has them, a JSON None as SQL NULL)."""
     sql_engine = create_engine(parse_database_url(store_url))
     with sql_engine.begin() as conn:
+        tables = MetaData()
+        tables.reflect(conn, only=["object_changes", "kube_events", "engine_entries"])
+        for table in tables.tables.values():
+            for column in table.columns:
+                if isinstance(column.type, JSON):
+                    column.type = JSONB(none_as_null=True)
+        changes, events, entries = (
+            tables.tables[n] for n in ("object_changes", "kube_events", "engine_entries")
+        )
         for b in history_batches():
             if b.object_changes:
-                conn.execute(s.object_changes.insert(), [_change_row(c) for c in b.object_changes])
+                conn.execute(changes.insert(), [_stored(changes, c) for c in b.object_changes])
             if b.kube_events:
-                conn.execute(s.kube_events.insert(), [_event_row(e) for e in b.kube_events])
+                conn.execute(events.insert(), [_stored(events, e) for e in b.kube_events])
             fresh = [e for e in b.engine_entries if not (e.mutable and e.payload["count"] > 1)]
             if fresh:
-                conn.execute(s.engine_entries.insert(), [_entry_row(e) for e in fresh])
+                conn.execute(entries.insert(), [_stored(entries, e) for e in fresh])
     sql_engine.dispose()
 
 
