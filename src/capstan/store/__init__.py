@@ -5,8 +5,8 @@
 ``store.keys``). Writers hand :class:`Batch` objects to :meth:`HistoryStore.write` (records and cursors in one
 transaction, idempotent); readers use the :class:`HistoryReader` queries, the HTTP JSON app
 (:func:`create_history_app`) or OTLP export. :func:`open_store` migrates the schema to :data:`HEAD_REVISION` (the
-Alembic scripts are in :data:`MIGRATIONS_DIR`, for an operator's downgrade). The store never imports a collector:
-collectors live in :mod:`capstan.record`.
+Alembic scripts are in :data:`MIGRATIONS_DIR`, for an operator's downgrade; :func:`schema_metadata` is the schema they
+reach). The store never imports a collector: collectors live in :mod:`capstan.record`.
 """
 
 from typing import TYPE_CHECKING
@@ -42,6 +42,7 @@ from capstan.store._outbox import NotifyThreads, Outbox
 from capstan.store._restart_records import RestartRecords
 from capstan.store._retention import Retention, RetentionPolicy, RetentionWorker, apply_retention
 from capstan.store._rows import position_of
+from capstan.store._schema import schema_metadata
 from capstan.store._store import Store, open_store
 from capstan.store._timeparse import parse_time
 from capstan.store._writer import BatchWriter
@@ -110,5 +111,6 @@ __all__ = [
     "parse_time",
     "position_of",
     "rfc3339",
+    "schema_metadata",
     "to_json",
 ]

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from capstan.store import _schema as s
 from capstan.store._rows import MAX_LIMIT, listing_query
+from capstan.store._schema import engine_entries, gaps, restarts
 
 pytestmark = pytest.mark.unit
 
@@ -24,12 +24,12 @@ def compiled(q: Any, dialect: Any) -> tuple[str, dict[str, Any]]:
 
 def test_absent_filters_add_no_condition_and_given_ones_keep_their_order() -> None:
     bare, _ = compiled(
-        listing_query(s.gaps, {"source": None}, since=None, until=None, after=None, limit=5), SQLITE
+        listing_query(gaps, {"source": None}, since=None, until=None, after=None, limit=5), SQLITE
     )
     assert "WHERE" not in bare and bare.endswith("ORDER BY gaps.observed_at, gaps.id LIMIT ? OFFSET ?")
     sql, params = compiled(
         listing_query(
-            s.restarts,
+            restarts,
             {"pod": "web", "namespace": "ml"},
             since=1.0,
             until=None,
@@ -53,7 +53,7 @@ def test_absent_filters_add_no_condition_and_given_ones_keep_their_order() -> No
 def test_the_time_column_and_the_limit_are_the_stores() -> None:
     sql, params = compiled(
         listing_query(
-            s.engine_entries,
+            engine_entries,
             {"target": "cache", "log": None},
             time_column="happened_at",
             since=None,
@@ -72,4 +72,4 @@ def test_the_time_column_and_the_limit_are_the_stores() -> None:
 
 def test_a_filter_on_a_column_the_table_lacks_fails_at_once() -> None:
     with pytest.raises(KeyError):
-        listing_query(s.gaps, {"pod": "x"}, since=None, until=None, after=None, limit=1)
+        listing_query(gaps, {"pod": "x"}, since=None, until=None, after=None, limit=1)
