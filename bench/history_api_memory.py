@@ -47,7 +47,7 @@ from rich.console import Console
 from rich.table import Table
 
 from capstan.sandbox import PostgresServer
-from capstan.store import INGEST_CACHE_KIB, open_store
+from capstan.store import HEAD_REVISION, INGEST_CACHE_KIB, open_store
 from goals import limit
 from history_ingest import load_query_dataset
 
@@ -136,22 +136,22 @@ def stamp(store_url: str, revision: str) -> None:
 
     from capstan.store import parse_database_url
 
-    engine = create_engine(parse_database_url(store_url))
-    with engine.begin() as conn:
+    sql_engine = create_engine(parse_database_url(store_url))
+    with sql_engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = :r"), {"r": revision})
-    engine.dispose()
+    sql_engine.dispose()
 
 
 def stamp_for_peer(store_url: str, peer_src: Path) -> str:
     """Stamp the store at the peer's newest revision for its run (returning ours, to put back after it): the same
     rows, and a peer that does not know a later revision would refuse the store. Later revisions only add tables
     the peer never reads (0004: store_keys)."""
-    engine_py = (peer_src / "capstan" / "store" / "_engine.py").read_text()
-    match = re.search(r'HEAD_REVISION = "(\w+)"', engine_py)
+    store_src = peer_src / "capstan" / "store"
+    # the module was _engine.py before it was named for what it holds (the SQL connection pools and migrations)
+    found = [p for p in (store_src / "_connection.py", store_src / "_engine.py") if p.exists()]
+    match = re.search(r'HEAD_REVISION = "(\w+)"', found[0].read_text()) if found else None
     if match is None:
-        raise SystemExit(f"peer {peer_src}: no HEAD_REVISION in capstan/store/_engine.py")
-    from capstan.store._engine import HEAD_REVISION
-
+        raise SystemExit(f"peer {peer_src}: no HEAD_REVISION in capstan/store/_connection.py or _engine.py")
     stamp(store_url, match.group(1))
     return HEAD_REVISION
 

@@ -1,4 +1,5 @@
-"""What Capstan's HTTP servers (the gateway and the engine simulator) add to uvicorn: deadlines for what clients send.
+"""What Capstan's HTTP servers (the gateway, the engine simulator, the history API) add to uvicorn: deadlines for
+what clients send, and the checks a command makes before it listens.
 
 uvicorn bounds neither a request's headers nor its body in time (uvicorn#157 lists both as wanted): its keep-alive
 timer runs only between requests and any byte cancels it, so a client that opens a connection and sends nothing,
@@ -14,19 +15,28 @@ half a header, or headers and never the body, holds a connection (and, past the 
 * :func:`await_or_disconnect`: awaits some work unless the client disconnects first, then cancels the work: for
   handlers that answer only at the end (non-streaming completions) and would otherwise not notice that nobody
   waits any more.
+* :func:`bind_listener`, :func:`is_loopback`, :func:`load_token` (with :func:`check_token`): what a command that
+  serves checks before it starts, each failure one line (:class:`~capstan.errors.UserError`): the socket to hand
+  uvicorn, whether ``--host`` keeps the server on this machine, the bearer token from a file or the environment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import re
+import socket
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import anyio
 import uvicorn
 from starlette.requests import ClientDisconnect, Request
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from capstan.errors import UserError
 
 T = TypeVar("T")
 
@@ -159,3 +169,85 @@ async def await_or_disconnect(request: Request, work: Awaitable[T]) -> T:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+# ---------------------------------------------------------------------- listening and bearer tokens
+MIN_TOKEN = 16
+MAX_TOKEN = 4096
+_TOKEN = re.compile(r"[\x21-\x7e]+", re.ASCII)  # what an Authorization header carries without quoting
+
+
+def check_token(token: str, where: str) -> str:
+    """``token`` if it can be a bearer token (printable ASCII without spaces, 16 to 4096 characters), else a
+    one-line UserError naming ``where`` it came from (never the token)."""
+    if not _TOKEN.fullmatch(token):
+        raise UserError(f"{where}: the bearer token must be printable ASCII without spaces")
+    if not MIN_TOKEN <= len(token) <= MAX_TOKEN:
+        raise UserError(
+            f"{where}: the bearer token has {len(token)} characters; give {MIN_TOKEN} to {MAX_TOKEN} "
+            "(e.g. `openssl rand -hex 32`)"
+        )
+    return token
+
+
+def load_token(token_file: Path | None, env_token: str | None, *, env_name: str) -> str | None:
+    """The bearer token from a file (surrounding whitespace and a final newline dropped) or from the environment
+    variable ``env_name`` (its value ``env_token``); None when neither is given. Both given, or a file that
+    cannot be read, is empty or is not UTF-8: one-line UserError."""
+    if token_file is not None and env_token:
+        raise UserError(
+            f"give the bearer token once: --token-file {str(token_file)!r} or {env_name}, not both"
+        )
+    if token_file is not None:
+        try:
+            raw = token_file.read_bytes()
+        except OSError as exc:
+            raise UserError(f"--token-file {str(token_file)!r}: {exc.strerror or exc}") from None
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise UserError(f"--token-file {str(token_file)!r}: not UTF-8 text") from None
+        if not text:
+            raise UserError(f"--token-file {str(token_file)!r}: empty")
+        return check_token(text, f"--token-file {str(token_file)!r}")
+    if env_token is not None and env_token.strip():
+        return check_token(env_token.strip(), env_name)
+    return None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` stands for is a loopback address (an unresolvable name: UserError)."""
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UserError(f"--host {host!r}: cannot resolve it ({exc})") from None
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos
+    )
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port) and listening, or a one-line UserError (address in use, no such
+    address, no permission)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UserError(f"--host {host!r}: cannot resolve it ({exc})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock

@@ -404,8 +404,8 @@ def serve(
     import uvicorn
     from prometheus_client import CollectorRegistry
 
+    from capstan.httpserver import bind_listener, is_loopback, load_token
     from capstan.store import HistoryMetrics, create_history_app
-    from capstan.store._http import bind_listener, is_loopback, load_token
 
     token = load_token(token_file, os.environ.get(TOKEN_ENV), env_name=TOKEN_ENV)
     if token is None and not is_loopback(host):

@@ -1,5 +1,9 @@
-"""Kubelet-like fault injection for kwok nodes: restarts, waiting reasons, probes, node conditions, GPU loss, logs."""
+"""Kubelet-like fault injection for kwok nodes: restarts, waiting reasons, probes, node conditions, GPU loss, logs.
 
-from capstan.faults.kubelet import SIGNALS, WAITING_REASONS, Kubelet, Termination
+The entry point is :class:`Kubelet` (it writes the pod and node status a kubelet would); :class:`Termination`
+describes how a container ended (reason, exit code, signal).
+"""
 
-__all__ = ["SIGNALS", "WAITING_REASONS", "Kubelet", "Termination"]
+from capstan.faults.kubelet import Kubelet, Termination
+
+__all__ = ["Kubelet", "Termination"]

@@ -1,8 +1,10 @@
 """The shared cluster-access layer: an async client that speaks plain dicts, resource names, an informer, and the
 one parser of Kubernetes timestamps.
 
-Every package that reads the cluster (recorder, restart detector, router endpoint discovery, capacity controller)
-goes through these three names; none of them talks HTTP to the API server itself.
+Entry points: :meth:`KubeClient.from_kubeconfig` (a :data:`KubeConnect` opens one for a component that owns its
+client) and an :class:`Informer` over a :class:`Resource`, which keeps its objects and yields :class:`Delta` values. Every package that reads
+the cluster (recorder, restart detector, router endpoint discovery, capacity controller) goes through these names;
+none of them talks HTTP to the API server itself.
 """
 
 from typing import TYPE_CHECKING

@@ -4,22 +4,21 @@
 (``store.history``, ``store.restart_records``, ``store.outbox``, ``store.threads``, ``store.retention``,
 ``store.keys``). Writers hand :class:`Batch` objects to :meth:`HistoryStore.write` (records and cursors in one
 transaction, idempotent); readers use the :class:`HistoryReader` queries, the HTTP JSON app
-(:func:`create_history_app`) or OTLP export. The store never imports a collector: collectors live in
-:mod:`capstan.record`.
+(:func:`create_history_app`) or OTLP export. :func:`open_store` migrates the schema to :data:`HEAD_REVISION` (the
+Alembic scripts are in :data:`MIGRATIONS_DIR`, for an operator's downgrade; :func:`schema_metadata` is the schema they
+reach). The store never imports a collector: collectors live in :mod:`capstan.record`.
 """
 
 from typing import TYPE_CHECKING
 
 from capstan.lazy import lazy_attributes
+from capstan.store._connection import HEAD_REVISION, INGEST_CACHE_KIB, MIGRATIONS_DIR, parse_database_url
 from capstan.store._cursor import BadCursor, Position, decode_cursor, encode_cursor
 from capstan.store._database import StoreWriteError
-from capstan.store._engine import INGEST_CACHE_KIB, parse_database_url
 from capstan.store._history import HistoryReader, HistoryStore, HistoryWriter, StoreCorruptHistory
 from capstan.store._keys import RedactionKeys
 from capstan.store._metrics import HistoryMetrics
 from capstan.store._models import (
-    CHANGE_TYPES,
-    OBSERVED_VIA,
     Batch,
     ChangeType,
     EngineCursor,
@@ -43,6 +42,7 @@ from capstan.store._outbox import NotifyThreads, Outbox
 from capstan.store._restart_records import RestartRecords
 from capstan.store._retention import Retention, RetentionPolicy, RetentionWorker, apply_retention
 from capstan.store._rows import position_of
+from capstan.store._schema import schema_metadata
 from capstan.store._store import Store, open_store
 from capstan.store._timeparse import parse_time
 from capstan.store._writer import BatchWriter
@@ -52,7 +52,6 @@ from capstan.store._writer import BatchWriter
 _LAZY = {
     "create_history_app": "capstan.store._http",
     "OtlpExporter": "capstan.store._otel",
-    "engine_event_name": "capstan.store._otel",
     "otlp_http_exporter": "capstan.store._otel",
 }
 
@@ -62,12 +61,12 @@ __getattr__ = lazy_attributes("capstan.store", _LAZY)
 
 if TYPE_CHECKING:
     from capstan.store._http import create_history_app
-    from capstan.store._otel import OtlpExporter, engine_event_name, otlp_http_exporter
+    from capstan.store._otel import OtlpExporter, otlp_http_exporter
 
 __all__ = [
-    "CHANGE_TYPES",
+    "HEAD_REVISION",
     "INGEST_CACHE_KIB",
-    "OBSERVED_VIA",
+    "MIGRATIONS_DIR",
     "BadCursor",
     "Batch",
     "BatchWriter",
@@ -106,12 +105,12 @@ __all__ = [
     "create_history_app",
     "decode_cursor",
     "encode_cursor",
-    "engine_event_name",
     "open_store",
     "otlp_http_exporter",
     "parse_database_url",
     "parse_time",
     "position_of",
     "rfc3339",
+    "schema_metadata",
     "to_json",
 ]

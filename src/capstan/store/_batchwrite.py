@@ -50,7 +50,7 @@ class BatchWrites:
         try:
             if self._db.partitions is not None:
                 self._db.partitions.ensure(_days_by_table(batch), to_us(self._db.clock()))
-            with self._db.write_lock, self._db.write_engine.begin() as conn:
+            with self._db.write_lock, self._db.write_sql_engine.begin() as conn:
                 write_rows(conn, self._db, batch, inserted)
         except (OperationalError, DBAPIError) as exc:
             if isinstance(exc, IntegrityError):

@@ -1,7 +1,7 @@
-"""One database handle under every part of the store: its SQLAlchemy engines, its dialect, its write transactions.
+"""One database handle under every part of the store: its SQLAlchemy connection pools, dialect, write transactions.
 
 :class:`Database` is what the history, the restart records, the outbox, the retention and the keys share: the
-writer and reader engines (one each, so SQLite readers never wait for the writer's lock), one process-wide write
+writer's and the readers' SQLAlchemy engines (``write_sql_engine``, ``read_sql_engine``: one pool each, so SQLite readers never wait for the writer's lock), one process-wide write
 lock (SQLite has one writer; PostgreSQL's partition creation wants one too), the clock, and PostgreSQL's cache of
 day partitions. :meth:`Database.writing` is the one serialized write transaction; a database error in it becomes
 :class:`StoreWriteError` after the rollback.
@@ -21,9 +21,9 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from capstan.errors import UserError
 from capstan.store import _schema as s
-from capstan.store._engine import (
+from capstan.store._connection import (
     check_connect,
-    create_engines,
+    create_sql_engines,
     current_revision,
     describe_db_error,
     migrate,
@@ -53,7 +53,7 @@ def open_database(
     url = parse_database_url(location)
     if not create:
         require_existing_file(url)
-    write, read = create_engines(url, writer_cache_kib=writer_cache_kib)
+    write, read = create_sql_engines(url, writer_cache_kib=writer_cache_kib)
     check_connect(write, url)
     if not create:
         require_schema(read, url)
@@ -66,19 +66,19 @@ def open_database(
 
 
 class Database:
-    """The engines, dialect, clock and write lock of one store database (see the module docstring)."""
+    """The SQLAlchemy engines, dialect, clock and write lock of one store database (see the module docstring)."""
 
     def __init__(
-        self, url: URL, write_engine: Engine, read_engine: Engine, *, clock: Clock = time.time
+        self, url: URL, write_sql_engine: Engine, read_sql_engine: Engine, *, clock: Clock = time.time
     ) -> None:
         self.url = url
-        self.write_engine = write_engine
-        self.read_engine = read_engine
+        self.write_sql_engine = write_sql_engine
+        self.read_sql_engine = read_sql_engine
         self.clock = clock
         self.dialect = url.get_backend_name()
         self.write_lock = threading.Lock()
         # PostgreSQL's big tables are partitioned by day (capstan/store/_partitions.py); SQLite's are not
-        self.partitions = PartitionCache(write_engine) if self.dialect == "postgresql" else None
+        self.partitions = PartitionCache(write_sql_engine) if self.dialect == "postgresql" else None
 
     @property
     def display_url(self) -> str:
@@ -91,22 +91,22 @@ class Database:
         return s.postgres_metadata if self.dialect == "postgresql" else s.metadata
 
     def close(self) -> None:
-        self.write_engine.dispose()
-        if self.read_engine is not self.write_engine:
-            self.read_engine.dispose()
+        self.write_sql_engine.dispose()
+        if self.read_sql_engine is not self.write_sql_engine:
+            self.read_sql_engine.dispose()
 
     def schema_revision(self) -> str | None:
-        return current_revision(self.read_engine)
+        return current_revision(self.read_sql_engine)
 
     def count(self, table: str) -> int:
         """Rows in one table of the schema."""
         tbl = s.metadata.tables[table]
-        with self.read_engine.begin() as conn:
+        with self.read_sql_engine.begin() as conn:
             return int(conn.execute(select(func.count()).select_from(tbl)).scalar_one())
 
     def dump_all_text(self) -> Iterable[str]:
         """Every cell of every table as text (for tests that prove a value is stored nowhere)."""
-        with self.read_engine.begin() as conn:
+        with self.read_sql_engine.begin() as conn:
             for tbl in self.metadata.sorted_tables:
                 for row in conn.execute(select(tbl)):
                     for value in row:
@@ -138,7 +138,7 @@ class WriteTransaction:
     def __enter__(self) -> Connection:
         self._db.write_lock.acquire()
         try:
-            self._cm = self._db.write_engine.begin()
+            self._cm = self._db.write_sql_engine.begin()
             conn: Connection = self._cm.__enter__()
         except (OperationalError, DBAPIError) as exc:
             self._db.write_lock.release()

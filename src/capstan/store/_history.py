@@ -9,10 +9,10 @@ evidence) use the listings and the object rebuilds (the :class:`HistoryReader` p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import jsonpatch
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Select, func, select
 from sqlalchemy.engine import URL, Row
 
 from capstan.redact import RedactionPolicy, Redactor
@@ -42,6 +42,7 @@ from capstan.store._models import (
 from capstan.store._rows import DEFAULT_LIMIT
 
 MAX_PATCH_CHAIN = 100_000
+T = TypeVar("T")
 
 
 class StoreCorruptHistory(RuntimeError):
@@ -169,7 +170,7 @@ class HistoryStore:
 
     # ------------------------------------------------------------------ cursors and state
     def kind_cursor(self, source: str, kind: str) -> KindCursor | None:
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             row = conn.execute(
                 select(s.kind_cursors.c.resource_version).where(
                     s.kind_cursors.c.source == source, s.kind_cursors.c.kind == kind
@@ -182,7 +183,7 @@ class HistoryStore:
         q = select(s.object_state).where(s.object_state.c.source == source)
         if kind is not None:
             q = q.where(s.object_state.c.kind == kind)
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             rows = conn.execute(q).all()
         return {
             r.uid: ObjectState(
@@ -200,7 +201,7 @@ class HistoryStore:
         }
 
     def engine_cursor(self, target: str, log_name: str) -> EngineCursor | None:
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             row = conn.execute(
                 select(s.engine_cursors).where(
                     s.engine_cursors.c.target == target, s.engine_cursors.c.log == log_name
@@ -224,20 +225,9 @@ class HistoryStore:
     ) -> list[ObjectChange]:
         """Object changes matching the filters, oldest first (``observed_at`` in [since, until]); ``after``: only
         those after that (observed_at µs, id) position (see :func:`position_of`)."""
-        t = s.object_changes
-        q = select(t)
-        for col, value in (
-            (t.c.source, source),
-            (t.c.kind, kind),
-            (t.c.namespace, namespace),
-            (t.c.name, name),
-            (t.c.uid, uid),
-        ):
-            if value is not None:
-                q = q.where(col == value)
-        q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_engine.begin() as conn:
-            return [_rows.change_from_row(r) for r in conn.execute(q)]
+        filters = {"source": source, "kind": kind, "namespace": namespace, "name": name, "uid": uid}
+        q = _rows.listing_query(s.object_changes, filters, since=since, until=until, after=after, limit=limit)
+        return self._list(q, _rows.change_from_row)
 
     def object_at(
         self, kind: str, namespace: str, name: str, at: float, *, source: str | None = None
@@ -250,7 +240,7 @@ class HistoryStore:
         if source is not None:
             q = q.where(t.c.source == source)
         q = q.order_by(t.c.observed_at.desc(), t.c.id.desc()).limit(1)
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             hit = conn.execute(q).first()
             if hit is None:
                 return None
@@ -258,7 +248,7 @@ class HistoryStore:
 
     def version(self, source: str, uid: str, version_seq: int) -> ObjectVersion:
         """Rebuild one recorded version of an object."""
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             return self._rebuild(conn, source, uid, version_seq)
 
     def _rebuild(self, conn: Connection, source: str, uid: str, seq: int) -> ObjectVersion:
@@ -321,17 +311,9 @@ class HistoryStore:
         after: Position | None = None,
     ) -> list[KubeEvent]:
         """Event occurrences, oldest observed first; ``after`` as in :meth:`timeline`."""
-        t = s.kube_events
-        q = select(t)
-        if involved_uid is not None:
-            q = q.where(t.c.involved_uid == involved_uid)
-        if namespace is not None:
-            q = q.where(t.c.namespace == namespace)
-        if involved_name is not None:
-            q = q.where(t.c.involved_name == involved_name)
-        q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_engine.begin() as conn:
-            return [_rows.event_from_row(r) for r in conn.execute(q)]
+        filters = {"involved_uid": involved_uid, "namespace": namespace, "involved_name": involved_name}
+        q = _rows.listing_query(s.kube_events, filters, since=since, until=until, after=after, limit=limit)
+        return self._list(q, _rows.event_from_row)
 
     def engine_entries(
         self,
@@ -346,15 +328,16 @@ class HistoryStore:
         """Engine entries by target and log, ordered by when they happened (then by native id order of insertion);
         ``after`` a (happened_at µs, id) position. NOTE: an ACL LOG entry whose count rose has a later happened_at,
         so a client paging meanwhile sees it again, at its new place."""
-        t = s.engine_entries
-        q = select(t)
-        if target is not None:
-            q = q.where(t.c.target == target)
-        if log_name is not None:
-            q = q.where(t.c.log == log_name)
-        q = _rows.page(_rows.window(q, t.c.happened_at, since, until), t.c.happened_at, t.c.id, after, limit)
-        with self._db.read_engine.begin() as conn:
-            return [_rows.entry_from_row(r) for r in conn.execute(q)]
+        q = _rows.listing_query(
+            s.engine_entries,
+            {"target": target, "log": log_name},
+            time_column="happened_at",
+            since=since,
+            until=until,
+            after=after,
+            limit=limit,
+        )
+        return self._list(q, _rows.entry_from_row)
 
     def gaps(
         self,
@@ -366,13 +349,10 @@ class HistoryStore:
         after: Position | None = None,
     ) -> list[Gap]:
         """Gap records, oldest observed first; ``after`` as in :meth:`timeline`."""
-        t = s.gaps
-        q = select(t)
-        if source is not None:
-            q = q.where(t.c.source == source)
-        q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_engine.begin() as conn:
-            return [_rows.gap_from_row(r) for r in conn.execute(q)]
+        q = _rows.listing_query(
+            s.gaps, {"source": source}, since=since, until=until, after=after, limit=limit
+        )
+        return self._list(q, _rows.gap_from_row)
 
     def restarts(
         self,
@@ -385,12 +365,11 @@ class HistoryStore:
         after: Position | None = None,
     ) -> list[Restart]:
         """Observed restarts, oldest first; ``after`` as in :meth:`timeline`."""
-        t = s.restarts
-        q = select(t)
-        if namespace is not None:
-            q = q.where(t.c.namespace == namespace)
-        if pod is not None:
-            q = q.where(t.c.pod == pod)
-        q = _rows.page(_rows.window(q, t.c.observed_at, since, until), t.c.observed_at, t.c.id, after, limit)
-        with self._db.read_engine.begin() as conn:
-            return [_rows.restart_from_row(r) for r in conn.execute(q)]
+        filters = {"namespace": namespace, "pod": pod}
+        q = _rows.listing_query(s.restarts, filters, since=since, until=until, after=after, limit=limit)
+        return self._list(q, _rows.restart_from_row)
+
+    def _list(self, q: Select[Any], from_row: Callable[[Row[Any]], T]) -> list[T]:
+        """The records of one listing query, read in one short read transaction."""
+        with self._db.read_sql_engine.begin() as conn:
+            return [from_row(r) for r in conn.execute(q)]

@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import logging
 import math
 import re
-import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -43,10 +40,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from capstan import jsontext
-from capstan.errors import UserError
 from capstan.redact import Redactor
+from capstan.store._connection import describe_db_error
 from capstan.store._cursor import BadCursor, Position, decode_cursor, encode_cursor
-from capstan.store._engine import describe_db_error
 from capstan.store._history import HistoryReader
 from capstan.store._models import (
     EngineEntry,
@@ -501,85 +497,3 @@ def operations(*, metrics: bool) -> list[Operation]:
             )
         )
     return ops
-
-
-# ---------------------------------------------------------------------- serving
-MIN_TOKEN = 16
-MAX_TOKEN = 4096
-_TOKEN = re.compile(r"[\x21-\x7e]+", re.ASCII)  # what an Authorization header carries without quoting
-
-
-def check_token(token: str, where: str) -> str:
-    """``token`` if it can be a bearer token (printable ASCII without spaces, 16 to 4096 characters), else a
-    one-line UserError naming ``where`` it came from (never the token)."""
-    if not _TOKEN.fullmatch(token):
-        raise UserError(f"{where}: the bearer token must be printable ASCII without spaces")
-    if not MIN_TOKEN <= len(token) <= MAX_TOKEN:
-        raise UserError(
-            f"{where}: the bearer token has {len(token)} characters; give {MIN_TOKEN} to {MAX_TOKEN} "
-            "(e.g. `openssl rand -hex 32`)"
-        )
-    return token
-
-
-def load_token(token_file: Path | None, env_token: str | None, *, env_name: str) -> str | None:
-    """The bearer token from a file (surrounding whitespace and a final newline dropped) or from the environment
-    variable ``env_name`` (its value ``env_token``); None when neither is given. Both given, or a file that
-    cannot be read, is empty or is not UTF-8: one-line UserError."""
-    if token_file is not None and env_token:
-        raise UserError(
-            f"give the bearer token once: --token-file {str(token_file)!r} or {env_name}, not both"
-        )
-    if token_file is not None:
-        try:
-            raw = token_file.read_bytes()
-        except OSError as exc:
-            raise UserError(f"--token-file {str(token_file)!r}: {exc.strerror or exc}") from None
-        try:
-            text = raw.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            raise UserError(f"--token-file {str(token_file)!r}: not UTF-8 text") from None
-        if not text:
-            raise UserError(f"--token-file {str(token_file)!r}: empty")
-        return check_token(text, f"--token-file {str(token_file)!r}")
-    if env_token is not None and env_token.strip():
-        return check_token(env_token.strip(), env_name)
-    return None
-
-
-def is_loopback(host: str) -> bool:
-    """Whether every address ``host`` stands for is a loopback address (an unresolvable name: UserError)."""
-    if not host:
-        return False
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise UserError(f"--host {host!r}: cannot resolve it ({exc})") from None
-    return bool(infos) and all(
-        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos
-    )
-
-
-def bind_listener(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to (host, port) and listening, or a one-line UserError (address in use, no such
-    address, no permission)."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except (socket.gaierror, UnicodeError) as exc:
-        raise UserError(f"--host {host!r}: cannot resolve it ({exc})") from None
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.set_inheritable(True)
-    return sock

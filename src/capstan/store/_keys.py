@@ -27,7 +27,7 @@ class RedactionKeys:
         if self._redaction_key is not None:
             return self._redaction_key
         t = s.store_keys
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             row = conn.execute(select(t.c.value).where(t.c.name == "redaction")).first()
         if row is None and not create:
             return None

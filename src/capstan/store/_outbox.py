@@ -109,7 +109,7 @@ class Outbox:
 
     def item(self, item_id: int) -> OutboxItem | None:
         """One outbox message by id (any state), or None."""
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             row = conn.execute(select(s.outbox).where(s.outbox.c.id == item_id)).first()
         return None if row is None else _rows.outbox_from_row(row)
 
@@ -128,7 +128,7 @@ class Outbox:
         if state is not None:
             q = q.where(s.outbox.c.state == state)
         q = q.order_by(s.outbox.c.id).limit(_rows.clamp_limit(limit))
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             return [_rows.outbox_from_row(r) for r in conn.execute(q)]
 
 
@@ -141,7 +141,7 @@ class NotifyThreads:
     def get(self, key: str) -> tuple[str, str] | None:
         """(channel, ts) of the chat thread started for ``key``, or None."""
         t = s.notify_threads
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             row = conn.execute(select(t.c.channel, t.c.ts).where(t.c.key == key)).first()
         return None if row is None else (str(row.channel), str(row.ts))
 

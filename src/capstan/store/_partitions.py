@@ -99,8 +99,8 @@ class PartitionCache:
 
     Thread-safe; the catalog is read only when a batch touches a day not known to be covered."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(self, sql_engine: Engine) -> None:
+        self._sql_engine = sql_engine
         self._lock = threading.Lock()
         self._covered: dict[str, list[Partition]] = {}
         self.created: list[str] = []
@@ -118,7 +118,7 @@ class PartitionCache:
                 return
             for attempt in range(MAX_CREATE_ATTEMPTS):
                 try:
-                    with self._engine.begin() as conn:
+                    with self._sql_engine.begin() as conn:
                         made = [
                             n
                             for table, days in missing.items()
@@ -130,7 +130,7 @@ class PartitionCache:
                     # NOTE: another process created the same partition at the same moment; look again.
                     if attempt == MAX_CREATE_ATTEMPTS - 1:
                         raise
-            with self._engine.connect() as conn:
+            with self._sql_engine.connect() as conn:
                 for table in missing:
                     self._covered[table] = list_partitions(conn, table)
 

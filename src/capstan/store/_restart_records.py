@@ -38,7 +38,7 @@ class RestartRecords:
 
     def restart_counts(self) -> dict[tuple[str, str], RestartCount]:
         """The last-seen restart count of every container, keyed by (pod uid, container)."""
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             rows = conn.execute(select(s.restart_counts)).all()
         return {
             (r.pod_uid, r.container): RestartCount(

@@ -45,7 +45,7 @@ class Retention:
 
     def size_bytes(self) -> int:
         """Bytes the data occupies (SQLite: used pages; PostgreSQL: the database size)."""
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             if self._db.dialect == "sqlite":
                 pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
                 free = conn.exec_driver_sql("PRAGMA freelist_count").scalar_one()
@@ -54,7 +54,7 @@ class Retention:
             return int(conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
 
     def oldest_observed(self) -> float | None:
-        with self._db.read_engine.begin() as conn:
+        with self._db.read_sql_engine.begin() as conn:
             values = [
                 conn.execute(select(func.min(col))).scalar()
                 for col in (
@@ -132,10 +132,10 @@ class Retention:
         total = 0
         try:
             for table in PARTITIONED:
-                with self._db.write_engine.begin() as conn:
+                with self._db.write_sql_engine.begin() as conn:
                     total += drop_partitions_before(conn, table, cut)
                 for _ in range(max_batches):
-                    with self._db.write_engine.begin() as conn:
+                    with self._db.write_sql_engine.begin() as conn:
                         n = trim_keys_before(conn, table, cut, batch_rows)
                     if n < batch_rows:
                         break
@@ -149,13 +149,13 @@ class Retention:
         """PostgreSQL: the partitions of each partitioned table, oldest first ({} on SQLite)."""
         if self._db.partitions is None:
             return {}
-        with self._db.read_engine.connect() as conn:
+        with self._db.read_sql_engine.connect() as conn:
             return {table: [p.name for p in list_partitions(conn, table)] for table in PARTITIONED}
 
     def vacuum(self) -> None:
         """Give freed pages back to the file system (SQLite: incremental checkpoint + VACUUM; PG: nothing)."""
         if self._db.dialect == "sqlite":
-            with self._db.write_engine.connect() as conn:
+            with self._db.write_sql_engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
 

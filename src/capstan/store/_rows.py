@@ -1,15 +1,16 @@
-"""Records to rows and back, and the keyset paging every listing shares.
+"""Records to rows and back, and the one query shape every listing shares (:func:`listing_query`).
 
-A listing is ordered by (time, row id) and goes on from a :data:`~capstan.store.Position` (see
-:mod:`capstan.store._cursor`); the limits are the store's, whatever the caller asks.
+A listing is a table's rows matching equality filters, in a time window, ordered by (time, row id), going on from a
+:data:`~capstan.store.Position` (see :mod:`capstan.store._cursor`); the limits are the store's, whatever the caller
+asks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, or_
+from sqlalchemy import Select, Table, and_, or_, select
 from sqlalchemy.engine import Row
 
 from capstan.store._cursor import Position
@@ -32,6 +33,27 @@ MAX_LIMIT = 100_000
 def clamp_limit(limit: int) -> int:
     """``limit`` within [1, MAX_LIMIT]."""
     return max(1, min(int(limit), MAX_LIMIT))
+
+
+def listing_query(
+    table: Table,
+    filters: Mapping[str, str | None],
+    *,
+    time_column: str = "observed_at",
+    since: float | None,
+    until: float | None,
+    after: Position | None,
+    limit: int,
+) -> Select[Any]:
+    """Every column of ``table``'s rows whose columns equal ``filters`` (column name to value; None: no filter, in
+    the order given), with ``time_column`` in [since, until], one keyset page of them (:func:`page`, by
+    (``time_column``, ``id``))."""
+    q = select(table)
+    for column, value in filters.items():
+        if value is not None:
+            q = q.where(table.c[column] == value)
+    time_col = table.c[time_column]
+    return page(window(q, time_col, since, until), time_col, table.c.id, after, limit)
 
 
 def page(q: Select[Any], time_col: Any, id_col: Any, after: Position | None, limit: int) -> Select[Any]:

@@ -306,3 +306,10 @@ def _postgres_schema() -> MetaData:
 
 
 postgres_metadata = _postgres_schema()
+
+
+def schema_metadata(*, partitioned: bool = False) -> MetaData:
+    """The store's tables as SQLAlchemy metadata, for checking a live database against them (e.g. with Alembic's
+    ``compare_metadata``): the plain tables (SQLite's, and PostgreSQL's before revision 0003) or, ``partitioned``,
+    PostgreSQL's (its three big tables partitioned by day, each with its key table). Shared: do not modify it."""
+    return postgres_metadata if partitioned else metadata

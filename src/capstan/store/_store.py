@@ -39,7 +39,7 @@ def open_store(
     create: bool = True,
 ) -> Store:
     """Open (and by default migrate) the store at a file path or database URL; bad URLs are one-line UserErrors.
-    ``writer_cache_kib``: the SQLite writer's page cache (see :func:`create_engines`).
+    ``writer_cache_kib``: the SQLite writer's page cache (see :func:`create_sql_engines`).
 
     Only writers create a store: a reader passes ``create=False``, and a SQLite file that does not exist, or a
     database that holds no store, is a one-line :class:`UserError` instead of a new, empty store (which SQLite

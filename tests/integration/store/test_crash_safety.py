@@ -122,7 +122,9 @@ def test_a_full_disk_stops_writes_loudly_and_leaves_the_store_intact(tiny_fs: Pa
     store.close()
     subprocess.run(["mount", "-o", "remount,size=8m", str(tiny_fs)], check=True, timeout=30)
     store = open_store(url)
-    with store.database.read_engine.connect() as conn:  # integrity of the file after the failed transaction
+    with (
+        store.database.read_sql_engine.connect() as conn
+    ):  # integrity of the file after the failed transaction
         assert conn.execute(text("PRAGMA integrity_check")).scalar_one() == "ok"
     assert store.database.count("engine_entries") == written
     store.history.write(_entries(10**6, 10))

@@ -14,13 +14,23 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, text
+from sqlalchemy import JSON, MetaData, Table, create_engine, text
+from sqlalchemy.dialects.postgresql import JSONB
 
 from capstan.record import DiffPolicy, ObjectHistory, event_record
 from capstan.sandbox import PostgresServer
-from capstan.store import Batch, EngineEntry, RetentionPolicy, Store, apply_retention, open_store
-from capstan.store import _schema as s
-from capstan.store._engine import HEAD_REVISION, MIGRATIONS_DIR, parse_database_url
+from capstan.store import (
+    HEAD_REVISION,
+    MIGRATIONS_DIR,
+    Batch,
+    EngineEntry,
+    RetentionPolicy,
+    Store,
+    apply_retention,
+    open_store,
+    parse_database_url,
+    schema_metadata,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +142,7 @@ def test_age_retention_drops_whole_days_and_answers_like_row_retention(pg: Store
     assert parts["object_changes"][0] == "object_changes_base"
     assert "object_changes_p20260923" not in parts["object_changes"]  # day 2 dropped whole
     assert parts["kube_events"][0] == "kube_events_p20260924"  # day 3 stays: the cutoff is inside it
-    with pg.database.read_engine.connect() as conn:
+    with pg.database.read_sql_engine.connect() as conn:
         stale_keys = conn.execute(
             text("SELECT count(*) FROM object_change_keys WHERE observed_at < :c"),
             {"c": int((now - max_age_s) * 1e6)},
@@ -172,33 +182,57 @@ def test_age_retention_drops_whole_days_and_answers_like_row_retention(pg: Store
     lite.close()
 
 
-def _sql_rows(store_url: str) -> None:
-    """Write history_batches() through the unpartitioned tables of revision 0002, as that release stored them."""
-    from capstan.store._rows import change_row as _change_row
-    from capstan.store._rows import entry_row as _entry_row
-    from capstan.store._rows import event_row as _event_row
+PARTITIONED = ("object_changes", "kube_events", "engine_entries")  # by day, since revision 0003
+STORED_TIMES = ("observed_at", "event_time", "happened_at")  # stored as integer microseconds since the epoch
 
-    engine = create_engine(parse_database_url(store_url))
-    with engine.begin() as conn:
+
+def _stored(table: Table, record: Any) -> dict[str, Any]:
+    """``record`` as revision 0002 stored it in ``table``: each column but ``id`` from the record's field of the
+    same name, times in integer microseconds."""
+    row = {}
+    for column in table.columns:
+        if column.name == "id":
+            continue
+        value = getattr(record, column.name)
+        row[column.name] = (
+            round(value * 1_000_000) if column.name in STORED_TIMES and value is not None else value
+        )
+    return row
+
+
+def _sql_rows(store_url: str) -> None:
+    """Write history_batches() through the unpartitioned tables of revision 0002, as that release stored them
+    (the tables as the database has them, a JSON None as SQL NULL)."""
+    sql_engine = create_engine(parse_database_url(store_url))
+    with sql_engine.begin() as conn:
+        tables = MetaData()
+        tables.reflect(conn, only=["object_changes", "kube_events", "engine_entries"])
+        for table in tables.tables.values():
+            for column in table.columns:
+                if isinstance(column.type, JSON):
+                    column.type = JSONB(none_as_null=True)
+        changes, events, entries = (
+            tables.tables[n] for n in ("object_changes", "kube_events", "engine_entries")
+        )
         for b in history_batches():
             if b.object_changes:
-                conn.execute(s.object_changes.insert(), [_change_row(c) for c in b.object_changes])
+                conn.execute(changes.insert(), [_stored(changes, c) for c in b.object_changes])
             if b.kube_events:
-                conn.execute(s.kube_events.insert(), [_event_row(e) for e in b.kube_events])
+                conn.execute(events.insert(), [_stored(events, e) for e in b.kube_events])
             fresh = [e for e in b.engine_entries if not (e.mutable and e.payload["count"] > 1)]
             if fresh:
-                conn.execute(s.engine_entries.insert(), [_entry_row(e) for e in fresh])
-    engine.dispose()
+                conn.execute(entries.insert(), [_stored(entries, e) for e in fresh])
+    sql_engine.dispose()
 
 
 def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
     postgres_server: PostgresServer,
 ) -> None:
     postgres_server.reset()
-    engine = create_engine(parse_database_url(postgres_server.url))
+    sql_engine = create_engine(parse_database_url(postgres_server.url))
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as conn:
+    with sql_engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0002")
     _sql_rows(postgres_server.url)
@@ -225,20 +259,21 @@ def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
         Batch(engine_entries=[EngineEntry("cache", "slowlog", "r", "99", T0, T0 + 6 * DAY, {})])
     )
     assert new.inserted["engine_entries"] == 1  # the id sequence carried on past the copied rows
-    with engine.connect() as conn:
+    with sql_engine.connect() as conn:
         diff = compare_metadata(
-            MigrationContext.configure(conn, opts={"include_name": _not_a_partition}), s.postgres_metadata
+            MigrationContext.configure(conn, opts={"include_name": _not_a_partition}),
+            schema_metadata(partitioned=True),
         )
     assert diff == []
     st.close()
 
-    with engine.begin() as conn:  # and back: plain tables with their unique keys, the rows and ids kept
+    with sql_engine.begin() as conn:  # and back: plain tables with their unique keys, the rows and ids kept
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0002")
-    with engine.connect() as conn:
+    with sql_engine.connect() as conn:
         at_0002 = MigrationContext.configure(conn, opts={"include_object": _before_0004})
-        assert compare_metadata(at_0002, s.metadata) == []
-        counts = [conn.exec_driver_sql(f"SELECT count(*), max(id) FROM {t}").one() for t in s.PARTITION_KEYS]
+        assert compare_metadata(at_0002, schema_metadata()) == []
+        counts = [conn.exec_driver_sql(f"SELECT count(*), max(id) FROM {t}").one() for t in PARTITIONED]
         partitions = conn.exec_driver_sql("SELECT count(*) FROM pg_inherits").scalar_one()
     assert [c[0] for c in counts] == [26, 6, 8] and partitions == 0
     again = open_store(postgres_server.url, clock=lambda: T0 + 6 * DAY)  # and up once more
@@ -250,7 +285,7 @@ def test_a_store_from_the_unpartitioned_schema_migrates_with_its_data(
     )
     assert again.database.count("engine_entries") == 9
     again.close()
-    engine.dispose()
+    sql_engine.dispose()
 
 
 def _before_0004(_obj: Any, name: str | None, type_: str, _reflected: bool, _other: Any) -> bool:
@@ -263,9 +298,10 @@ def _not_a_partition(name: str | None, type_: str, _parent: Any) -> bool:
 
 
 def test_a_fresh_postgres_store_has_exactly_the_partitioned_schema(pg: Store) -> None:
-    with pg.database.read_engine.connect() as conn:
+    with pg.database.read_sql_engine.connect() as conn:
         diff = compare_metadata(
-            MigrationContext.configure(conn, opts={"include_name": _not_a_partition}), s.postgres_metadata
+            MigrationContext.configure(conn, opts={"include_name": _not_a_partition}),
+            schema_metadata(partitioned=True),
         )
         kinds: dict[str, str] = dict(
             conn.execute(

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from capstan.kube import Informer, diff_states, object_key, resource_for, resources
-from capstan.kube.client import ApiError
+from capstan.kube import ApiError, Informer, diff_states, object_key, resource_for, resources
 
 pytestmark = pytest.mark.unit
 

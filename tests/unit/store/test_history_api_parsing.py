@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capstan.errors import UserError
+from capstan.httpserver import check_token
 from capstan.store import BadCursor, Gap, decode_cursor, encode_cursor, parse_time, position_of, to_json
 from capstan.store._http import (
     LISTINGS,
     MAX_PAGE,
     OBJECT_PARAMS,
     BadRequest,
-    check_token,
     operations,
     page_body,
     parse_query,

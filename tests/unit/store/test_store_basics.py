@@ -27,11 +27,11 @@ pytestmark = pytest.mark.unit
 
 
 def test_the_migrated_database_matches_the_schema_metadata(tmp_path: Path) -> None:
-    from capstan.store._engine import HEAD_REVISION
+    from capstan.store import HEAD_REVISION
 
     store = open_store(str(tmp_path / "h.db"))
     assert store.schema_revision() == HEAD_REVISION
-    with store.database.read_engine.connect() as conn:
+    with store.database.read_sql_engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
     store.close()
@@ -43,7 +43,8 @@ def test_the_migrated_database_matches_the_schema_metadata(tmp_path: Path) -> No
 def test_a_fresh_store_is_created_without_alembic_exactly_as_migrations_create_it(tmp_path: Path) -> None:
     from sqlalchemy import create_engine
 
-    from capstan.store._engine import HEAD_REVISION, migrate
+    from capstan.store import HEAD_REVISION
+    from capstan.store._connection import migrate
 
     fresh = create_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
     migrate(fresh)  # the direct path
@@ -51,7 +52,7 @@ def test_a_fresh_store_is_created_without_alembic_exactly_as_migrations_create_i
     from alembic import command
     from alembic.config import Config
 
-    from capstan.store._engine import MIGRATIONS_DIR
+    from capstan.store import MIGRATIONS_DIR
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
@@ -60,8 +61,8 @@ def test_a_fresh_store_is_created_without_alembic_exactly_as_migrations_create_i
         command.upgrade(cfg, "0001")
     migrate(migrated)
 
-    def schema(engine: Any) -> list[str]:
-        with engine.connect() as conn:
+    def schema(sql_engine: Any) -> list[str]:
+        with sql_engine.connect() as conn:
             rows = conn.exec_driver_sql("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").all()
         return [f"{t} {n} {sql}" for t, n, sql in rows]
 
@@ -76,7 +77,7 @@ def test_head_revision_constant_is_alembics_head() -> None:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    from capstan.store._engine import HEAD_REVISION, MIGRATIONS_DIR
+    from capstan.store import HEAD_REVISION, MIGRATIONS_DIR
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
@@ -85,7 +86,7 @@ def test_head_revision_constant_is_alembics_head() -> None:
 
 def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "h.db"))
-    with store.database.read_engine.connect() as conn:
+    with store.database.read_sql_engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"
     store.close()
 

@@ -1,4 +1,5 @@
-"""Opening a database from a user-supplied location: URL checks, SQLite pragmas, migrations.
+"""Connecting to a database from a user-supplied location: URL checks, the SQLAlchemy engines (connection pools)
+with their SQLite pragmas, and the schema's revision check and migrations.
 
 A plain path (or ``sqlite:///PATH``) gives the embedded SQLite store in WAL mode; ``postgresql://`` gives
 PostgreSQL through psycopg 3. Anything else is one :class:`~capstan.errors.UserError` line naming the URL.
@@ -89,10 +90,10 @@ def require_existing_file(url: URL) -> None:
         raise UserError(f"history store {str(db)!r}: not a file")
 
 
-def require_schema(engine: Engine, url: URL) -> None:
+def require_schema(sql_engine: Engine, url: URL) -> None:
     """For a reader: the database must hold a store (an empty database would be given the tables)."""
     try:
-        revision = current_revision(engine)
+        revision = current_revision(sql_engine)
     except (OperationalError, DBAPIError) as exc:
         raise UserError(describe_db_error(url, exc)) from None
     if revision is None:
@@ -106,8 +107,8 @@ def safe_url(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
-def _sqlite_pragmas(engine: Engine, *, immediate: bool, cache_kib: int | None = None) -> None:
-    @event.listens_for(engine, "connect")
+def _sqlite_pragmas(sql_engine: Engine, *, immediate: bool, cache_kib: int | None = None) -> None:
+    @event.listens_for(sql_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
@@ -118,15 +119,15 @@ def _sqlite_pragmas(engine: Engine, *, immediate: bool, cache_kib: int | None = 
             cur.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
         cur.close()
 
-    @event.listens_for(engine, "begin")
+    @event.listens_for(sql_engine, "begin")
     def _on_begin(conn: Any) -> None:
         # NOTE: writers take the write lock at BEGIN so a deferred read->write upgrade can never fail with
         # SQLITE_BUSY_SNAPSHOT in WAL mode; readers use plain BEGIN and never block the writer.
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def create_engines(url: URL, *, writer_cache_kib: int | None = None) -> tuple[Engine, Engine]:
-    """(write engine, read engine). They are the same object on PostgreSQL. ``writer_cache_kib`` sizes the SQLite
+def create_sql_engines(url: URL, *, writer_cache_kib: int | None = None) -> tuple[Engine, Engine]:
+    """(writer's SQLAlchemy engine, readers' SQLAlchemy engine): the same object on PostgreSQL. ``writer_cache_kib`` sizes the SQLite
     writer's page cache (SQLite's default, 2 MiB, when None): a recorder ingesting into a large store keeps its hot
     index pages there; a restart watcher writing little keeps the default and its memory."""
     if url.get_backend_name() == "sqlite":
@@ -139,7 +140,7 @@ def create_engines(url: URL, *, writer_cache_kib: int | None = None) -> tuple[En
         _sqlite_pragmas(write, immediate=True, cache_kib=writer_cache_kib)
         _sqlite_pragmas(read, immediate=False)
         return write, read
-    engine = create_engine(
+    sql_engine = create_engine(
         url,
         pool_pre_ping=True,
         pool_size=5,
@@ -147,31 +148,31 @@ def create_engines(url: URL, *, writer_cache_kib: int | None = None) -> tuple[En
         pool_timeout=30,
         connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
     )
-    return engine, engine
+    return sql_engine, sql_engine
 
 
-def migrate(engine: Engine) -> None:
+def migrate(sql_engine: Engine) -> None:
     """Bring the schema to the newest revision (idempotent; Alembic is imported only when there is work).
 
     A fresh database gets the tables from the schema metadata and Alembic's version row directly — exactly what
     running every revision from nothing produces (a unit test compares the two) — so no process that starts on an
     empty store loads Alembic either."""
-    revision = current_revision(engine)
+    revision = current_revision(sql_engine)
     if revision == HEAD_REVISION:
         return
-    if revision is None and _create_fresh(engine):
+    if revision is None and _create_fresh(sql_engine):
         return
     from alembic import command
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as conn:
+    with sql_engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
 
-def _create_fresh(engine: Engine) -> bool:
+def _create_fresh(sql_engine: Engine) -> bool:
     """Create every table and stamp the head revision if the database holds none of Capstan's tables; False if it
     holds some (then Alembic decides)."""
     from capstan.store._schema import TABLES, metadata, postgres_metadata
@@ -183,7 +184,7 @@ def _create_fresh(engine: Engine) -> bool:
         PrimaryKeyConstraint("version_num", name="alembic_version_pkc"),
     )
     with (
-        engine.begin() as conn
+        sql_engine.begin() as conn
     ):  # the SQLite writer begins IMMEDIATE: two processes creating at once serialize
         inspector = inspect(conn)
         if inspector.has_table("alembic_version"):
@@ -199,9 +200,9 @@ def _create_fresh(engine: Engine) -> bool:
     return True
 
 
-def current_revision(engine: Engine) -> str | None:
+def current_revision(sql_engine: Engine) -> str | None:
     """The revision in Alembic's ``alembic_version`` table (None for an empty database)."""
-    with engine.connect() as conn:
+    with sql_engine.connect() as conn:
         if not inspect(conn).has_table("alembic_version"):
             return None
         rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
@@ -215,10 +216,10 @@ def describe_db_error(url: URL, exc: BaseException) -> str:
     return f"database {safe_url(url)!r}: {first}"
 
 
-def check_connect(engine: Engine, url: URL) -> None:
+def check_connect(sql_engine: Engine, url: URL) -> None:
     """Open and close one connection, turning any failure into a one-line UserError."""
     try:
-        with engine.connect():
+        with sql_engine.connect():
             pass
     except (OperationalError, DBAPIError) as exc:
         raise UserError(describe_db_error(url, exc)) from None
