@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from capstan.record import RingEntry, ServerInfo, plan_acllog_without_ids, plan_config, plan_ring, plan_server
+from capstan.record import RingEntry, ServerInfo, plan_config, plan_ring, plan_server
+from capstan.record._engine_core import plan_acllog_without_ids
 from capstan.store import EngineCursor
 
 pytestmark = pytest.mark.unit
