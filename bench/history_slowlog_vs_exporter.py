@@ -1,10 +1,10 @@
-"""The same slowlog flood seen by Capstan's engine collector and by redis_exporter: what each lets a user recover.
+"""The same slowlog flood seen by Capstan's Redis collector and by redis_exporter: what each lets a user recover.
 
 A real redis-server (Debian package, ``slowlog-max-len`` 128 by default) receives bursts of slow commands, each
 carrying a unique argument (``EVAL <busy-loop> 0 order:<n>``, about 1.2 ms each, logged at a 1 ms threshold),
 faster than the ring can hold between polls. Side by side, in the same run:
 
-- Capstan: ``EngineCollector`` polling every ``--poll`` seconds into a SQLite history store;
+- Capstan: ``RedisCollector`` polling every ``--poll`` seconds into a SQLite history store;
 - redis_exporter (github.com/oliver006/redis_exporter) and a scraper that stores its samples every ``--scrape``
   seconds, as Prometheus would. The binary is taken from ``--exporter PATH``, else Debian's package
   (``prometheus-redis-exporter``, which ``scripts/bootstrap.sh`` installs), else ``redis_exporter`` on PATH, else
@@ -38,7 +38,7 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
-from capstan.record import EngineCollector, RedisTargetConfig
+from capstan.record import RedisCollector, RedisTargetConfig
 from capstan.sandbox import RedisServer, free_port
 from capstan.store import open_store
 
@@ -121,7 +121,7 @@ class Scraper(threading.Thread):
             self.stop.wait(self.interval)
 
 
-def poller(collector: EngineCollector, interval: float, stop: threading.Event) -> None:
+def poller(collector: RedisCollector, interval: float, stop: threading.Event) -> None:
     while not stop.is_set():
         collector.poll_once()
         stop.wait(interval)
@@ -165,7 +165,7 @@ def main() -> None:
     server = RedisServer(extra_args=("--slowlog-log-slower-than", "1000")).start()
     workdir = Path(tempfile.mkdtemp(prefix="capstan-bench-slowlog-"))
     store = open_store(str(workdir / "history.db"))
-    collector = EngineCollector(
+    collector = RedisCollector(
         RedisTargetConfig(name="cache", address=server.address, logs=["slowlog"]), store.history
     )
     exporter: subprocess.Popen[bytes] | None = None

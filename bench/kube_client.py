@@ -263,8 +263,7 @@ async def run_restart_watcher(
 ) -> tuple[float, int, float, int]:
     """The restart diagnostics process (informer, baselines written to SQLite, drainer) until synced."""
     from capstan.kube import KubeClient
-    from capstan.restarts import RestartsConfig
-    from capstan.restarts._watch import RestartWatcher
+    from capstan.restarts import RestartsConfig, RestartWatcher
     from capstan.store import open_store
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -273,16 +272,7 @@ async def run_restart_watcher(
         cfg = RestartsConfig.model_validate(
             {"sinks": [{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/hook"}]}
         )
-        watcher = RestartWatcher(
-            cfg,
-            client,
-            records=store.restart_records,
-            history=store.history,
-            outbox=store.outbox,
-            threads=store.threads,
-            redaction_key=store.keys.redaction_key(),
-            namespace=namespace,
-        )
+        watcher = RestartWatcher.over_store(cfg, client, store, namespace=namespace)
         elapsed = await _until_synced(watcher.run, watcher.synced)
         n = len({uid for uid, _ in store.restart_records.restart_counts()})
         await client.close()
@@ -295,7 +285,7 @@ async def run_recorder(
 ) -> tuple[float, int, float, int]:
     """The history recorder (pods only) into SQLite until its first list is stored."""
     from capstan.kube import KubeClient
-    from capstan.record._kube import KubeCollector, KubernetesConfig
+    from capstan.record import KubeCollector, KubernetesConfig
     from capstan.store import open_store
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -179,8 +179,7 @@ async def restarts_and_history_step(
     from capstan.kube import KubeClient, resources
     from capstan.notify import DEV_TOKEN, SlackReceiver, serve_in_thread
     from capstan.record import KubeCollector, KubernetesConfig
-    from capstan.restarts import RestartsConfig
-    from capstan.restarts._watch import RestartWatcher
+    from capstan.restarts import RestartsConfig, RestartWatcher
     from capstan.store import open_store
 
     db = state_dir / "history.db"
@@ -208,16 +207,7 @@ async def restarts_and_history_step(
                 connect=functools.partial(KubeClient.from_kubeconfig, kubeconfig),
                 source="default",
             )
-            watcher = RestartWatcher(
-                config,
-                kube,
-                records=store.restart_records,
-                history=store.history,
-                outbox=store.outbox,
-                threads=store.threads,
-                redaction_key=store.keys.redaction_key(),
-                namespace=NAMESPACE,
-            )
+            watcher = RestartWatcher.over_store(config, kube, store, namespace=NAMESPACE)
             stop = asyncio.Event()
             tasks = [asyncio.create_task(recorder.run(stop)), asyncio.create_task(watcher.run(stop))]
             await asyncio.wait_for(watcher.synced.wait(), 60)

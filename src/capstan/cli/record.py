@@ -54,7 +54,7 @@ def record(
     recorder = Recorder(cfg, kube_connect=kube_connect)
     try:
         if once:
-            results = recorder.poll_engines_once()
+            results = recorder.poll_redis_once()
             if recorder.kubernetes is not None:
                 results[recorder.kubernetes.name] = asyncio.run(recorder.kubernetes.record_once())
             console = Console()

@@ -188,8 +188,7 @@ def run(
     import signal
 
     from capstan.kube import KubeClient
-    from capstan.restarts import load_restarts_config
-    from capstan.restarts._watch import RestartWatcher
+    from capstan.restarts import RestartWatcher, load_restarts_config
     from capstan.runtime import limit_malloc_arenas
     from capstan.store import open_store
 
@@ -209,17 +208,7 @@ def run(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         try:
-            watcher = RestartWatcher(
-                cfg,
-                client,
-                records=st.restart_records,
-                history=st.history,
-                outbox=st.outbox,
-                threads=st.threads,
-                redaction_key=st.keys.redaction_key(),
-                source=source,
-                namespace=namespace,
-            )
+            watcher = RestartWatcher.over_store(cfg, client, st, source=source, namespace=namespace)
             await watcher.run(stop)
         finally:
             await client.close()

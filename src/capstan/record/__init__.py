@@ -1,66 +1,52 @@
 """Recording history: the pure diff builder, the object/event core the Kubernetes recorder uses, and the
-Redis/Valkey engine collectors with gap-aware cursors. Everything is written through :mod:`capstan.store`.
+Redis/Valkey collectors with gap-aware cursors. Everything is written through :mod:`capstan.store`.
+
+Entry points: :class:`Recorder` runs what a :class:`RecorderConfig` (:func:`load_recorder_config`) names;
+:class:`KubeCollector` records a cluster's objects and Events, :class:`RedisCollector` one Redis/Valkey target's
+logs (planned by the pure :func:`plan_ring`, :func:`plan_config`, :func:`plan_server`), both behind the
+:class:`Collector` protocol a :class:`RecorderRunner` runs; :func:`make_patch` / :func:`apply_patch` are the diff.
 """
 
-from capstan.record._diff import (
-    DEFAULT_DROP_PATHS,
-    DiffPolicy,
-    apply_patch,
-    make_patch,
-    normalize,
-)
-from capstan.record._engine_core import (
+from capstan.record._diff import DiffPolicy, apply_patch, make_patch, normalize
+from capstan.record._kube import KubeCollector, KubernetesConfig
+from capstan.record._objects import ObjectHistory, event_record, kind_key
+from capstan.record._redis import RedisCollector, RedisTargetConfig
+from capstan.record._redis_core import (
     PollPlan,
     RingEntry,
     ServerInfo,
-    plan_acllog_without_ids,
     plan_config,
     plan_ring,
     plan_server,
 )
-from capstan.record._kube import DEFAULT_KINDS, CustomKind, KubeCollector, KubernetesConfig
-from capstan.record._objects import ObjectHistory, event_record, kind_key
-from capstan.record._redis import EngineCollector, RedisTargetConfig, parse_acllog, parse_slowlog
 from capstan.record._runner import (
     Collector,
-    OtlpConfig,
     Recorder,
     RecorderConfig,
     RecorderRunner,
-    RetentionConfig,
-    engine_collectors,
     load_recorder_config,
 )
 
 __all__ = [
-    "DEFAULT_DROP_PATHS",
-    "DEFAULT_KINDS",
     "Collector",
-    "CustomKind",
     "DiffPolicy",
-    "EngineCollector",
     "KubeCollector",
     "KubernetesConfig",
     "ObjectHistory",
-    "OtlpConfig",
     "PollPlan",
     "Recorder",
     "RecorderConfig",
     "RecorderRunner",
+    "RedisCollector",
     "RedisTargetConfig",
-    "RetentionConfig",
     "RingEntry",
     "ServerInfo",
     "apply_patch",
-    "engine_collectors",
     "event_record",
     "kind_key",
     "load_recorder_config",
     "make_patch",
     "normalize",
-    "parse_acllog",
-    "parse_slowlog",
-    "plan_acllog_without_ids",
     "plan_config",
     "plan_ring",
     "plan_server",

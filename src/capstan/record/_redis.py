@@ -1,6 +1,6 @@
-"""The Redis/Valkey engine collector: fetch SLOWLOG, ACL LOG, COMMANDLOG and CONFIG, plan with the pure core, write.
+"""The Redis/Valkey collector: fetch SLOWLOG, ACL LOG, COMMANDLOG and CONFIG, plan with the pure core, write.
 
-One :class:`EngineCollector` polls one target. A failing target (unreachable, wrong password, missing permission)
+One :class:`RedisCollector` polls one target. A failing target (unreachable, wrong password, missing permission)
 logs one clear line naming it, counts an error, and retries with exponential backoff; it never raises into the
 runner, so the other targets keep going. A failed *store* write is different: it stops the recorder loudly.
 """
@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 from capstan.backoff import NO_JITTER, Backoff
 from capstan.config import StrictModel
 from capstan.errors import UserError
-from capstan.record._engine_core import (
+from capstan.record._redis_core import (
     PollPlan,
     RingEntry,
     ServerInfo,
@@ -36,8 +36,8 @@ from capstan.store import HistoryMetrics, HistoryWriter, StoreWriteError
 
 log = logging.getLogger(__name__)
 
-EngineLog = Literal["slowlog", "acllog", "commandlog", "config"]
-ALL_LOGS: tuple[EngineLog, ...] = ("slowlog", "acllog", "commandlog", "config")
+RedisLog = Literal["slowlog", "acllog", "commandlog", "config"]
+ALL_LOGS: tuple[RedisLog, ...] = ("slowlog", "acllog", "commandlog", "config")
 COMMANDLOG_TYPES = ("slow", "large-request", "large-reply")
 # NOTE: parameters that change on their own (not operator edits) are not config changes.
 VOLATILE_CONFIG = frozenset({"unixsocketperm"})
@@ -52,7 +52,7 @@ class RedisTargetConfig(StrictModel):
     password: str | None = None
     password_env: str | None = None
     password_file: Path | None = None
-    logs: list[EngineLog] = Field(default_factory=lambda: list(ALL_LOGS))
+    logs: list[RedisLog] = Field(default_factory=lambda: list(ALL_LOGS))
     poll_interval_s: float = Field(default=1.0, gt=0, le=3600)
     timeout_s: float = Field(default=5.0, gt=0, le=120)
 
@@ -168,7 +168,7 @@ def parse_acllog(
     return out, legacy
 
 
-class EngineCollector:
+class RedisCollector:
     """Polls one Redis/Valkey target and writes its logs to the store (see the module docstring)."""
 
     kind = "redis"

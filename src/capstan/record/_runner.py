@@ -28,7 +28,7 @@ from capstan.errors import UserError
 from capstan.kube import KubeConnect
 from capstan.record._diff import DiffPolicy
 from capstan.record._kube import KubeCollector, KubernetesConfig
-from capstan.record._redis import EngineCollector, RedisTargetConfig
+from capstan.record._redis import RedisCollector, RedisTargetConfig
 from capstan.redact import RedactionPolicy, Redactor
 from capstan.store import (
     INGEST_CACHE_KIB,
@@ -148,18 +148,16 @@ class RecorderRunner:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def engine_collectors(
+def redis_collectors(
     config: RecorderConfig,
     history: HistoryWriter,
     *,
     metrics: HistoryMetrics | None,
     clock: Callable[[], float] = time.time,
     redactor: Redactor | None = None,
-) -> list[EngineCollector]:
+) -> list[RedisCollector]:
     """One collector per configured Redis/Valkey target (``redactor``: the store's keyed one by default)."""
-    return [
-        EngineCollector(t, history, clock=clock, metrics=metrics, redactor=redactor) for t in config.redis
-    ]
+    return [RedisCollector(t, history, clock=clock, metrics=metrics, redactor=redactor) for t in config.redis]
 
 
 class Recorder:
@@ -194,11 +192,11 @@ class Recorder:
         if config.otlp is not None:
             self._otlp = otlp_http_exporter(config.otlp.endpoint, timeout_s=config.otlp.timeout_s)
             self.store.history.add_commit_listener(self._otlp)
-        self.engines = engine_collectors(
+        self.redis_collectors = redis_collectors(
             config, self.store.history, metrics=self.metrics, clock=clock, redactor=self.redactor
         )
         self.runner = RecorderRunner()
-        for collector in self.engines:
+        for collector in self.redis_collectors:
             self.runner.add(collector)
         self.kubernetes: KubeCollector | None = None
         if config.kubernetes is not None:
@@ -218,10 +216,10 @@ class Recorder:
     def add_collector(self, collector: Collector) -> None:
         self.runner.add(collector)
 
-    def poll_engines_once(self) -> dict[str, str | None]:
-        """Poll every engine target once; returns the error line per target (None = ok). Store errors raise."""
+    def poll_redis_once(self) -> dict[str, str | None]:
+        """Poll every Redis/Valkey target once; returns the error line per target (None = ok). Store errors raise."""
         results: dict[str, str | None] = {}
-        for collector in self.engines:
+        for collector in self.redis_collectors:
             try:
                 collector.poll_once()
                 results[collector.target.name] = None

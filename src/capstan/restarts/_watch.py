@@ -22,7 +22,7 @@ import random
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -45,6 +45,9 @@ from capstan.restarts._records import last_seen, restart_batch, unsent_digested
 from capstan.restarts._render import recovered_digest_notices
 from capstan.restarts._report import RecordedChange, RestartSnapshot
 from capstan.store import Batch, ObjectChange, Restart, RestartCount, WriteResult
+
+if TYPE_CHECKING:
+    from capstan.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +187,40 @@ class RestartWatcher:
         self.pod_events = PodEventIndex(client, namespace=namespace)
         self.skipped_evidence = 0  # restarts whose evidence was not fetched (digested or filtered)
         self._owner_cache: dict[tuple[str, str, str], tuple[float, Mapping[str, Any] | None]] = {}
+
+    @classmethod
+    def over_store(
+        cls,
+        config: RestartsConfig,
+        client: KubeClient,
+        store: Store,
+        *,
+        source: str = "default",
+        namespace: str | None = None,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        registry: CollectorRegistry | None = None,
+        workers: int = 8,
+        call_timeout: float = 5.0,
+    ) -> RestartWatcher:
+        """A watcher over one store's parts: its restart records, its history, its outbox and thread index, and its
+        redaction key. The other arguments are those of the constructor, which takes the parts one by one."""
+        return cls(
+            config,
+            client,
+            records=store.restart_records,
+            history=store.history,
+            outbox=store.outbox,
+            threads=store.threads,
+            redaction_key=store.keys.redaction_key(),
+            source=source,
+            namespace=namespace,
+            clock=clock,
+            rng=rng,
+            registry=registry,
+            workers=workers,
+            call_timeout=call_timeout,
+        )
 
     # ---- evidence -----------------------------------------------------------------------------------------------
     async def _get(self, coro: Any) -> Any:

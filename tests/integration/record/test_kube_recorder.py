@@ -13,7 +13,7 @@ import pytest
 
 from capstan.faults import Kubelet
 from capstan.kube import KubeClient, resources
-from capstan.record._kube import KubeCollector, KubernetesConfig
+from capstan.record import KubeCollector, KubernetesConfig
 from capstan.sandbox import Sandbox
 from capstan.store import Store, open_store
 

@@ -1,4 +1,4 @@
-"""The Redis engine collector against a real redis-server, writing to both store back ends."""
+"""The Redis collector against a real redis-server, writing to both store back ends."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from capstan.record import EngineCollector, RecorderRunner, RedisTargetConfig
+from capstan.record import RecorderRunner, RedisCollector, RedisTargetConfig
 from capstan.sandbox import RedisServer, free_port
 from capstan.store import open_store
 
@@ -40,7 +40,7 @@ def test_slowlog_flood_faster_than_the_poll_gives_a_gap_with_the_exact_lost_coun
 ) -> None:
     server = redis_factory(*SLOW_ARGS, "--slowlog-max-len", "8")
     store = open_store(history_store_url)
-    collector = EngineCollector(
+    collector = RedisCollector(
         RedisTargetConfig(name="cache", address=server.address, logs=["slowlog"]), store.history
     )
     client = _client(server)
@@ -79,7 +79,7 @@ def test_server_restart_is_recorded_and_ids_restart_cleanly(
 ) -> None:
     server = redis_factory(*SLOW_ARGS)
     store = open_store(history_store_url)
-    collector = EngineCollector(
+    collector = RedisCollector(
         RedisTargetConfig(name="r", address=server.address, logs=["slowlog"]), store.history
     )
     _slow(_client(server), "before")
@@ -113,7 +113,7 @@ def test_acl_log_entries_merging_keep_count_and_last_update_current(
     admin = _client(server)
     admin.execute_command("ACL", "SETUSER", "app", "on", ">right", "~*", "+@all")  # type: ignore[no-untyped-call]
     store = open_store(history_store_url)
-    collector = EngineCollector(
+    collector = RedisCollector(
         RedisTargetConfig(name="acl", address=server.address, logs=["acllog"]), store.history
     )
     _failed_auth(server)
@@ -139,7 +139,7 @@ def test_config_set_shows_up_as_a_change_and_commandlog_absence_is_no_error(
 ) -> None:
     server = redis_factory()
     store = open_store(history_store_url)
-    collector = EngineCollector(RedisTargetConfig(name="cfg", address=server.address), store.history)
+    collector = RedisCollector(RedisTargetConfig(name="cfg", address=server.address), store.history)
     collector.poll_once()
     assert store.history.engine_entries(target="cfg", log_name="config") == []
     _client(server).config_set("maxmemory-policy", "allkeys-lru")
@@ -162,17 +162,17 @@ async def test_bad_targets_get_clear_errors_and_never_stop_the_good_one(
     locked = redis_factory("--requirepass", "sesame")
     store = open_store(str(tmp_path / "h.db"))
     collectors = [
-        EngineCollector(
+        RedisCollector(
             RedisTargetConfig(name="good", address=good.address, poll_interval_s=0.05), store.history
         ),
-        EngineCollector(
+        RedisCollector(
             RedisTargetConfig(
                 name="gone", address=f"127.0.0.1:{free_port()}", poll_interval_s=0.05, timeout_s=1
             ),
             store.history,
             max_backoff_s=0.2,
         ),
-        EngineCollector(
+        RedisCollector(
             RedisTargetConfig(name="locked", address=locked.address, password="wrong", poll_interval_s=0.05),
             store.history,
             max_backoff_s=0.2,

@@ -19,8 +19,7 @@ import pytest
 from capstan.faults import Kubelet, Termination
 from capstan.kube import KubeClient, resources
 from capstan.notify import DEV_TOKEN, SlackReceiver, serve_in_thread
-from capstan.restarts import RestartsConfig
-from capstan.restarts._watch import RestartWatcher
+from capstan.restarts import RestartsConfig, RestartWatcher
 from capstan.sandbox import Sandbox
 from capstan.store import Store, open_store
 
@@ -70,17 +69,7 @@ def config(url: str, **extra: Any) -> RestartsConfig:
 async def watching(
     cfg: RestartsConfig, kube: KubeClient, store: Store, namespace: str
 ) -> AsyncIterator[RestartWatcher]:
-    watcher = RestartWatcher(
-        cfg,
-        kube,
-        records=store.restart_records,
-        history=store.history,
-        outbox=store.outbox,
-        threads=store.threads,
-        redaction_key=store.keys.redaction_key(),
-        namespace=namespace,
-        call_timeout=5,
-    )
+    watcher = RestartWatcher.over_store(cfg, kube, store, namespace=namespace, call_timeout=5)
     stop = asyncio.Event()
     task = asyncio.create_task(watcher.run(stop))
     await asyncio.wait_for(watcher.synced.wait(), 30)

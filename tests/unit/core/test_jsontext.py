@@ -7,7 +7,7 @@ import json
 import pytest
 
 from capstan import jsontext
-from capstan.record._diff import make_patch
+from capstan.record import make_patch
 
 pytestmark = pytest.mark.unit
 

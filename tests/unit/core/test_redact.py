@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capstan.record import DiffPolicy, make_patch, normalize
-from capstan.record._engine_core import plan_config
+from capstan.record import DiffPolicy, make_patch, normalize, plan_config
 from capstan.redact import RedactingFilter, RedactionPolicy, Redactor
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from capstan.backoff import Jitter, backoff_delay
-from capstan.notify import TokenBucket, blocks_problem
+from capstan.notify import blocks_problem
+from capstan.notify._ratelimit import TokenBucket
 
 pytestmark = pytest.mark.unit
 
@@ -59,7 +60,7 @@ def test_blocks_problem_names_the_block() -> None:
 
 
 def test_parse_retry_after() -> None:
-    from capstan.notify import parse_retry_after
+    from capstan.notify._sinks import parse_retry_after
 
     assert parse_retry_after("7") == 7.0
     assert parse_retry_after(" 2.5 ") == 2.5

@@ -18,13 +18,11 @@ from capstan.notify import (
     SlackWebhookSink,
     blocks_problem,
     combine_notices,
-    escape_fences,
     render_discord,
-    render_google_chat,
     render_slack,
-    render_teams,
-    tail_lines,
 )
+from capstan.notify._notice import escape_fences, tail_lines
+from capstan.notify._render import render_google_chat, render_teams
 from tests.integration.notify.receivers import discord_problem, google_chat_problem, teams_problem
 
 pytestmark = pytest.mark.unit

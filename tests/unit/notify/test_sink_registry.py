@@ -14,6 +14,7 @@ from capstan.cli.main import main
 from capstan.config import StrictModel, load_model, plugin_type, union_models
 from capstan.errors import UserError
 from capstan.notify import (
+    SINKS,
     DiscordSink,
     GoogleChatSink,
     JsonWebhookSink,
@@ -21,10 +22,9 @@ from capstan.notify import (
     SlackBotSink,
     SlackWebhookSink,
     TeamsSink,
-    TeamsSinkConfig,
     build_sink,
 )
-from capstan.notify._config import SINKS
+from capstan.notify._config import TeamsSinkConfig
 
 pytestmark = pytest.mark.unit
 

@@ -10,13 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capstan.notify import (
-    blocks_problem,
-    render_page,
-    slack_message_problem,
-    slack_message_texts,
-    stored_slack_message,
-)
+from capstan.notify import blocks_problem
+from capstan.notify._receiver_page import render_page
+from capstan.notify._slack_message import slack_message_problem, slack_message_texts, stored_slack_message
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capstan.restarts import ContainerRestart, NoiseGate, RestartFilter, parse_label_selector
+from capstan.restarts import ContainerRestart
+from capstan.restarts._noise import NoiseGate, RestartFilter, parse_label_selector
 from tests.unit.restarts.podkit import pod
 
 pytestmark = pytest.mark.unit
@@ -131,7 +132,8 @@ def test_every_restart_is_reported_or_digested_exactly_once(
 
 def test_long_digest_is_split_and_lists_every_restart() -> None:
     from capstan.notify import blocks_problem, render_discord, render_slack
-    from capstan.restarts import Digest, digest_notices, restart_token
+    from capstan.restarts._noise import Digest
+    from capstan.restarts._render import digest_notices, restart_token
     from tests.integration.notify.receivers import discord_problem
 
     restarts = [_r(f"worker-{i:03d}-" + "x" * 40, 31 + i % 3) for i in range(100)]
@@ -152,7 +154,8 @@ def test_long_digest_is_split_and_lists_every_restart() -> None:
 def test_combined_digests_and_reports_still_name_every_restart() -> None:
     """When the drainer combines queued messages, the briefs carry every restart token (accounting still works)."""
     from capstan.notify import SlackWebhookSink, blocks_problem, combine_notices, render_slack
-    from capstan.restarts import Digest, digest_notices, restart_token
+    from capstan.restarts._noise import Digest
+    from capstan.restarts._render import digest_notices, restart_token
 
     capacity = SlackWebhookSink("s", "https://hooks.slack.com/services/T/B/x").capacity
     restarts = [_r(f"worker-{i:03d}", 1 + i % 3) for i in range(40)]

@@ -8,18 +8,10 @@ import pytest
 
 from capstan.kube import parse_timestamp as parse_time
 from capstan.notify import blocks_problem, render_slack
-from capstan.restarts import (
-    RecordedChange,
-    ReportSettings,
-    RestartSnapshot,
-    WorkloadRef,
-    build_report,
-    detect_restarts,
-    explain,
-    report_notice,
-    resolve_owner,
-    restart_token,
-)
+from capstan.restarts import RecordedChange, ReportSettings, RestartSnapshot, build_report, detect_restarts
+from capstan.restarts._meaning import explain
+from capstan.restarts._render import report_notice, restart_token
+from capstan.restarts._report import WorkloadRef, resolve_owner
 from tests.unit.restarts.podkit import event, node, pod, status
 
 pytestmark = pytest.mark.unit

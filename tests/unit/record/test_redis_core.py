@@ -1,10 +1,11 @@
-"""Gap-aware cursor logic of the engine collectors, as pure functions."""
+"""Gap-aware cursor logic of the Redis/Valkey collectors, as pure functions."""
 
 from __future__ import annotations
 
 import pytest
 
-from capstan.record import RingEntry, ServerInfo, plan_acllog_without_ids, plan_config, plan_ring, plan_server
+from capstan.record import RingEntry, ServerInfo, plan_config, plan_ring, plan_server
+from capstan.record._redis_core import plan_acllog_without_ids
 from capstan.store import EngineCursor
 
 pytestmark = pytest.mark.unit

@@ -1,6 +1,6 @@
 """Gap-aware cursor logic for Redis/Valkey logs, as pure functions of (stored cursor, what the server returned).
 
-Each engine log is a ring with monotonically increasing ids that restart at 0 with the server process. Given the
+Each Redis/Valkey log (SLOWLOG, ACL LOG, COMMANDLOG) is a ring with monotonically increasing ids that restart at 0 with the server process. Given the
 cursor from the store and one poll's entries, :func:`plan_ring` decides which entries are new, whether the ring
 overwrote entries since the last poll (a gap with the exact lost count: the ids are consecutive), and whether the
 server restarted (run id changed, or ids went backwards). The shell in ``_redis.py`` only fetches and writes.
