@@ -191,6 +191,10 @@ def _pod(snapshot: Snapshot, pod: KubeObject, ref: ObjectRef, related: list[Obje
         )
         return
     restart_policy = str((pod.get("spec") or {}).get("restartPolicy") or "Always")
+    creating = [c for c in containers(pod) if _waiting_reason(c) in ("ContainerCreating", "PodInitializing")]
+    mount = _mount_failure(snapshot, pod, ref, related) if creating else None
+    if mount is not None:
+        yield mount
     for c in containers(pod):
         state = c.status.get("state") or {}
         waiting = state.get("waiting") if isinstance(state.get("waiting"), Mapping) else None
@@ -217,6 +221,70 @@ def _pod(snapshot: Snapshot, pod: KubeObject, ref: ObjectRef, related: list[Obje
                 found_probe = _probe(snapshot, pod, ref, related, c)
                 if found_probe is not None:
                     yield found_probe
+
+
+def _waiting_reason(c: Container) -> str:
+    waiting = (c.status.get("state") or {}).get("waiting")
+    return str(waiting.get("reason") or "") if isinstance(waiting, Mapping) else ""
+
+
+_MOUNT_MISSING: Final = re.compile(
+    r'volume "(?P<volume>[^"]+)"\s*:\s*(?P<kind>configmap|secret) "(?P<name>[^"]+)" not found', re.I
+)
+
+
+def _mount_failure(
+    snapshot: Snapshot, pod: KubeObject, ref: ObjectRef, related: list[ObjectRef]
+) -> Finding | None:
+    """A pod stuck creating its containers because a volume cannot be mounted or attached (``FailedMount``,
+    ``FailedAttachVolume``): a missing ConfigMap or Secret is a configuration fault, anything else storage."""
+    namespace, name, uid = meta_of(pod)
+    failed = [
+        e
+        for e in snapshot.events_about("Pod", namespace, name, uid)
+        if e.get("reason") in ("FailedMount", "FailedAttachVolume", "FailedMapVolume")
+    ]
+    if not failed:
+        return None
+    named = [(e, m) for e in failed if (m := _MOUNT_MISSING.search(event_message(e))) is not None]
+    evidence = [_event_evidence(e, "mount failure") for e in failed[-2:]]
+    if named:
+        m = named[-1][1]
+        kind = "ConfigMap" if m["kind"].lower() == "configmap" else "Secret"
+        target = ObjectRef(kind, namespace, m["name"])
+        evidence.append(
+            Evidence("volume", Source.OBJECT_FIELD, f"spec.volumes[{m['volume']}]", f"{kind} {m['name']}")
+        )
+        return Finding.create(
+            NAME,
+            f"mount-missing-{kind}/{m['name']}",
+            subject=ref,
+            related=[target, *related],
+            severity=Severity.CRITICAL,
+            category=Category.CONFIGURATION,
+            root_cause=(
+                f"Pod {namespace}/{name} cannot start its containers: volume {m['volume']} mounts {kind} "
+                f"{namespace}/{m['name']}, which does not exist."
+            ),
+            evidence=evidence,
+            changes=preceding_changes(snapshot, [target, ref, *related]),
+            confidence=0.95,
+            next_check=f"kubectl get {kind.lower()} -n {namespace} {m['name']}",
+        )
+    last = failed[-1]
+    return Finding.create(
+        NAME,
+        f"{last.get('reason')}",
+        subject=ref,
+        related=related,
+        severity=Severity.CRITICAL,
+        category=Category.STORAGE,
+        root_cause=f"Pod {namespace}/{name} cannot start its containers: {quote(event_message(last), 200)}.",
+        evidence=evidence,
+        changes=preceding_changes(snapshot, [ref, *related]),
+        confidence=0.8,
+        next_check=f"kubectl describe pod -n {namespace} {name}; kubectl get pvc,volumeattachments -n {namespace}",
+    )
 
 
 def _failed_for_good(c: Container, terminated: Mapping[str, Any], restart_policy: str) -> bool:
@@ -469,7 +537,7 @@ def references(c: Container) -> list[Reference]:
     return out
 
 
-def _data_keys(obj: KubeObject) -> set[str]:
+def data_keys(obj: KubeObject) -> set[str]:
     return {str(k) for field in ("data", "binaryData", "stringData") for k in (obj.get(field) or {})}
 
 
@@ -502,7 +570,7 @@ def _config_error(
             if obj is None:
                 missing, problem = r, f"{r.kind} {ref.namespace}/{r.name} does not exist"
                 break
-            if r.key and r.key not in _data_keys(obj):
+            if r.key and r.key not in data_keys(obj):
                 missing, problem = r, f"{r.kind} {ref.namespace}/{r.name} has no key {r.key}"
                 break
     if missing is None:
@@ -535,7 +603,7 @@ def _config_error(
         )
     obj = snapshot.get(missing.kind, ref.namespace, missing.name)
     if obj is not None and missing.key:
-        keys = ", ".join(sorted(_data_keys(obj))) or "(none)"
+        keys = ", ".join(sorted(data_keys(obj))) or "(none)"
         evidence.append(Evidence("keys present", Source.OBJECT_FIELD, f"{target.key} data", keys))
     by = f" (read by {where})" if where else ""
     return Finding.create(

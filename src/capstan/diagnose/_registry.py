@@ -8,6 +8,7 @@ from typing import Final
 from capstan.diagnose._analyzer import Analyzer, Diagnosis, FunctionAnalyzer, analyzer_registry, run_analyzers
 from capstan.diagnose._nodes import analyze_nodes
 from capstan.diagnose._pods import analyze_pods
+from capstan.diagnose._references import analyze_references
 from capstan.diagnose._scheduling import analyze_scheduling
 from capstan.diagnose._services import analyze_services
 from capstan.diagnose._snapshot import Snapshot
@@ -19,6 +20,7 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
     FunctionAnalyzer("scheduling", ("Pod", "Node", "Event"), analyze_scheduling),
     FunctionAnalyzer("services", ("Service", "Pod"), analyze_services),
     FunctionAnalyzer("nodes", ("Node",), analyze_nodes),
+    FunctionAnalyzer("references", ("Pod", "ConfigMap", "Secret"), analyze_references),
 )
 
 

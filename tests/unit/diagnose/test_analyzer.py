@@ -33,7 +33,7 @@ def finding(name: str, severity: Severity, cause: str) -> Finding:
 
 
 def test_registry_names_and_duplicates() -> None:
-    assert list(ANALYZERS) == ["pods", "scheduling", "services", "nodes"]
+    assert list(ANALYZERS) == ["pods", "scheduling", "services", "nodes", "references"]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
         analyzer_registry(one, one)
@@ -83,6 +83,7 @@ def test_an_unreadable_kind_is_a_blind_spot_not_a_guess() -> None:
         ("pods", "Pod"),
         ("scheduling", "Pod"),
         ("services", "Pod"),
+        ("references", "Pod"),
     }
     assert "forbidden" in d.blind[0].reason
 

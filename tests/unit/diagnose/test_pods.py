@@ -274,3 +274,27 @@ def test_a_decoy_warning_does_not_become_the_root() -> None:
     assert d.findings, d
     assert "has no key DB_HOST" in d.findings[0].root_cause
     assert all("cache-0" not in f.root_cause and "Search Line" not in f.root_cause for f in d.findings)
+
+
+def test_failed_mount_of_a_missing_configmap() -> None:
+    p = pod(statuses=[waiting("app", "ContainerCreating")], phase="Pending")
+    p["spec"]["volumes"] = [{"name": "config", "configMap": {"name": "app-config"}}]
+    e = event(
+        p,
+        "FailedMount",
+        'MountVolume.SetUp failed for volume "config" : configmap "app-config" not found',
+        count=6,
+    )
+    f = only(analyze_pods(Snapshot(objects={"Pod": [p]}, events=[e])))
+    assert f.category is Category.CONFIGURATION and f.cause == "mount-missing-ConfigMap/app-config"
+    assert "volume config mounts ConfigMap shop/app-config, which does not exist" in f.root_cause
+    assert ObjectRef("ConfigMap", "shop", "app-config") in f.objects
+
+
+def test_failed_attach_is_a_storage_fault() -> None:
+    p = pod(statuses=[waiting("app", "ContainerCreating")], phase="Pending")
+    e = event(
+        p, "FailedAttachVolume", 'AttachVolume.Attach failed for volume "pvc-1" : rpc error: volume is in use'
+    )
+    f = only(analyze_pods(Snapshot(objects={"Pod": [p]}, events=[e])))
+    assert f.category is Category.STORAGE and "volume is in use" in f.root_cause
