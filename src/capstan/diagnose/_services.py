@@ -16,48 +16,83 @@ NAME: Final = "services"
 MAX_NEAR: Final = 3
 
 
-def _matches(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
+class PodIndex:
+    """The live pods of each namespace by label, so that matching a selector costs the size of its smallest
+    label set, not a scan of every pod (10k pods × 1k Services in one namespace is 10M label checks)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.pods: list[KubeObject] = []
+        self.labels: list[Mapping[str, str]] = []
+        self.by_label: dict[tuple[str, str, str], set[int]] = {}
+        self.by_key: dict[tuple[str, str], set[int]] = {}
+        self.by_namespace: dict[str, set[int]] = {}
+        for pod in snapshot.of("Pod"):
+            if is_terminal(pod):
+                continue
+            i = len(self.pods)
+            namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+            labels = labels_of(pod)
+            self.pods.append(pod)
+            self.labels.append(labels)
+            self.by_namespace.setdefault(namespace, set()).add(i)
+            for k, v in labels.items():
+                self.by_label.setdefault((namespace, k, v), set()).add(i)
+                self.by_key.setdefault((namespace, k), set()).add(i)
+
+    def matching(self, namespace: str, selector: Mapping[str, str]) -> list[int]:
+        sets = sorted((self.by_label.get((namespace, k, v), set()) for k, v in selector.items()), key=len)
+        if not sets:
+            return []
+        return sorted(set.intersection(*sets)) if len(sets) > 1 else sorted(sets[0])
+
+    def near(self, namespace: str, selector: Mapping[str, str]) -> list[tuple[int, str]]:
+        """Pods matching every pair of the selector but one (for a one-pair selector: pods with that key and
+        another value), with the key that differs."""
+        out: list[tuple[int, str]] = []
+        for key in selector:
+            rest = {k: v for k, v in selector.items() if k != key}
+            candidates = (
+                self.matching(namespace, rest) if rest else sorted(self.by_key.get((namespace, key), set()))
+            )
+            out.extend((i, key) for i in candidates)
+        return out
 
 
 def analyze_services(snapshot: Snapshot) -> list[Finding]:
     if not snapshot.readable("Pod").readable:
         return []  # reported as a blind spot: without pods a selector cannot be checked
+    index = PodIndex(snapshot)
     out: list[Finding] = []
     for service in snapshot.of("Service"):
         ref = ref_of("Service", service)
         with about(ref):
-            out.extend(_service(snapshot, service, ref))
+            out.extend(_service(snapshot, index, service, ref))
     return out
 
 
-def _service(snapshot: Snapshot, service: KubeObject, ref: ObjectRef) -> Iterator[Finding]:
+def _service(snapshot: Snapshot, index: PodIndex, service: KubeObject, ref: ObjectRef) -> Iterator[Finding]:
     spec = service.get("spec") or {}
     raw = spec.get("selector") or {}
     if spec.get("type") == "ExternalName" or not isinstance(raw, Mapping) or not raw:
         return
     selector = {str(k): str(v) for k, v in raw.items()}
-    pods = [p for p in snapshot.in_namespace("Pod", ref.namespace) if not is_terminal(p)]
-    selected = [p for p in pods if _matches(selector, labels_of(p))]
+    selected = [index.pods[i] for i in index.matching(ref.namespace, selector)]
     text = selector_text(selector)
     if not selected:
-        yield _no_pods(snapshot, ref, selector, text, pods)
+        yield _no_pods(snapshot, ref, selector, text, index)
         return
     yield from _target_ports(snapshot, ref, spec.get("ports") or [], selected, text)
 
 
 def _no_pods(
-    snapshot: Snapshot, ref: ObjectRef, selector: Mapping[str, str], text: str, pods: Sequence[KubeObject]
+    snapshot: Snapshot, ref: ObjectRef, selector: Mapping[str, str], text: str, index: PodIndex
 ) -> Finding:
     """The pods that match all but one key of the selector point at the label that changed."""
     near: list[tuple[ObjectRef, str]] = []
-    for pod in pods:
-        labels = labels_of(pod)
-        wrong = [k for k, v in selector.items() if labels.get(k) != v]
-        if len(wrong) == 1 and len(selector) >= 1 and (len(selector) > 1 or wrong[0] in labels):
-            key = wrong[0]
-            have = f"{key}={labels[key]}" if key in labels else f"no label {key}"
-            near.append((ref_of("Pod", pod), have))
+    for i, key in index.near(ref.namespace, selector):
+        labels = index.labels[i]
+        have = f"{key}={labels[key]}" if key in labels else f"no label {key}"
+        near.append((ref_of("Pod", index.pods[i]), have))
     near.sort()
     evidence = [Evidence("selector", Source.OBJECT_FIELD, "spec.selector", text)]
     for pod_ref, have in near[:MAX_NEAR]:

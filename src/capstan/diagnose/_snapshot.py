@@ -6,8 +6,9 @@ is not written yet) or by hand in tests; nothing here calls the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from capstan.kube import parse_timestamp
@@ -26,6 +27,13 @@ class Readable:
     kind: str
     readable: bool = True
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class _EventIndex:
+    by_name: dict[tuple[str, str, str], list[KubeObject]]
+    by_uid: dict[tuple[str, str], list[KubeObject]]
+    without_uid: dict[tuple[str, str, str], list[KubeObject]]
 
 
 @dataclass(frozen=True)
@@ -56,32 +64,57 @@ class Snapshot:
 
     def get(self, kind: str, namespace: str, name: str) -> KubeObject | None:
         """One object by kind, namespace (empty for cluster-scoped kinds) and name."""
-        for obj in self.of(kind):
-            meta = obj.get("metadata") or {}
-            if meta.get("name") == name and str(meta.get("namespace") or "") == namespace:
-                return obj
-        return None
+        return self._by_name.get((kind, namespace, name))
 
-    def in_namespace(self, kind: str, namespace: str) -> Iterator[KubeObject]:
-        for obj in self.of(kind):
-            if str((obj.get("metadata") or {}).get("namespace") or "") == namespace:
-                yield obj
+    def in_namespace(self, kind: str, namespace: str) -> Sequence[KubeObject]:
+        return self._by_namespace.get((kind, namespace), ())
 
-    def events_about(self, kind: str, namespace: str, name: str, uid: str = "") -> list[KubeObject]:
-        """Events whose subject is this object (by UID when both sides have one, else by kind, namespace, name),
-        oldest first."""
-        out = []
-        for event in self.events:
+    def events_about(self, kind: str, namespace: str, name: str, uid: str = "") -> Sequence[KubeObject]:
+        """Events whose subject is this object (by UID when both sides have one, else by kind, namespace and
+        name), oldest first."""
+        index = self._events
+        if uid:
+            with_uid = index.by_uid.get((kind, uid), [])
+            without = index.without_uid.get((kind, namespace, name), [])
+            if not without:
+                return with_uid
+            return sorted([*with_uid, *without], key=lambda e: event_time(e) or 0.0)
+        return index.by_name.get((kind, namespace, name), [])
+
+    # The indexes are built once, on first use (a snapshot is immutable), so that analyzers stay linear in the
+    # number of objects and Events rather than scanning all Events for every pod.
+    @cached_property
+    def _by_name(self) -> dict[tuple[str, str, str], KubeObject]:
+        out: dict[tuple[str, str, str], KubeObject] = {}
+        for kind, objects in self.objects.items():
+            for obj in objects:
+                namespace, name, _ = meta_of(obj)
+                out.setdefault((kind, namespace, name), obj)
+        return out
+
+    @cached_property
+    def _by_namespace(self) -> dict[tuple[str, str], list[KubeObject]]:
+        out: dict[tuple[str, str], list[KubeObject]] = {}
+        for kind, objects in self.objects.items():
+            for obj in objects:
+                out.setdefault((kind, meta_of(obj)[0]), []).append(obj)
+        return out
+
+    @cached_property
+    def _events(self) -> _EventIndex:
+        index = _EventIndex({}, {}, {})
+        for event in sorted(self.events, key=lambda e: event_time(e) or 0.0):
             subject = event.get("involvedObject") or event.get("regarding") or {}
-            if not isinstance(subject, Mapping) or subject.get("kind") != kind:
+            if not isinstance(subject, Mapping):
                 continue
-            if uid and subject.get("uid"):
-                if subject.get("uid") != uid:
-                    continue
-            elif subject.get("name") != name or str(subject.get("namespace") or "") != namespace:
-                continue
-            out.append(event)
-        return sorted(out, key=lambda e: event_time(e) or 0.0)
+            kind = str(subject.get("kind") or "")
+            key = (kind, str(subject.get("namespace") or ""), str(subject.get("name") or ""))
+            index.by_name.setdefault(key, []).append(event)
+            if subject.get("uid"):
+                index.by_uid.setdefault((kind, str(subject["uid"])), []).append(event)
+            else:
+                index.without_uid.setdefault(key, []).append(event)
+        return index
 
     def log(self, namespace: str, pod: str, container: str) -> str | None:
         return self.logs.get((namespace, pod, container))
