@@ -194,17 +194,20 @@ def _scheduling_message(snapshot: Snapshot, pod: KubeObject) -> tuple[str, KubeO
 
 def analyze_scheduling(snapshot: Snapshot) -> list[Finding]:
     out: list[Finding] = []
+    gpus: dict[str, list[GpuNode]] = {}  # per GPU resource, computed once per diagnosis
     for pod in snapshot.of("Pod"):
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         if spec.get("nodeName") or str(status.get("phase") or "Pending") != "Pending":
             continue
         ref = ref_of("Pod", pod)
         with about(ref):
-            out.extend(_pending(snapshot, pod, ref))
+            out.extend(_pending(snapshot, pod, ref, gpus))
     return out
 
 
-def _pending(snapshot: Snapshot, pod: KubeObject, ref: ObjectRef) -> Iterator[Finding]:
+def _pending(
+    snapshot: Snapshot, pod: KubeObject, ref: ObjectRef, gpus: dict[str, list[GpuNode]]
+) -> Iterator[Finding]:
     spec = pod.get("spec") or {}
     gates = [str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
     if gates:
@@ -247,7 +250,7 @@ def _pending(snapshot: Snapshot, pod: KubeObject, ref: ObjectRef) -> Iterator[Fi
         cause = "unschedulable"
     else:
         counts = reasons_text(parsed.reasons)
-        what = _explain_binding(snapshot, pod, binding, evidence, related)
+        what = _explain_binding(snapshot, pod, binding, evidence, related, gpus)
         root = (
             f"Pod {ref.namespace}/{ref.name} cannot be scheduled: {what} "
             f"(0/{parsed.total} nodes are available: {counts})."
@@ -275,6 +278,7 @@ def _explain_binding(
     binding: NodeReason,
     evidence: list[Evidence],
     related: list[ObjectRef],
+    gpus: dict[str, list[GpuNode]],
 ) -> str:
     spec = pod.get("spec") or {}
     if binding.kind == "resource" and binding.resource:
@@ -285,7 +289,9 @@ def _explain_binding(
         )
         if not _is_gpu(resource):
             return f"no node has {_fmt(need)} {resource} free ({binding.count} Insufficient {resource})"
-        nodes = gpu_nodes(snapshot, resource)
+        if resource not in gpus:
+            gpus[resource] = gpu_nodes(snapshot, resource)
+        nodes = gpus[resource]
         model = wanted_model(pod)
         if model is not None:
             nodes = [n for n in nodes if n.model in model.split(",")]

@@ -298,3 +298,34 @@ def test_failed_attach_is_a_storage_fault() -> None:
     )
     f = only(analyze_pods(Snapshot(objects={"Pod": [p]}, events=[e])))
     assert f.category is Category.STORAGE and "volume is in use" in f.root_cause
+
+
+def test_run_container_error_quotes_the_runtime() -> None:
+    msg = 'failed to create containerd task: exec: "/app/serve": stat /app/serve: no such file or directory'
+    p = pod(statuses=[waiting("app", "RunContainerError", msg)])
+    f = only(analyze_pods(Snapshot(objects={"Pod": [p]})))
+    assert f.cause == "RunContainerError/app" and "/app/serve" in f.root_cause
+
+
+def test_invalid_image_name() -> None:
+    p = pod(
+        containers=[container(image="registry.example/App:Latest")],
+        statuses=[
+            waiting(
+                "app",
+                "InvalidImageName",
+                'Failed to apply default image tag "registry.example/App:Latest": '
+                "couldn't parse image reference: invalid reference format",
+            )
+        ],
+    )
+    f = only(analyze_pods(Snapshot(objects={"Pod": [p]})))
+    assert f.cause == "InvalidImageName/app" and "invalid" in f.root_cause
+
+
+def test_same_fault_same_id_across_snapshots() -> None:
+    def build(restarts: int) -> str:
+        p = pod(statuses=[waiting("app", "CrashLoopBackOff", restarts=restarts, last=terminated("Error", 2))])
+        return only(analyze_pods(Snapshot(objects={"Pod": [p]}))).id
+
+    assert build(3) == build(30)

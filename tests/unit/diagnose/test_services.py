@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from capstan.diagnose import Category, ObjectRef, Snapshot
+from capstan.diagnose import Category, ObjectRef, Snapshot, diagnose
 from capstan.diagnose._services import analyze_services
 from capstan.restarts import RecordedChange
 
-from .kit import container, pod, service
+from .kit import container, event, pod, service
 
 
 def web_pod(
@@ -59,3 +59,14 @@ def test_healthy_services_and_undeclared_ports_say_nothing() -> None:
     pods = [web_pod({"app": "web"}), web_pod({"app": "api"}, ports=[], name="api-1")]
     numeric["spec"]["selector"] = {"app": "api"}
     assert analyze_services(Snapshot(objects={"Service": [ok, numeric, headless], "Pod": pods})) == []
+
+
+def test_a_decoy_warning_on_a_healthy_service_is_not_a_root() -> None:
+    good = service("api", selector={"app": "api"})
+    broken = service("web", selector={"app": "web"})
+    pods = [web_pod({"app": "api"}, name="api-1"), web_pod({"app": "web-v2"}, name="web-1")]
+    decoy = event(
+        good, "FailedToUpdateEndpoint", "Failed to update endpoint shop/api: the object has been modified"
+    )
+    d = diagnose(Snapshot(objects={"Service": [good, broken], "Pod": pods}, events=[decoy]))
+    assert [f.subject for f in d.findings] == [ObjectRef("Service", "shop", "web")]
