@@ -1,8 +1,10 @@
-"""The nodes analyzer: a node that is not Ready, a pressure condition, a node that is cordoned, and GPUs that a
-node's device plugin no longer offers (allocatable below capacity)."""
+"""The nodes analyzer: a node that is not Ready, a pressure condition, any other condition a problem detector set
+(an XID or GPU health condition is a GPU fault), and GPUs that a node's device plugin no longer offers (allocatable
+below capacity)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Final
 
@@ -12,6 +14,7 @@ from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Se
 from capstan.diagnose._snapshot import KubeObject, Snapshot
 
 NAME: Final = "nodes"
+_GPU_WORDS: Final = re.compile(r"\bxid\b|gpu|nvlink|nvidia|ecc", re.I)
 PRESSURE: Final = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 
 
@@ -77,6 +80,37 @@ def _node(snapshot: Snapshot, node: KubeObject, ref: ObjectRef) -> Iterator[Find
             ],
             confidence=0.9,
             next_check=f"kubectl describe node {ref.name} (Allocated resources, eviction Events)",
+        )
+    for ctype, cond in sorted(conditions.items()):
+        if ctype == "Ready" or ctype in PRESSURE or cond.get("status") != "True":
+            continue
+        # a condition set by a problem detector (node-problem-detector, the GPU operator's health checks)
+        text = f"{ctype} {cond.get('reason') or ''} {cond.get('message') or ''}"
+        gpu = bool(_GPU_WORDS.search(text))
+        message = str(cond.get("message") or cond.get("reason") or "")
+        yield Finding.create(
+            NAME,
+            f"condition/{ctype}",
+            subject=ref,
+            related=_bound_pods(snapshot, ref.name)[:5] if gpu else (),
+            severity=Severity.CRITICAL if gpu else Severity.WARNING,
+            category=Category.GPU if gpu else Category.NODE,
+            root_cause=f"Node {ref.name} reports {ctype}=True: {quote(message, 200)}.",
+            evidence=[
+                Evidence(
+                    ctype,
+                    Source.OBJECT_FIELD,
+                    f"status.conditions[{ctype}]",
+                    f"reason={cond.get('reason')} message={quote(message)}",
+                )
+            ],
+            changes=preceding_changes(snapshot, [ref]),
+            confidence=0.85,
+            next_check=(
+                f"nvidia-smi -q on {ref.name} and the kernel log (dmesg | grep -i xid); drain it if a GPU fell off the bus"
+                if gpu
+                else f"kubectl describe node {ref.name}; the problem detector's log"
+            ),
         )
     capacity, allocatable = status.get("capacity") or {}, status.get("allocatable") or {}
     for resource, total in sorted(capacity.items()):

@@ -33,3 +33,26 @@ def test_gpu_allocatable_below_capacity() -> None:
 
 def test_healthy_node_says_nothing() -> None:
     assert analyze_nodes(Snapshot(objects={"Node": [node("a", gpus=8)]})) == []
+
+
+def test_an_xid_condition_is_a_gpu_fault_and_other_detector_conditions_are_node_warnings() -> None:
+    xid = {
+        "type": "GpuXidError",
+        "status": "True",
+        "reason": "XidCritical",
+        "message": "Xid 79: GPU has fallen off the bus",
+    }
+    kernel = {
+        "type": "KernelDeadlock",
+        "status": "True",
+        "reason": "DockerHung",
+        "message": "task docker blocked",
+    }
+    cleared = {"type": "FrequentKubeletRestart", "status": "False", "reason": "NoFrequentKubeletRestart"}
+    n = node("gpu-2", gpus=8, conditions=[xid, kernel, cleared])
+    found = {f.cause: f for f in analyze_nodes(Snapshot(objects={"Node": [n], "Pod": [pod(node="gpu-2")]}))}
+    assert set(found) == {"condition/GpuXidError", "condition/KernelDeadlock"}
+    g = found["condition/GpuXidError"]
+    assert g.category is Category.GPU and g.severity is Severity.CRITICAL and "Xid 79" in g.root_cause
+    assert ObjectRef("Pod", "shop", "web-7d9f8-abcde") in g.objects
+    assert found["condition/KernelDeadlock"].category is Category.NODE
