@@ -322,15 +322,34 @@ def _explain_binding(
     if binding.kind == "taint":
         return f"{binding.count} node(s) have a taint it does not tolerate ({binding.reason})"
     if binding.kind == "selector":
-        selector = spec.get("nodeSelector") or {}
+        selector = {str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()}
         text = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
         evidence.append(
             Evidence("node selector", Source.OBJECT_FIELD, "spec.nodeSelector", text or "(node affinity)")
         )
-        return f"no node matches its node selector/affinity {text or '(spec.affinity.nodeAffinity)'}"
+        have = _label_values(snapshot, selector)
+        if have:
+            evidence.append(Evidence("node labels", Source.OBJECT_FIELD, "Node metadata.labels", have))
+        tail = f" (the nodes have {have})" if have else ""
+        return f"no node matches its node selector/affinity {text or '(spec.affinity.nodeAffinity)'}{tail}"
     if binding.kind == "storage":
         return f"its volumes cannot be bound or placed ({binding.reason})"
     return binding.reason
+
+
+def _label_values(snapshot: Snapshot, selector: Mapping[str, str]) -> str:
+    """What the nodes have for each key of ``selector`` that no node matches: ``accelerator=a100 ×4, none ×8``."""
+    parts = []
+    nodes = snapshot.of("Node")
+    for key, value in sorted(selector.items()):
+        counts: dict[str, int] = {}
+        for n in nodes:
+            labels = (n.get("metadata") or {}).get("labels") or {}
+            got = f"{key}={labels[key]}" if key in labels else f"no {key}"
+            counts[got] = counts.get(got, 0) + 1
+        if nodes and f"{key}={value}" not in counts:
+            parts.append(", ".join(f"{k} ×{c}" for k, c in sorted(counts.items())))
+    return "; ".join(parts)
 
 
 def _next_check(binding: NodeReason | None, ref: ObjectRef) -> str:

@@ -118,8 +118,10 @@ def test_selector_binds_and_is_quoted_from_the_condition() -> None:
             "message": "0/6 nodes are available: 6 node(s) didn't match Pod's node affinity/selector.",
         }
     ]
-    (f,) = analyze_scheduling(Snapshot(objects={"Pod": [p]}))
+    nodes = [node(f"a{i}", labels={"accelerator": "a100"}) for i in range(4)] + [node("cpu")]
+    (f,) = analyze_scheduling(Snapshot(objects={"Pod": [p], "Node": nodes}))
     assert "accelerator=h200" in f.root_cause
+    assert "(the nodes have accelerator=a100 ×4, no accelerator ×1)" in f.root_cause
     assert any(e.where == "status.conditions[PodScheduled].message" for e in f.evidence)
 
 
