@@ -12,6 +12,7 @@ from capstan.diagnose._references import analyze_references
 from capstan.diagnose._scheduling import analyze_scheduling
 from capstan.diagnose._services import analyze_services
 from capstan.diagnose._snapshot import Snapshot
+from capstan.diagnose._workloads import analyze_workloads
 from capstan.redact import Redactor
 
 # NOTE: one entry per analyzer; a name given twice fails at import (tests/unit/diagnose pins the names)
@@ -21,6 +22,11 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
     FunctionAnalyzer("services", ("Service", "Pod"), analyze_services),
     FunctionAnalyzer("nodes", ("Node",), analyze_nodes),
     FunctionAnalyzer("references", ("Pod", "ConfigMap", "Secret"), analyze_references),
+    FunctionAnalyzer(
+        "workloads",
+        ("ReplicaSet", "StatefulSet", "DaemonSet", "Job", "Deployment", "Event"),
+        analyze_workloads,
+    ),
 )
 
 

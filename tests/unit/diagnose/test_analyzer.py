@@ -33,7 +33,7 @@ def finding(name: str, severity: Severity, cause: str) -> Finding:
 
 
 def test_registry_names_and_duplicates() -> None:
-    assert list(ANALYZERS) == ["pods", "scheduling", "services", "nodes", "references"]
+    assert list(ANALYZERS) == ["pods", "scheduling", "services", "nodes", "references", "workloads"]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
         analyzer_registry(one, one)
