@@ -12,6 +12,7 @@ from capstan.diagnose._references import analyze_references
 from capstan.diagnose._scheduling import analyze_scheduling
 from capstan.diagnose._services import analyze_services
 from capstan.diagnose._snapshot import Snapshot
+from capstan.diagnose._storage import analyze_storage
 from capstan.diagnose._workloads import analyze_workloads
 from capstan.redact import Redactor
 
@@ -22,6 +23,7 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
     FunctionAnalyzer("services", ("Service", "Pod"), analyze_services),
     FunctionAnalyzer("nodes", ("Node",), analyze_nodes),
     FunctionAnalyzer("references", ("Pod", "ConfigMap", "Secret"), analyze_references),
+    FunctionAnalyzer("storage", ("PersistentVolumeClaim", "StorageClass", "Pod", "Event"), analyze_storage),
     FunctionAnalyzer(
         "workloads",
         ("ReplicaSet", "StatefulSet", "DaemonSet", "Job", "Deployment", "Event"),

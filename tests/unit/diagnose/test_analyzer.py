@@ -33,7 +33,15 @@ def finding(name: str, severity: Severity, cause: str) -> Finding:
 
 
 def test_registry_names_and_duplicates() -> None:
-    assert list(ANALYZERS) == ["pods", "scheduling", "services", "nodes", "references", "workloads"]
+    assert list(ANALYZERS) == [
+        "pods",
+        "scheduling",
+        "services",
+        "nodes",
+        "references",
+        "storage",
+        "workloads",
+    ]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
         analyzer_registry(one, one)
@@ -84,6 +92,7 @@ def test_an_unreadable_kind_is_a_blind_spot_not_a_guess() -> None:
         ("scheduling", "Pod"),
         ("services", "Pod"),
         ("references", "Pod"),
+        ("storage", "Pod"),
     }
     assert "forbidden" in d.blind[0].reason
 
