@@ -116,3 +116,11 @@ def test_order_is_severity_then_id_and_duplicates_are_kept_once() -> None:
     assert crit == sorted(crit)
     assert len(d.findings) == 4
     assert diagnose(Snapshot(), [twice]).to_json() == d.to_json()
+
+
+def test_a_failure_message_is_redacted_too() -> None:
+    def leaky(snapshot: Snapshot) -> list[Finding]:
+        raise ValueError("cannot parse postgres://app:pl4nted-Secret-77@db/shop")
+
+    d = diagnose(Snapshot(), [FunctionAnalyzer("leaky", (), leaky)])
+    assert "pl4nted-Secret-77" not in str(d.to_json()) and "REDACTED" in d.failures[0].error
