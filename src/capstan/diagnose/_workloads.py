@@ -1,0 +1,116 @@
+"""The workloads analyzer: a controller that cannot create its pods (``FailedCreate``: a ReplicaSet's
+``ReplicaFailure`` condition, or the Event a ReplicaSet, StatefulSet, DaemonSet or Job controller writes), with the
+controller's message classified (ResourceQuota, LimitRange, PodSecurity, an admission webhook, a missing service
+account). The Deployment that owns a failing ReplicaSet is attached as a symptom, not reported as a second root."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Final
+
+from capstan.diagnose._analyzer import about
+from capstan.diagnose._common import preceding_changes, quote, ref_of
+from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Severity, Source, Symptom
+from capstan.diagnose._snapshot import KubeObject, Snapshot, event_message, event_time, meta_of
+
+NAME: Final = "workloads"
+CONTROLLERS: Final = ("ReplicaSet", "StatefulSet", "DaemonSet", "Job")
+
+
+def classify_failed_create(message: str) -> tuple[Category, str]:
+    """What a controller's ``FailedCreate`` message means."""
+    low = message.lower()
+    if "exceeded quota" in low or "resourcequota" in low:
+        return Category.SCALING, "the namespace's ResourceQuota is used up"
+    if "podsecurity" in low or "violates podsecurity" in low:
+        return Category.SECURITY, "the pod template violates the namespace's PodSecurity level"
+    if "admission webhook" in low or "webhook" in low:
+        return Category.CONTROL_PLANE, "an admission webhook rejected (or could not be reached for) the pod"
+    if "limitrange" in low or ("usage per" in low and ("maximum" in low or "minimum" in low)):
+        return Category.CONFIGURATION, "the pod template breaks the namespace's LimitRange"
+    if "serviceaccount" in low and "not found" in low:
+        return Category.CONFIGURATION, "the pod template's service account does not exist"
+    return Category.CONFIGURATION, "the API server refused to create the pods"
+
+
+def _failure(snapshot: Snapshot, kind: str, obj: KubeObject) -> tuple[str, Evidence] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if (
+            isinstance(cond, Mapping)
+            and cond.get("type") == "ReplicaFailure"
+            and cond.get("status") == "True"
+        ):
+            message = str(cond.get("message") or "")
+            where = "status.conditions[ReplicaFailure]"
+            return message, Evidence("controller failure", Source.OBJECT_FIELD, where, quote(message))
+    namespace, name, uid = meta_of(obj)
+    events = [
+        e for e in snapshot.events_about(kind, namespace, name, uid) if e.get("reason") == "FailedCreate"
+    ]
+    if events:
+        last = events[-1]
+        count = int(last.get("count") or 1)
+        text = quote(event_message(last)) + (f" (×{count})" if count > 1 else "")
+        return event_message(last), Evidence(
+            "controller failure", Source.EVENT, "Event FailedCreate", text, event_time(last)
+        )
+    return None
+
+
+def _owner(obj: KubeObject) -> ObjectRef | None:
+    namespace = meta_of(obj)[0]
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return ObjectRef(str(ref.get("kind")), namespace, str(ref.get("name")))
+    return None
+
+
+def _stalled(snapshot: Snapshot, owner: ObjectRef) -> str | None:
+    obj = snapshot.get(owner.kind, owner.namespace, owner.name)
+    if obj is None:
+        return None
+    status = obj.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Progressing" and cond.get("status") == "False":
+            return f"rollout stalled ({cond.get('reason')})"
+    wanted = (obj.get("spec") or {}).get("replicas", 1)
+    available = status.get("availableReplicas", 0)
+    if wanted and available < wanted:
+        return f"{available}/{wanted} replicas available"
+    return None
+
+
+def analyze_workloads(snapshot: Snapshot) -> list[Finding]:
+    out: list[Finding] = []
+    for kind in CONTROLLERS:
+        for obj in snapshot.of(kind):
+            ref = ref_of(kind, obj)
+            with about(ref):
+                out.extend(_controller(snapshot, kind, obj, ref))
+    return out
+
+
+def _controller(snapshot: Snapshot, kind: str, obj: KubeObject, ref: ObjectRef) -> Iterator[Finding]:
+    failure = _failure(snapshot, kind, obj)
+    if failure is None:
+        return
+    message, evidence = failure
+    category, meaning = classify_failed_create(message)
+    owner = _owner(obj)
+    symptoms = []
+    if owner is not None and (problem := _stalled(snapshot, owner)) is not None:
+        symptoms.append(Symptom(owner, problem))
+    yield Finding.create(
+        NAME,
+        f"FailedCreate/{category}",
+        subject=ref,
+        related=[owner] if owner else (),
+        severity=Severity.CRITICAL,
+        category=category,
+        root_cause=f"{kind} {ref.namespace}/{ref.name} cannot create its pods: {meaning} — {quote(message, 200)}.",
+        evidence=[evidence],
+        changes=preceding_changes(snapshot, [ref, *([owner] if owner else [])]),
+        symptoms=symptoms,
+        confidence=0.9,
+        next_check=f"kubectl describe {kind.lower()} -n {ref.namespace} {ref.name}; kubectl describe quota,limitrange -n {ref.namespace}",
+    )
