@@ -312,15 +312,24 @@ class Redactor:
             base = m.start(0)
             return whole[: start - base] + self.marker(secret) + whole[end - base :]
 
-        def pair(m: re.Match[str]) -> str:
-            whole = m.group(0)
-            if not self.is_sensitive_name(m.group("key")) or _masked(m.group("secret")):
-                return whole
-            start, end = m.span("secret")
-            base = m.start(0)
-            return whole[: start - base] + self.marker(m.group("secret")) + whole[end - base :]
+        return self._redact_pairs(self._shapes.sub(shape, text))
 
-        return self._pairs.sub(pair, self._shapes.sub(shape, text))
+    def _redact_pairs(self, text: str) -> str:
+        """Every pair whose key names a secret, its value replaced. A pair whose key does not (``FATAL:`` in
+        ``FATAL: password=…``, ``msg:`` in ``msg: "password": "…"``) does not consume its value: the search goes
+        on right after its key, so a sensitive pair inside that value is still found. Bounded: every step moves
+        past a key of at least two characters."""
+        pattern, out, kept, scan = self._pairs, [], 0, 0
+        while (m := pattern.search(text, scan)) is not None:
+            secret = m.group("secret")
+            if self.is_sensitive_name(m.group("key")) and not _masked(secret):
+                start, end = m.span("secret")
+                out += (text[kept:start], self.marker(secret))
+                kept = scan = end
+            else:
+                scan = m.end("key")
+        out.append(text[kept:])
+        return "".join(out)
 
     def contains_secret(self, text: str) -> bool:
         """Whether :meth:`text` would change ``text``."""

@@ -305,3 +305,34 @@ def test_a_planted_secret_never_survives_whatever_surrounds_it(before: str, afte
 def test_redaction_is_idempotent_on_any_text(text: str) -> None:
     once = R.text(text)
     assert R.text(once) == once
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "FATAL: password=Pl4nted-pw rejected",
+        "FATAL:password=Pl4nted-pw",
+        'msg: "password": "Pl4nted-pw"',
+        "a: b: c= password=Pl4nted-pw",
+        "url=https://h/x?api_token=Pl4nted-pw&q=1",
+        "error: login failed: DB_PASSWORD='Pl4nted-pw'",
+    ],
+)
+def test_a_sensitive_pair_inside_another_pairs_value_is_found(text: str) -> None:
+    """A pair whose key is not sensitive (``FATAL:``) must not swallow the sensitive pair that is its value."""
+    out = R.text(text)
+    assert "Pl4nted" not in out and "[REDACTED:" in out
+    assert R.text(out) == out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    before=_WORDS,
+    gap=st.sampled_from([" ", "\n", ": ", ":", ", ", "; ", '"', "'", "="]),
+    key=st.sampled_from(["password", "api_token", "SECRET_KEY", "auth"]),
+    sep=st.sampled_from(["=", ": ", ":", '": "', "='"]),
+)
+def test_a_sensitive_pair_after_any_prefix_is_redacted(before: str, gap: str, key: str, sep: str) -> None:
+    out = R.text(f"{before}{gap}{key}{sep}Pl4nted-pw-value rest")
+    assert "Pl4nted" not in out
+    assert R.text(out) == out
