@@ -13,8 +13,9 @@ from typing import Any, Final
 from capstan.diagnose._analyzer import about
 from capstan.diagnose._common import is_terminal, preceding_changes, quote, ref_of
 from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Severity, Source
-from capstan.diagnose._snapshot import KubeObject, Snapshot, event_message, event_time, meta_of
-from capstan.restarts import explain, last_termination, resolve_owner, signal_of
+from capstan.diagnose._snapshot import KubeObject, Snapshot, event_message, meta_of
+from capstan.kube import event_time
+from capstan.restarts import explain, is_probe_failure, last_termination, resolve_owner, signal_of
 
 NAME: Final = "pods"
 IMAGE_PULL: Final = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull")
@@ -131,21 +132,10 @@ def classify_log(text: str) -> tuple[LogClass | None, list[str]]:
 
 
 def probe_events(snapshot: Snapshot, pod: KubeObject, container: str) -> list[KubeObject]:
-    """``Unhealthy`` probe Events and kubelet kills for failed probes about this container.
-
-    NOTE: the same filter as ``capstan.restarts._report.probe_failures`` (private there), kept as Events here for
-    their times."""
+    """``Unhealthy`` probe Events and kubelet kills for failed probes about this container (the restart report's
+    test, :func:`capstan.restarts.is_probe_failure`), kept as Events for their times."""
     namespace, name, uid = meta_of(pod)
-    out = []
-    for event in snapshot.events_about("Pod", namespace, name, uid):
-        subject = event.get("involvedObject") or event.get("regarding") or {}
-        path = str(subject.get("fieldPath") or "")
-        if path and not path.endswith("{" + container + "}"):
-            continue
-        message = event_message(event).lower()
-        if event.get("reason") in ("Unhealthy", "Killing") and "probe" in message:
-            out.append(event)
-    return out
+    return [e for e in snapshot.events_about("Pod", namespace, name, uid) if is_probe_failure(e, container)]
 
 
 def _event_evidence(event: KubeObject, what: str) -> Evidence:

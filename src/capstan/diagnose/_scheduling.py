@@ -14,7 +14,8 @@ from typing import Any, Final
 from capstan.diagnose._analyzer import about
 from capstan.diagnose._common import is_terminal, number, preceding_changes, quote, ref_of
 from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Severity, Source
-from capstan.diagnose._snapshot import KubeObject, Snapshot, event_message, event_time, meta_of
+from capstan.diagnose._snapshot import KubeObject, Snapshot, event_message, meta_of
+from capstan.kube import event_time
 
 NAME: Final = "scheduling"
 GPU_MODEL_LABELS: Final = (

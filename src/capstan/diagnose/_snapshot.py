@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from capstan.kube import parse_timestamp
+from capstan.kube import event_time
 from capstan.restarts import RecordedChange
 
 if TYPE_CHECKING:
@@ -118,24 +118,6 @@ class Snapshot:
 
     def log(self, namespace: str, pod: str, container: str) -> str | None:
         return self.logs.get((namespace, pod, container))
-
-
-def event_time(event: KubeObject) -> float | None:
-    """When an Event last happened: series, lastTimestamp, eventTime, firstTimestamp, then creation.
-
-    NOTE: the same lookup as ``capstan.restarts._report.event_time``, which is private there; once the restarts
-    package exports it this becomes an import."""
-    series = event.get("series") or {}
-    for value in (
-        series.get("lastObservedTime") if isinstance(series, Mapping) else None,
-        event.get("lastTimestamp"),
-        event.get("eventTime"),
-        event.get("firstTimestamp"),
-        (event.get("metadata") or {}).get("creationTimestamp"),
-    ):
-        if (at := parse_timestamp(value)) is not None:
-            return at
-    return None
 
 
 def event_message(event: KubeObject) -> str:

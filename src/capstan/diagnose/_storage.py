@@ -10,7 +10,8 @@ from typing import Final
 from capstan.diagnose._analyzer import about
 from capstan.diagnose._common import is_terminal, preceding_changes, quote, ref_of
 from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Severity, Source, Symptom
-from capstan.diagnose._snapshot import KubeObject, Snapshot, event_message, event_time, meta_of
+from capstan.diagnose._snapshot import KubeObject, Snapshot, event_message, meta_of
+from capstan.kube import event_time
 
 NAME: Final = "storage"
 DEFAULT_CLASS: Final = "storageclass.kubernetes.io/is-default-class"

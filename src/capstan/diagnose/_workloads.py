@@ -11,7 +11,8 @@ from typing import Final
 from capstan.diagnose._analyzer import about
 from capstan.diagnose._common import preceding_changes, quote, ref_of
 from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Severity, Source, Symptom
-from capstan.diagnose._snapshot import KubeObject, Snapshot, event_message, event_time, meta_of
+from capstan.diagnose._snapshot import KubeObject, Snapshot, event_message, meta_of
+from capstan.kube import event_time
 
 NAME: Final = "workloads"
 CONTROLLERS: Final = ("ReplicaSet", "StatefulSet", "DaemonSet", "Job")

@@ -10,7 +10,7 @@ none of them talks HTTP to the API server itself.
 from typing import TYPE_CHECKING
 
 from capstan.kube import resources
-from capstan.kube._time import parse_timestamp
+from capstan.kube._time import event_time, parse_timestamp
 from capstan.kube.resources import Resource, resource_for
 from capstan.lazy import lazy_attributes
 
@@ -42,6 +42,7 @@ __all__ = [
     "KubeConnect",
     "Resource",
     "diff_states",
+    "event_time",
     "object_key",
     "parse_timestamp",
     "resource_for",

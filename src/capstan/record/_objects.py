@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from capstan import jsontext
-from capstan.kube import parse_timestamp
+from capstan.kube import event_time
 from capstan.record._diff import DiffPolicy, make_patch, normalize
 from capstan.redact import Redactor
 from capstan.store import Batch, ChangeType, KindCursor, KubeEvent, ObjectChange, ObjectState, ObservedVia
@@ -214,13 +214,7 @@ def event_record(
     involved = obj.get("involvedObject") or obj.get("regarding") or {}
     series = obj.get("series") or {}
     count = obj.get("count") or series.get("count") or obj.get("deprecatedCount") or 1
-    when = (
-        parse_timestamp(series.get("lastObservedTime"))
-        or parse_timestamp(obj.get("lastTimestamp"))
-        or parse_timestamp(obj.get("eventTime"))
-        or parse_timestamp(obj.get("deprecatedLastTimestamp"))
-        or parse_timestamp(obj.get("firstTimestamp"))
-    )
+    when = event_time(obj, or_created=False)
     payload = {k: v for k, v in obj.items() if k != "metadata"}
     payload["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
     payload = r.json(payload)

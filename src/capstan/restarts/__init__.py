@@ -21,6 +21,7 @@ from capstan.restarts._accounting import (
 )
 from capstan.restarts._config import RestartsConfig, load_restarts_config
 from capstan.restarts._detect import ContainerRestart, detect_restarts, detect_while_down
+from capstan.restarts._meaning import explain, signal_of
 from capstan.restarts._pipeline import Outcome, RestartNotifier
 from capstan.restarts._records import last_seen, restart_batch, unsent_digested
 from capstan.restarts._render import recovered_digest_notices
@@ -30,6 +31,9 @@ from capstan.restarts._report import (
     RestartReport,
     RestartSnapshot,
     build_report,
+    is_probe_failure,
+    last_termination,
+    resolve_owner,
 )
 
 # The live watcher pulls in the cluster client (lightkube, the HTTP stack) and the delivery shell; the pure cores
@@ -66,10 +70,15 @@ __all__ = [
     "build_report",
     "detect_restarts",
     "detect_while_down",
+    "explain",
+    "is_probe_failure",
     "last_seen",
+    "last_termination",
     "load_restarts_config",
     "messages_from_slack_receiver",
     "recovered_digest_notices",
+    "resolve_owner",
     "restart_batch",
+    "signal_of",
     "unsent_digested",
 ]

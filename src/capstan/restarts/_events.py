@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from capstan.kube import Informer, KubeClient, resources
-from capstan.restarts._report import event_time
+from capstan.kube import Informer, KubeClient, event_time, resources
 
 FIELD_SELECTOR = "involvedObject.kind=Pod,reason!=Scheduled"
 EVENTS_PER_POD = 30

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from capstan.kube import parse_timestamp
+from capstan.kube import event_time, parse_timestamp
 from capstan.redact import Redactor
 from capstan.restarts._detect import ContainerRestart, Pod
 from capstan.restarts._meaning import explain, signal_of
@@ -221,21 +221,6 @@ def _event_subject(event: Mapping[str, Any]) -> Mapping[str, Any]:
     return subject if isinstance(subject, Mapping) else {}
 
 
-def event_time(event: Mapping[str, Any]) -> float | None:
-    """When an Event last happened: series, lastTimestamp, eventTime, firstTimestamp, then creation."""
-    series = event.get("series") or {}
-    for value in (
-        series.get("lastObservedTime") if isinstance(series, Mapping) else None,
-        event.get("lastTimestamp"),
-        event.get("eventTime"),
-        event.get("firstTimestamp"),
-        (event.get("metadata") or {}).get("creationTimestamp"),
-    ):
-        if (at := parse_timestamp(value)) is not None:
-            return at
-    return None
-
-
 def pod_events(events: Sequence[Mapping[str, Any]], uid: str, limit: int) -> tuple[EventLine, ...]:
     """Events about this pod (matched by UID, never by name), duplicates merged with their counts summed,
     the most recent ``limit`` kept, oldest first."""
@@ -263,6 +248,17 @@ def pod_events(events: Sequence[Mapping[str, Any]], uid: str, limit: int) -> tup
     return tuple(ordered[-limit:]) if limit > 0 else ()
 
 
+def is_probe_failure(event: Mapping[str, Any], container: str) -> bool:
+    """Whether an Event reports a failed probe of ``container`` (an ``Unhealthy`` probe Event, or the kubelet's
+    ``Killing`` for a failed probe); an Event with no ``fieldPath`` counts for every container of its pod."""
+    subject = _event_subject(event)
+    path = str(subject.get("fieldPath") or "")
+    if path and not path.endswith("{" + container + "}"):
+        return False
+    message = str(event.get("message") or event.get("note") or "").lower()
+    return event.get("reason") in ("Unhealthy", "Killing") and "probe" in message
+
+
 def probe_failures(events: Sequence[Mapping[str, Any]], uid: str, container: str) -> tuple[str, ...]:
     """Probe failure messages for this container (``Unhealthy`` events, and kubelet kills for failed probes)."""
     out: list[str] = []
@@ -270,18 +266,13 @@ def probe_failures(events: Sequence[Mapping[str, Any]], uid: str, container: str
         subject = _event_subject(event)
         if subject.get("uid") != uid:
             continue
-        path = str(subject.get("fieldPath") or "")
-        if path and not path.endswith("{" + container + "}"):
+        if not is_probe_failure(event, container):
             continue
         message = str(event.get("message") or event.get("note") or "").strip()
-        reason = event.get("reason")
-        if (reason == "Unhealthy" and "probe" in message.lower()) or (
-            reason == "Killing" and "probe" in message.lower()
-        ):
-            count = event.get("count") or 1
-            line = f"{message} (×{count})" if int(count) > 1 else message
-            if line not in out:
-                out.append(line)
+        count = event.get("count") or 1
+        line = f"{message} (×{count})" if int(count) > 1 else message
+        if line not in out:
+            out.append(line)
     return tuple(out)
 
 
