@@ -319,7 +319,8 @@ class Redactor:
         ``FATAL: password=…``, ``msg:`` in ``msg: "password": "…"``) does not consume its value: the search goes
         on right after its key, so a sensitive pair inside that value is still found. Bounded: every step moves
         past a key of at least two characters."""
-        pattern, out, kept, scan = self._pairs, [], 0, 0
+        pattern, kept, scan = self._pairs, 0, 0
+        out: list[str] = []
         while (m := pattern.search(text, scan)) is not None:
             secret = m.group("secret")
             if self.is_sensitive_name(m.group("key")) and not _masked(secret):
