@@ -1,8 +1,8 @@
 """The proxy's upstream HTTP client seam: one small interface, an aiohttp and an httpx implementation.
 
 ``bench/route_http.py`` measured both at 64 concurrent streams against the simulated replicas (see
-docs/benchmarks.md): aiohttp answered about seven times more requests per second at a tenth of the client CPU per
-request, so it is the default; httpx stays selectable (``proxy.upstream_client: httpx``). Errors of either library
+docs/benchmarks.md): aiohttp answered four to five times more requests per second (591–867 against 155–172) at
+about a ninth of the client CPU per request, so it is the default; httpx stays selectable (``proxy.upstream_client: httpx``). Errors of either library
 become :class:`UpstreamError` so the proxy's retry and mid-stream handling do not depend on the choice.
 
 The router is given its client (:class:`capstan.route.Router`'s ``upstream``); :func:`upstream_for` is how
