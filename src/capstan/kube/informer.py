@@ -275,6 +275,9 @@ class Informer:
         need_list = not self.resource_version
         if not need_list:
             self.stats.resumed = True
+        # 410s in a row with no watch event between them: the first relists at once (a compaction), the next ones
+        # back off, so an API server that keeps answering 410 is not relisted in a hot loop
+        gone_in_a_row = 0
         while not self._stopped.is_set():
             try:
                 if need_list:
@@ -282,6 +285,8 @@ class Informer:
                         self._remember(delta)
                         yield delta
                     need_list = False
+                    if gone_in_a_row == 0:
+                        self.backoff.reset()  # the failures before a good list are over
                 self.stats.watches += 1
                 timeout = int(self.watch_timeout * (0.8 + 0.4 * self._rng.random()))
                 async for event in self.client.watch(
@@ -297,16 +302,25 @@ class Informer:
                         self._remember(delta)
                         yield delta
                     self.backoff.reset()
+                    gone_in_a_row = 0
                     if self._stopped.is_set():
                         return
             except ApiError as exc:
                 self.stats.watch_errors += 1
                 if exc.gone:
+                    gone_in_a_row += 1
+                    delay = self.backoff.next() if gone_in_a_row > 1 else 0.0
                     log.info(
                         "resourceVersion expired; relisting",
-                        extra={"resource": self.resource.name, "rv": self.resource_version},
+                        extra={
+                            "resource": self.resource.name,
+                            "rv": self.resource_version,
+                            "retry_in": delay,
+                        },
                     )
                     need_list = True
+                    if delay:
+                        await self._sleep(delay)
                     continue
                 delay = self.backoff.next()
                 log.warning(

@@ -308,3 +308,28 @@ async def test_a_list_the_watch_cache_cannot_serve_yet_is_retried_by_the_client_
         await client.list(CM, namespace=NS)  # five answers of lag: given up
     assert waits[2:] == [0.5, 1.0, 2.0, 4.0]
     await client.close()
+
+
+async def test_the_backoff_starts_again_after_a_good_list() -> None:
+    fake = world("a")
+    fake.fail_lists(500, 500, 500)
+    fake.script(Watch(status=500))
+    run = Run(fake)
+    assert await run.deltas() == [("added", "app/a", "list", "101"), ("synced", "", "list", "101")]
+    # three failed lists back off 1, 2, 4 s; the good list ends that, so the failed watch waits 1 s, not 8
+    assert run.delays == [1.0, 2.0, 4.0, 1.0]
+    assert fake.verbs() == ["list", "list", "list", "list", "watch@101", "watch@101"]
+
+
+async def test_410s_in_a_row_back_off_after_the_first_and_an_event_ends_the_streak() -> None:
+    fake = world("a")  # rv 101
+    gone = Watch(status=410)
+    fake.script(gone, gone, gone, Watch(lambda: [fake.put("b")]), gone)
+    run = Run(fake)
+    deltas = await run.deltas()
+    assert ("added", "app/b", "watch", "102") in deltas
+    # the first 410 relists at once (a compaction); the second and third wait 1 and 2 s; after an event the
+    # next 410 is a first one again
+    assert run.delays == [1.0, 2.0]
+    assert fake.verbs() == ["list", "watch@101"] * 4 + ["watch@102", "list", "watch@102"]
+    assert run.informer.stats.relists == 4
