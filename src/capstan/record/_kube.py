@@ -313,7 +313,6 @@ class KubeCollector:
         return None
 
     async def run(self, stop: asyncio.Event) -> None:
-        client = await self._connect()
         redactor = self._redactor or await asyncio.to_thread(self.store.redactor)
         history = ObjectHistory(
             self.source,
@@ -321,9 +320,9 @@ class KubeCollector:
             policy=self.policy,
             redactor=redactor,
         )
-        kinds = [(r, False) for r in self.config.resources()]
-        if self.config.events:
-            kinds += [(resource_for(k), True) for k in EVENT_KINDS]
+        kinds = self._kinds()
+        # the client is opened last: nothing between it and the ``finally`` that closes it can fail
+        client = await self._connect()
         writer = asyncio.create_task(self._writer(stop), name=f"{self.name}/writer")
         tasks = [
             asyncio.create_task(self._record_kind(client, history, r, ev, stop), name=f"{self.name}/{r.name}")

@@ -117,3 +117,32 @@ async def test_a_client_that_cannot_be_opened_stops_the_recorder_instead_of_a_cr
         assert recorder.runner.crashes == {}
     finally:
         recorder.close()
+
+
+async def test_a_store_that_fails_at_start_leaves_no_client_open(tmp_path: Path) -> None:
+    """The collector reads its stored states before it connects: a failing read opens no client to leak."""
+    fake = FakeApiServer(resources.CONFIGMAPS, namespace=NS)
+    opened: list[KubeClient] = []
+
+    async def connect() -> KubeClient:
+        opened.append(await fake.connect())
+        return opened[-1]
+
+    store = open_store(str(tmp_path / "history.db"))
+    try:
+
+        def broken(source: str, kind: str | None = None) -> dict[str, object]:
+            raise OSError("disk I/O error")
+
+        store.history.object_states = broken  # type: ignore[method-assign,assignment]
+        collector = KubeCollector(
+            KubernetesConfig(kinds=["ConfigMap"], events=False, namespace=NS),
+            store.history,
+            connect=connect,
+            source="test",
+        )
+        with pytest.raises(OSError, match="disk I/O error"):
+            await collector.run(asyncio.Event())
+        assert opened == [] and fake.requests == []
+    finally:
+        store.close()
