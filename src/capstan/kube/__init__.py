@@ -1,15 +1,17 @@
 """The shared cluster-access layer: an async client that speaks plain dicts, resource names, an informer, and the
-one parser of Kubernetes timestamps.
+one reading of Kubernetes timestamps (:func:`parse_timestamp`, :func:`event_time`) and label selectors
+(:func:`parse_label_selector`).
 
 Entry points: :meth:`KubeClient.from_kubeconfig` (a :data:`KubeConnect` opens one for a component that owns its
-client) and an :class:`Informer` over a :class:`Resource`, which keeps its objects and yields :class:`Delta` values. Every package that reads
-the cluster (recorder, restart detector, router endpoint discovery, capacity controller) goes through these names;
-none of them talks HTTP to the API server itself.
+client) and an :class:`Informer` over a :class:`Resource`, which keeps its objects and yields :class:`Delta`
+values. Every package that reads the cluster (recorder, restart detector, router endpoint discovery, diagnosis,
+capacity controller) goes through these names; none of them talks HTTP to the API server itself.
 """
 
 from typing import TYPE_CHECKING
 
 from capstan.kube import resources
+from capstan.kube._labels import Requirement, parse_label_selector
 from capstan.kube._time import event_time, parse_timestamp
 from capstan.kube.resources import Resource, resource_for
 from capstan.lazy import lazy_attributes
@@ -40,10 +42,12 @@ __all__ = [
     "InformerStats",
     "KubeClient",
     "KubeConnect",
+    "Requirement",
     "Resource",
     "diff_states",
     "event_time",
     "object_key",
+    "parse_label_selector",
     "parse_timestamp",
     "resource_for",
     "resources",

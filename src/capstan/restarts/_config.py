@@ -8,9 +8,10 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from capstan.config import StrictModel, load_file
+from capstan.kube import parse_label_selector
 from capstan.notify import DeliveryPolicy, SinkConfig
 from capstan.redact import RedactionPolicy, Redactor
-from capstan.restarts._noise import RestartFilter, compile_patterns, parse_label_selector
+from capstan.restarts._noise import RestartFilter, compile_patterns
 from capstan.restarts._report import ReportSettings
 
 

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 
 from capstan.config import Plugin, StrictModel, plugin_problem, plugin_registry
+from capstan.kube import parse_label_selector
 from capstan.kvcache import DEFAULT_BLOCK_SIZE
 from capstan.route._plugins import (
     Filter,
@@ -142,6 +143,14 @@ class KubernetesDiscoveryConfig(StrictModel):
             raise ValueError(
                 f"{v!r} is not a namespace name (lower-case letters, digits and '-', at most 63)"
             )
+        return v
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, v: str) -> str:
+        parse_label_selector(
+            v
+        )  # a ValueError names the bad part; the API server would refuse it at every list
         return v
 
     port: int = Field(default=8000, ge=1, le=65535)

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from capstan.kube import parse_label_selector
 from capstan.restarts import ContainerRestart
-from capstan.restarts._noise import NoiseGate, RestartFilter, parse_label_selector
+from capstan.restarts._noise import NoiseGate, RestartFilter
 from tests.unit.restarts.podkit import pod
 
 pytestmark = pytest.mark.unit

@@ -138,6 +138,16 @@ _BAD_CONFIGS = {
         "discovery.kubernetes.namespace",
         "is not a namespace name",
     ),
+    "selector-unbalanced": (
+        "discovery: {kubernetes: {namespace: ml, selector: 'app in (vllm,sglang'}}\n",
+        "discovery.kubernetes.selector",
+        "unbalanced '('",
+    ),
+    "selector-bad-key": (
+        "discovery: {kubernetes: {namespace: ml, selector: 'app=vllm,-role=decode'}}\n",
+        "discovery.kubernetes.selector",
+        "invalid label key",
+    ),
 }
 
 
