@@ -37,6 +37,7 @@ from starlette.requests import ClientDisconnect, Request
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from capstan.errors import UserError
+from capstan.logs import uvicorn_log_config
 
 T = TypeVar("T")
 
@@ -102,6 +103,7 @@ def server_config(
     """A uvicorn configuration serving ``app`` with the header deadline (other keywords go to ``uvicorn.Config``)."""
     kwargs.setdefault("log_level", "warning")
     kwargs.setdefault("access_log", False)
+    kwargs.setdefault("log_config", uvicorn_log_config())
     return uvicorn.Config(app, http=deadline_protocol(header_timeout_s), **kwargs)
 
 

@@ -7,6 +7,7 @@ Nothing here runs at import time; the CLI calls :func:`configure_logging` once p
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import sys
@@ -75,3 +76,16 @@ def logging_to_file(path: Path) -> Iterator[None]:
     finally:
         root.handlers[:] = saved
         handler.close()
+
+
+def uvicorn_log_config() -> dict[str, Any]:
+    """uvicorn's own logging configuration with the redacting filter on its error handler, for every server Capstan
+    runs: uvicorn logs an exception in the app with its traceback ("Exception in ASGI application"), and a message
+    or a local in it may hold a credential. (Access logs are off in every Capstan server; their formatter needs the
+    raw arguments the filter would fold away.)"""
+    import uvicorn.config  # only a process that serves pays for uvicorn
+
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["filters"] = {"redact": {"()": "capstan.redact.RedactingFilter"}}
+    config["handlers"]["default"]["filters"] = ["redact"]
+    return config

@@ -38,6 +38,7 @@ def slack(
     """Run a Slack-compatible receiver: incoming webhooks, chat.postMessage, files_upload_v2, a web page."""
     import uvicorn
 
+    from capstan.logs import uvicorn_log_config
     from capstan.notify import DEV_TOKEN, DEV_WEBHOOK_PATH, WEBHOOK_PATH, ReceiverConfig, SlackReceiver
 
     if not 0 < port < 65536:
@@ -68,4 +69,6 @@ def slack(
     typer.echo(f"Slack receiver on {base}  (page: {base}/ , JSON: {base}/_admin/messages)")
     typer.echo(f"  webhook URL: {base}/services/{hooks[0] if hooks else DEV_WEBHOOK_PATH}")
     typer.echo(f"  bot token:   {next(iter(config.tokens))}   Web API base_url: {base}/api/")
-    uvicorn.run(receiver.app, host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(
+        receiver.app, host="127.0.0.1", port=port, log_level="warning", log_config=uvicorn_log_config()
+    )

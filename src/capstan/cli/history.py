@@ -405,6 +405,7 @@ def serve(
     from prometheus_client import CollectorRegistry
 
     from capstan.httpserver import bind_listener, is_loopback, load_token
+    from capstan.logs import uvicorn_log_config
     from capstan.store import HistoryMetrics, create_history_app
 
     token = load_token(token_file, os.environ.get(TOKEN_ENV), env_name=TOKEN_ENV)
@@ -429,6 +430,8 @@ def serve(
         lifespan="off",
         limit_concurrency=max_connections,
         server_header=False,
+        access_log=False,
+        log_config=uvicorn_log_config(),
     )
     try:
         uvicorn.Server(config).run(sockets=[sock])

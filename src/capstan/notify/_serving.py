@@ -13,6 +13,8 @@ from typing import Any
 
 import uvicorn
 
+from capstan.logs import uvicorn_log_config
+
 
 @dataclass
 class RunningServer:
@@ -40,7 +42,9 @@ def serve_in_thread(app: Any, *, port: int = 0, start_timeout: float = 10.0) -> 
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     bound_port = int(sock.getsockname()[1])
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="off", access_log=False, log_config=uvicorn_log_config()
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="loopback-http"
