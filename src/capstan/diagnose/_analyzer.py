@@ -3,8 +3,9 @@ runs them over one snapshot.
 
 An analyzer is pure: ``analyze(snapshot)`` reads only the snapshot and returns findings. :func:`diagnose` runs each
 one, and an analyzer that raises is reported as a :class:`Failure` (which analyzer, on which object when the
-analyzer said so through :func:`about`) while the other analyzers' findings still come back. Every finding is
-redacted on the way out, and the order is deterministic: severity, then id.
+analyzer said so through :func:`about`) while the other analyzers' findings still come back. Symptoms are folded
+into the root causes that explain them (the correlation step, ``_correlate``), every finding is redacted on the way
+out, and the order is deterministic: severity, then symptoms explained, confidence and id.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from capstan.diagnose._correlate import correlate
 from capstan.diagnose._finding import Finding, ObjectRef
 from capstan.diagnose._snapshot import Snapshot
 from capstan.redact import Redactor
@@ -125,7 +127,7 @@ def run_analyzers(
     redactor: Redactor | None = None,
 ) -> Diagnosis:
     """Run ``analyzers`` over ``snapshot``. Findings with the same id (two analyzers, or one analyzer twice) are
-    kept once."""
+    kept once; :func:`~capstan.diagnose._correlate.correlate` then folds symptoms into their roots and ranks them."""
     chosen = list(analyzers.values()) if isinstance(analyzers, Mapping) else list(analyzers)
     redact = redactor if redactor is not None else Redactor()
     findings: dict[str, Finding] = {}
@@ -147,8 +149,9 @@ def run_analyzers(
             failures.append(Failure(analyzer.name, None, redact.text(f"{type(exc).__name__}: {exc}")))
             continue
         for finding in produced:
-            findings.setdefault(finding.id, finding.redacted(redact))
-    ordered = sorted(findings.values(), key=Finding.sort_key)
+            findings.setdefault(finding.id, finding)
+    # correlate before redacting: the step copies texts (symptoms, change summaries) between findings
+    ordered = [f.redacted(redact) for f in correlate(list(findings.values()), snapshot)]
     return Diagnosis(
         findings=tuple(ordered),
         failures=tuple(failures),
