@@ -21,7 +21,7 @@ def preceding_changes(
     snapshot: Snapshot, objects: Iterable[ObjectRef], limit: int = 5
 ) -> tuple[RecordedChange, ...]:
     """The recorded changes of ``objects`` at or before the snapshot's time (all of them when it has none), newest
-    last, at most ``limit``. (Ranking changes across analyzers is the correlation step, not built yet.)"""
+    last, at most ``limit``. (The correlation step adds the changes of a root's owners and symptoms.)"""
     wanted = {(o.kind, o.namespace, o.name) for o in objects}
     cutoff = snapshot.observed_at or float("inf")
     hits = [c for c in snapshot.changes if (c.kind, c.namespace, c.name) in wanted and c.at <= cutoff]

@@ -223,5 +223,6 @@ class Finding:
         }
 
     def sort_key(self) -> tuple[int, str]:
-        """Deterministic order: severity, then id."""
+        """Severity, then id: the order analyzers' findings are correlated in (roots are ranked by
+        ``_correlate.rank_key``)."""
         return (self.severity.rank, self.id)
