@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from capstan.diagnose._analyzer import Analyzer, Diagnosis, FunctionAnalyzer, analyzer_registry, run_analyzers
+from capstan.diagnose._batch import analyze_batch
 from capstan.diagnose._nodes import analyze_nodes
 from capstan.diagnose._pods import analyze_pods
 from capstan.diagnose._references import analyze_references
@@ -29,6 +30,7 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
         ("ReplicaSet", "StatefulSet", "DaemonSet", "Job", "Deployment", "Event"),
         analyze_workloads,
     ),
+    FunctionAnalyzer("batch", ("Job", "CronJob", "Pod"), analyze_batch),
 )
 
 

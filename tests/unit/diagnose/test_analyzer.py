@@ -41,6 +41,7 @@ def test_registry_names_and_duplicates() -> None:
         "references",
         "storage",
         "workloads",
+        "batch",
     ]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
@@ -93,6 +94,7 @@ def test_an_unreadable_kind_is_a_blind_spot_not_a_guess() -> None:
         ("services", "Pod"),
         ("references", "Pod"),
         ("storage", "Pod"),
+        ("batch", "Pod"),
     }
     assert "forbidden" in d.blind[0].reason
 
