@@ -10,6 +10,7 @@ from capstan.diagnose._batch import analyze_batch
 from capstan.diagnose._nodes import analyze_nodes
 from capstan.diagnose._pods import analyze_pods
 from capstan.diagnose._references import analyze_references
+from capstan.diagnose._scaling import analyze_scaling
 from capstan.diagnose._scheduling import analyze_scheduling
 from capstan.diagnose._services import analyze_services
 from capstan.diagnose._snapshot import Snapshot
@@ -31,6 +32,11 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
         analyze_workloads,
     ),
     FunctionAnalyzer("batch", ("Job", "CronJob", "Pod"), analyze_batch),
+    FunctionAnalyzer(
+        "scaling",
+        ("HorizontalPodAutoscaler", "PodDisruptionBudget", "Deployment", "StatefulSet"),
+        analyze_scaling,
+    ),
 )
 
 

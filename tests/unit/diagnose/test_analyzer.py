@@ -42,6 +42,7 @@ def test_registry_names_and_duplicates() -> None:
         "storage",
         "workloads",
         "batch",
+        "scaling",
     ]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
