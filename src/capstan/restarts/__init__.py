@@ -23,7 +23,6 @@ from capstan.restarts._config import RestartsConfig, load_restarts_config
 from capstan.restarts._detect import ContainerRestart, detect_restarts, detect_while_down
 from capstan.restarts._meaning import explain, signal_of
 from capstan.restarts._pipeline import Outcome, RestartNotifier
-from capstan.restarts._records import last_seen, restart_batch, unsent_digested
 from capstan.restarts._render import recovered_digest_notices
 from capstan.restarts._report import (
     RecordedChange,
@@ -39,6 +38,10 @@ from capstan.restarts._report import (
 # The live watcher pulls in the cluster client (lightkube, the HTTP stack) and the delivery shell; the pure cores
 # (detection, report, rendering) and the processes that only account for messages never need them.
 _LAZY = {
+    # the store's row types (SQLAlchemy): the analyzers and the message accounting import this package without them
+    "last_seen": "capstan.restarts._records",
+    "restart_batch": "capstan.restarts._records",
+    "unsent_digested": "capstan.restarts._records",
     "RestartHistory": "capstan.restarts._watch",
     "RestartRecordWriter": "capstan.restarts._watch",
     "RestartWatcher": "capstan.restarts._watch",
@@ -47,6 +50,7 @@ _LAZY = {
 __getattr__ = lazy_attributes("capstan.restarts", _LAZY)
 
 if TYPE_CHECKING:
+    from capstan.restarts._records import last_seen, restart_batch, unsent_digested
     from capstan.restarts._watch import RestartHistory, RestartRecordWriter, RestartWatcher
 
 __all__ = [
