@@ -1,10 +1,13 @@
 """The workloads analyzer: a controller that cannot create its pods (``FailedCreate``: a ReplicaSet's
 ``ReplicaFailure`` condition, or the Event a ReplicaSet, StatefulSet, DaemonSet or Job controller writes), with the
 controller's message classified (ResourceQuota, LimitRange, PodSecurity, an admission webhook, a missing service
-account). The Deployment that owns a failing ReplicaSet is attached as a symptom, not reported as a second root."""
+account). The Deployment that owns a failing ReplicaSet is attached as a symptom, not reported as a second root.
+A Deployment past its progress deadline (``ProgressDeadlineExceeded``) is a stuck rollout only when nothing else
+names why: its new ReplicaSet has no FailedCreate and its new pods fail visibly nowhere (those are the roots)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Final
 
@@ -88,7 +91,92 @@ def analyze_workloads(snapshot: Snapshot) -> list[Finding]:
             ref = ref_of(kind, obj)
             with about(ref):
                 out.extend(_controller(snapshot, kind, obj, ref))
+    for deployment in snapshot.of("Deployment"):
+        ref = ref_of("Deployment", deployment)
+        with about(ref):
+            out.extend(_stuck_rollout(snapshot, deployment, ref))
     return out
+
+
+_TIMED_OUT: Final = re.compile(r'ReplicaSet "(?P<name>[^"]+)" has timed out progressing')
+_STARTING: Final = ("ContainerCreating", "PodInitializing")
+
+
+def _visibly_failing(pod: KubeObject) -> bool:
+    """A pod another analyzer names a fault of: a waiting reason past creation, a failed termination, unscheduled."""
+    status = pod.get("status") or {}
+    for cond in status.get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return True
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or ():
+            state = (cs or {}).get("state") or {}
+            reason = str((state.get("waiting") or {}).get("reason") or "")
+            if reason and reason not in _STARTING:
+                return True
+            if int((state.get("terminated") or {}).get("exitCode") or 0) != 0:
+                return True
+    return False
+
+
+def _stuck_rollout(snapshot: Snapshot, deployment: KubeObject, ref: ObjectRef) -> Iterator[Finding]:
+    """A rollout past its progress deadline with no fault another analyzer names: its new ReplicaSet's pods are
+    not failing visibly (they would be the root, and the stall their symptom) and it has no FailedCreate."""
+    status = deployment.get("status") or {}
+    cond = next(
+        (
+            c
+            for c in status.get("conditions") or ()
+            if isinstance(c, Mapping)
+            and c.get("type") == "Progressing"
+            and c.get("status") == "False"
+            and c.get("reason") == "ProgressDeadlineExceeded"
+        ),
+        None,
+    )
+    if cond is None:
+        return
+    message = str(cond.get("message") or "")
+    match = _TIMED_OUT.search(message)
+    new_rs = ObjectRef("ReplicaSet", ref.namespace, match["name"]) if match else None
+    pods = [
+        p for p in snapshot.in_namespace("Pod", ref.namespace) if new_rs is not None and _owner(p) == new_rs
+    ]
+    if any(_visibly_failing(p) for p in pods):
+        return
+    owned = [rs for rs in snapshot.in_namespace("ReplicaSet", ref.namespace) if _owner(rs) == ref]
+    if any(_failure(snapshot, "ReplicaSet", rs) is not None for rs in owned):
+        return  # the ReplicaSet's FailedCreate is the root, this Deployment its symptom
+    wanted = (deployment.get("spec") or {}).get("replicas", 1)
+    updated, available = status.get("updatedReplicas", 0), status.get("availableReplicas", 0)
+    deadline = (deployment.get("spec") or {}).get("progressDeadlineSeconds", 600)
+    not_ready = sorted(meta_of(p)[1] for p in pods if not _ready(p))
+    why = f"; new pods not ready: {', '.join(not_ready[:5])}" if not_ready else ""
+    yield Finding.create(
+        NAME,
+        "rollout-stuck",
+        subject=ref,
+        related=[new_rs] if new_rs else (),
+        severity=Severity.WARNING,
+        category=Category.STARTUP,
+        root_cause=(
+            f"Deployment {ref.namespace}/{ref.name}'s rollout"
+            + (f" of ReplicaSet {new_rs.name}" if new_rs else "")
+            + f" passed its progress deadline ({deadline} s) with {updated}/{wanted} updated and {available}/{wanted}"
+            f" available replicas{why}."
+        ),
+        evidence=[Evidence("rollout", Source.OBJECT_FIELD, "status.conditions[Progressing]", quote(message))],
+        changes=preceding_changes(snapshot, [ref, *([new_rs] if new_rs else [])]),
+        confidence=0.7,
+        next_check=f"kubectl rollout status -n {ref.namespace} deployment/{ref.name}; kubectl describe pods -n {ref.namespace}",
+    )
+
+
+def _ready(pod: KubeObject) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
 
 
 def _controller(snapshot: Snapshot, kind: str, obj: KubeObject, ref: ObjectRef) -> Iterator[Finding]:

@@ -10,7 +10,7 @@ import pytest
 from capstan.diagnose import Category, ObjectRef, Snapshot, Symptom, diagnose
 from capstan.diagnose._workloads import analyze_workloads, classify_failed_create
 
-from .kit import event
+from .kit import event, pod, running, terminated, waiting
 
 QUOTA = (
     'pods "web-7d9f8-x2" is forbidden: exceeded quota: compute, requested: limits.memory=2Gi, '
@@ -104,7 +104,40 @@ def test_failed_create_events_are_classified(message: str, category: Category) -
 
 
 def test_controllers_without_failures_say_nothing() -> None:
+    healthy = deployment()
+    healthy["status"] = {
+        "availableReplicas": 3,
+        "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}],
+    }
+    assert analyze_workloads(Snapshot(objects={"ReplicaSet": [replicaset()], "Deployment": [healthy]})) == []
+
+
+def _stuck(new_pods: list[dict[str, Any]]) -> Snapshot:
+    d = deployment()
+    d["spec"]["progressDeadlineSeconds"] = 120
+    d["status"]["updatedReplicas"] = 1
+    d["status"]["conditions"][0]["message"] = 'ReplicaSet "web-6b7c9" has timed out progressing.'
+    return Snapshot(objects={"Deployment": [d], "Pod": new_pods})
+
+
+def test_a_stuck_rollout_whose_new_pods_do_not_fail_visibly_is_named() -> None:
+    unready = pod("web-6b7c9-aaaaa", owner=("ReplicaSet", "web-6b7c9"), statuses=[running(ready=False)])
+    unready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    (f,) = analyze_workloads(_stuck([unready]))
+    assert f.cause == "rollout-stuck" and f.subject == ObjectRef("Deployment", "shop", "web")
     assert (
-        analyze_workloads(Snapshot(objects={"ReplicaSet": [replicaset()], "Deployment": [deployment()]}))
-        == []
+        "ReplicaSet web-6b7c9" in f.root_cause
+        and "120 s" in f.root_cause
+        and "web-6b7c9-aaaaa" in f.root_cause
     )
+
+
+def test_a_stuck_rollout_whose_new_pods_crash_is_left_to_the_pods() -> None:
+    crashing = pod(
+        "web-6b7c9-aaaaa",
+        owner=("ReplicaSet", "web-6b7c9"),
+        statuses=[waiting("app", "CrashLoopBackOff", restarts=3, last=terminated("Error", 1))],
+    )
+    assert analyze_workloads(_stuck([crashing])) == []
+    (root,) = diagnose(_stuck([crashing])).findings
+    assert root.subject == ObjectRef("Pod", "shop", "web-6b7c9-aaaaa")
