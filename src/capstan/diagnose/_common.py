@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 from capstan.diagnose._finding import ObjectRef
 from capstan.diagnose._snapshot import KubeObject, Snapshot, meta_of
+from capstan.kube import Requirement
 from capstan.restarts import RecordedChange
 
 MAX_QUOTE = 300
@@ -69,6 +70,35 @@ def labels_of(obj: KubeObject) -> Mapping[str, str]:
 
 def selector_text(selector: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
+_SELECTOR_OPS: dict[str, Literal["in", "notin", "exists", "!exists"]] = {
+    "In": "in",
+    "NotIn": "notin",
+    "Exists": "exists",
+    "DoesNotExist": "!exists",
+}
+
+
+def label_selector(selector: Mapping[str, Any] | None) -> tuple[Requirement, ...] | None:
+    """A ``LabelSelector`` (``matchLabels`` and ``matchExpressions``) as requirements; ``()`` selects everything,
+    None when an expression is malformed (an operator Kubernetes does not have)."""
+    if not isinstance(selector, Mapping):
+        return ()
+    out = [
+        Requirement(str(k), "=", frozenset({str(v)}))
+        for k, v in sorted((selector.get("matchLabels") or {}).items())
+    ]
+    for expr in selector.get("matchExpressions") or []:
+        op = _SELECTOR_OPS.get(str((expr or {}).get("operator")))
+        if op is None:
+            return None
+        out.append(Requirement(str(expr.get("key")), op, frozenset(str(v) for v in expr.get("values") or [])))
+    return tuple(out)
+
+
+def selects(requirements: Sequence[Requirement], labels: Mapping[str, str]) -> bool:
+    return all(r.matches(labels) for r in requirements)
 
 
 def is_terminal(pod: KubeObject) -> bool:
