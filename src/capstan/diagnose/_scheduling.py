@@ -3,7 +3,7 @@ per-reason node counts (``0/12 nodes are available: 4 Insufficient nvidia.com/gp
 {…}``), names the binding constraint, and for a GPU shortage counts free GPUs by GPU model from the node labels and
 the requests of the pods bound to each node. Scheduling gates are reported as such. What the node autoscaler said
 about the pod (``_autoscaler``: cluster-autoscaler's TriggeredScaleUp/NotTriggerScaleUp, Karpenter's Nominated or
-its own FailedScheduling) completes the sentence: capacity on its way makes the wait a warning; a refusal says why
+its own FailedScheduling) completes the sentence: capacity on its way makes the wait info; a refusal says why
 no node will come."""
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def _pending(
     namespace, name, uid = meta_of(pod)
     verdict = autoscaler_verdict(snapshot, namespace, name, uid)
     if verdict is not None:
-        # the node autoscaler's word on it: new capacity on its way (then the wait is expected, a warning), or why
+        # the node autoscaler's word on it: new capacity on its way (then the wait is expected: info), or why
         # none will come (the real answer to "why is this GPU pod pending")
         evidence.append(
             Evidence(
@@ -277,7 +277,7 @@ def _pending(
             )
         )  # fmt: skip
         if verdict.outlook in ("scaling-up", "nominated"):
-            severity = Severity.WARNING
+            severity = Severity.INFO  # the expected wait for a node that is coming: reported, never blamed
             root = f"{root[:-1]}; {verdict.summary}, so it should start once that node is ready."
         else:
             root = f"{root[:-1]}; {verdict.summary}."

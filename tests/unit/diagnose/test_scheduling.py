@@ -169,7 +169,7 @@ def test_a_refusing_autoscaler_completes_the_root_cause() -> None:
     assert any(e.where == "Event NotTriggerScaleUp (cluster-autoscaler)" for e in f.evidence)
 
 
-def test_capacity_on_its_way_makes_the_wait_a_warning() -> None:
+def test_capacity_on_its_way_makes_the_wait_info() -> None:
     snap = gpu_pending_snapshot(
         (
             "NotTriggerScaleUp",
@@ -179,11 +179,11 @@ def test_capacity_on_its_way_makes_the_wait_a_warning() -> None:
         ("TriggeredScaleUp", "pod triggered scale-up: [{l4-pool 1->2 (max: 4)}]", "cluster-autoscaler"),
     )
     (f,) = analyze_scheduling(snap)
-    assert f.severity is Severity.WARNING
+    assert f.severity is Severity.INFO
     assert "cluster-autoscaler is adding a node (l4-pool 1->2 (max 4)), so it should start" in f.root_cause
     nominated = gpu_pending_snapshot(("Nominated", "Pod should schedule on: nodeclaim/gpu-x1", "karpenter"))
     (k,) = analyze_scheduling(nominated)
-    assert k.severity is Severity.WARNING and ObjectRef("NodeClaim", "", "gpu-x1") in k.objects
+    assert k.severity is Severity.INFO and ObjectRef("NodeClaim", "", "gpu-x1") in k.objects
 
 
 def test_karpenters_failed_scheduling_is_its_verdict_not_the_schedulers_message() -> None:
