@@ -46,6 +46,8 @@ from rich.console import Console
 from rich.table import Table
 
 from _diagnose_cluster import Cluster, synthesize
+from _diagnose_suite import ScenarioRow, SuiteSummary, suite_table, summarize, summary_table
+from _k8sgpt import find_k8sgpt
 from capstan.diagnose import Diagnosis, ObjectRef, Snapshot, diagnose
 from capstan.jsontext import dumps
 from capstan.tokens import ENCODING, count_tokens
@@ -118,6 +120,26 @@ def profile_once(snapshot: Snapshot, top: int) -> str:
     return out.getvalue()
 
 
+def print_suite(rows: list[ScenarioRow]) -> SuiteSummary:
+    """The fault-scenario part: one line per scenario, then the summary against the goals of bench/goals.py. The
+    rows come from the scenario runner (``capstan.faults``, through its ``on_state`` hook: Capstan's diagnosis and
+    bench/_k8sgpt.py's run on each live state), which is wired in here when it lands."""
+    console.print(suite_table(rows))
+    summary = summarize(rows)
+    console.print(
+        summary_table(
+            summary,
+            top1_goal=limit("diagnose.top1"),
+            recall_goal=limit("diagnose.evidence_recall"),
+            tokens_goal=limit("diagnose.median_tokens"),
+            seconds_goal=limit("diagnose.seconds_10k"),
+        )
+    )
+    for line in summary.errors:
+        console.print(f"[red]scenario failed:[/] {line}")
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="seconds-long run")
@@ -131,6 +153,10 @@ def main() -> None:
         "--profile", type=int, default=0, help="cProfile one run at --pods, print the N costliest"
     )
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
+    ap.add_argument(
+        "--k8sgpt",
+        help="k8sgpt's command line for the scenario suite (default: $CAPSTAN_K8SGPT, else ../peers/k8sgpt)",
+    )
     args = ap.parse_args()
     if args.smoke:
         args.pods, args.runs, args.sizes = 400, 2, "200"
@@ -250,6 +276,7 @@ def main() -> None:
         "goal_tokens": goal_tokens,
         "scale": curve,
         "per_fault_tokens": faults,
+        "k8sgpt": find_k8sgpt(args.k8sgpt),
     }
     (args.out / "diagnose.json").write_text(json.dumps(result, indent=2))
     fig, ax = plt.subplots(figsize=(6, 4))
