@@ -6,8 +6,8 @@ Imported the way the bench scripts import ``goals``, and by its unit test as ``b
 Scoring, the same rule for both tools: a scenario is **right** (top-1) when the tool's first result names the
 expected object (kind and name) and its text contains every expected keyword (case-insensitive). Capstan's first
 result is its first ranked finding (``Finding.objects[0]`` is the subject; the text is the root-cause sentence, the
-cause and the evidence texts); k8sgpt's is the first entry of its ``results`` list that names the expected object
-(``bench/_k8sgpt.py``, ``k8sgpt_top1``, says exactly why it is not simply the first entry).
+cause and the evidence texts); k8sgpt does not rank, so its answer is its results about the expected object
+(``bench/_k8sgpt.py``, ``k8sgpt_top1``, gives the exact rule and why it is not simply its first entry).
 """
 
 from __future__ import annotations

@@ -26,14 +26,16 @@ Its JSON (commit 05247a8)::
 ``results`` is null when nothing is found; ``errors`` lists analyzers that failed (``[Gateway] no matches for kind…``).
 
 **Scoring** (:func:`k8sgpt_top1`). k8sgpt does not rank: its analyzers run concurrently and append their results as
-they finish, so the order of ``results`` changes from run to run and its first entry is often an unrelated
+they finish, so the order of ``results`` changes from run to run, and its first entry is often an unrelated
 ``ConfigMap … is not used by any pods`` (every namespace has ``kube-root-ca.crt``). So k8sgpt's "first result" is
-its first result **about the expected object**: one whose kind is the expected kind (the last part of a qualified
-kind) and whose name is the expected name (the second part of ``namespace/name[/container]``), or whose
-``parentObject`` is ``Kind/name`` of the expected object. It is right when that result's error texts, joined,
-contain every expected keyword (case-insensitive), the same keyword rule as Capstan's. This is more lenient than
-Capstan's rule (Capstan's first ranked finding must be the one), and the report says so; ``strict=True`` applies
-Capstan's rule literally (the first entry of ``results`` only).
+its answer **about the expected object**, taken in an order that does not depend on the run: the results whose kind
+is the expected kind (the last part of a qualified kind, ``Security/ServiceAccount``) and whose name is the expected
+name (the second part of ``namespace/name[/container]``), all of them together (the Pod and Log analyzers may both
+report one pod); when there are none, the results whose ``parentObject`` is ``Kind/name`` of the expected object (a
+Deployment's pods). It is right when those results' error texts, joined, contain every expected keyword
+(case-insensitive), the keyword rule Capstan is scored by. This is more lenient than Capstan's rule (Capstan's first
+ranked finding must be the one), and the report says so; ``strict=True`` applies Capstan's rule literally (the first
+entry of ``results`` only, which varies between runs).
 """
 
 from __future__ import annotations
@@ -193,10 +195,11 @@ def k8sgpt_top1(
 ) -> bool:
     """Whether k8sgpt named the expected root cause (the rule in the module docstring)."""
     candidates = results[:1] if strict else results
-    first = next((r for r in candidates if r.names(expected_kind, expected_name)), None)
-    if first is None:
+    own = [r for r in candidates if r.kind.rsplit("/", 1)[-1] == expected_kind and r.name == expected_name]
+    about = own or [r for r in candidates if r.parent == f"{expected_kind}/{expected_name}"]
+    if not about:
         return False
-    text = first.text.lower()
+    text = " ".join(r.text for r in about).lower()
     return all(k.lower() in text for k in keywords)
 
 
