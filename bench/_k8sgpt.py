@@ -79,11 +79,6 @@ class K8sgptResult:
     def text(self) -> str:
         return " ".join(self.errors)
 
-    def names(self, kind: str, name: str) -> bool:
-        """Whether this result is about ``kind``/``name`` (itself, or through its parentObject)."""
-        own_kind = self.kind.rsplit("/", 1)[-1]
-        return (own_kind == kind and self.name == name) or self.parent == f"{kind}/{name}"
-
 
 @dataclass(frozen=True)
 class K8sgptRun:
