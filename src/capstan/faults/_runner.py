@@ -248,6 +248,9 @@ class _Play:
         if s.decoy is not None:
             for manifest in s.decoy.manifests:
                 await self._apply(manifest, create_only=True)
+            for manifest in s.decoy.manifests:
+                if manifest["kind"] == "Pod":
+                    await self._wait(WaitSpec(running=PodRef(pod=manifest["metadata"]["name"])))
             for step in s.decoy.inject:
                 await self._step(step)
         for wait in s.settle:
