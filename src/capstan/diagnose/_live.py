@@ -13,7 +13,8 @@ What it reads, all concurrently and each part on its own (a part that fails is d
   when it terminated and was not restarted (a failed Job's pod); at most ``max_logs`` of them, the most restarted
   first, ``log_lines`` lines each, at most :data:`LOG_CONCURRENCY` requests at a time;
 - from ``history`` (a :class:`capstan.store.HistoryReader`), the recorded changes of the window before now
-  (Secrets by name and path only) and the restart records of the window, each listing bounded by ``max_changes``.
+  (Secrets by name and path only), the restart records of the window, and the recorded Events the API server has
+  already dropped (an Event lives an hour by default; the store keeps it), each listing bounded by ``max_changes``.
 
 Nothing here decides anything: the analyzers are the same pure functions in tests, in ``capstan faults`` and live.
 """
@@ -96,9 +97,10 @@ async def read_snapshot(
     changes: list[RecordedChange] = []
     restarts: list[Restart] = []
     if history is not None:
-        changes, restarts = await asyncio.to_thread(
+        changes, restarts, recorded_events = await asyncio.to_thread(
             _read_history, history, source, namespace, now - window_seconds, now, max_changes
         )
+        events = _with_recorded(events, recorded_events)
     return Snapshot(
         objects=objects,
         events=events,
@@ -141,14 +143,13 @@ async def _read_kind(
 async def _read_events(client: KubeClient, namespace: str | None) -> tuple[list[KubeObject], Readable | None]:
     try:
         events = await _list(client, resources.EVENTS, namespace)
-        if (
-            namespace is not None
-        ):  # Node Events are written to "default"; a namespaced diagnosis still wants them
-            seen = {str((e.get("metadata") or {}).get("uid") or "") for e in events}
+        # Node Events are written to "default"; a namespaced diagnosis still wants them
+        if namespace is not None:
+            seen = {_uid(e) for e in events}
             about_nodes = await _list(
                 client, resources.EVENTS, None, field_selector="involvedObject.kind=Node"
             )
-            events += [e for e in about_nodes if str((e.get("metadata") or {}).get("uid") or "") not in seen]
+            events += [e for e in about_nodes if _uid(e) not in seen]
         return list(events), None
     except Exception as exc:  # as for any kind
         return _unreadable("Event", exc)
@@ -207,6 +208,21 @@ async def _read_logs(
     return {(ns, pod, c): text for (_, ns, pod, c, _), text in zip(wanted, texts, strict=True) if text}
 
 
+def _uid(obj: KubeObject) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _with_recorded(live: list[KubeObject], recorded: Sequence[KubeObject]) -> list[KubeObject]:
+    """The live Events plus the recorded ones the API server no longer has (an Event lives an hour by default):
+    the newest recorded occurrence of each Event uid that is not live."""
+    seen = {_uid(e) for e in live}
+    newest: dict[str, KubeObject] = {}
+    for event in recorded:  # oldest observed first, so the last occurrence of a uid wins
+        if _uid(event) and _uid(event) not in seen:
+            newest[_uid(event)] = event
+    return [*live, *newest.values()]
+
+
 def _read_history(
     history: HistoryReader,
     source: str | None,
@@ -214,7 +230,7 @@ def _read_history(
     since: float,
     until: float,
     limit: int,
-) -> tuple[list[RecordedChange], list[Restart]]:
+) -> tuple[list[RecordedChange], list[Restart], list[KubeObject]]:
     from capstan.store import position_of
 
     changes: list[RecordedChange] = []
@@ -248,5 +264,19 @@ def _read_history(
             if len(page) < _HISTORY_PAGE or page[-1].id is None:
                 break
             after = position_of(page[-1])
+    events: list[KubeObject] = []
+    after = None
+    while len(events) < limit:
+        occurrences = history.events(
+            namespace=namespace,
+            since=since,
+            until=until,
+            limit=min(_HISTORY_PAGE, limit - len(events)),
+            after=after,
+        )
+        events += [e.payload for e in occurrences if (source is None or e.source == source) and e.payload]
+        if len(occurrences) < _HISTORY_PAGE or occurrences[-1].id is None:
+            break
+        after = position_of(occurrences[-1])
     restarts = history.restarts(namespace=namespace, since=since, until=until, limit=min(limit, 1000))
-    return sorted(changes, key=lambda c: (c.at, c.kind, c.namespace, c.name)), restarts
+    return sorted(changes, key=lambda c: (c.at, c.kind, c.namespace, c.name)), restarts, events

@@ -7,6 +7,8 @@ from typing import Final
 
 from capstan.diagnose._analyzer import Analyzer, Diagnosis, FunctionAnalyzer, analyzer_registry, run_analyzers
 from capstan.diagnose._batch import analyze_batch
+from capstan.diagnose._lifecycle import analyze_lifecycle
+from capstan.diagnose._netpol import analyze_network_policies
 from capstan.diagnose._nodes import analyze_nodes
 from capstan.diagnose._pods import analyze_pods
 from capstan.diagnose._references import analyze_references
@@ -37,6 +39,8 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
         ("HorizontalPodAutoscaler", "PodDisruptionBudget", "Deployment", "StatefulSet"),
         analyze_scaling,
     ),
+    FunctionAnalyzer("lifecycle", ("Pod", "Namespace", "Node", "Event"), analyze_lifecycle),
+    FunctionAnalyzer("network-policies", ("NetworkPolicy", "Pod", "Service"), analyze_network_policies),
 )
 
 
