@@ -20,7 +20,9 @@ from capstan.errors import UserError
 if TYPE_CHECKING:
     from capstan.faults import Outcome, Scenario
 
-app = typer.Typer(help="Fault scenarios: play them on the sandbox and score the diagnosis.", no_args_is_help=True)
+app = typer.Typer(
+    help="Fault scenarios: play them on the sandbox and score the diagnosis.", no_args_is_help=True
+)
 
 
 class Output(StrEnum):
@@ -74,7 +76,9 @@ def run(
     all_: bool = typer.Option(False, "--all", help="Play every scenario."),
     dir_: Path | None = typer.Option(None, "--dir", help=_DIR_HELP),
     kubeconfig: Path | None = typer.Option(
-        None, "--kubeconfig", help="Cluster to play on (default: the local sandbox from `capstan sandbox up`)."
+        None,
+        "--kubeconfig",
+        help="Cluster to play on (default: the local sandbox from `capstan sandbox up`).",
     ),
     log_dir: Path | None = typer.Option(
         None, "--log-dir", help="Where the cluster's kwok serves pod logs from (default: the sandbox's)."
@@ -121,7 +125,9 @@ async def _play(
 
 
 def _print_outcome(console: Console, o: Outcome) -> None:
-    table = Table(title=f"{o.scenario.name} ({o.seconds:.1f}s, namespace {o.namespace})", title_justify="left")
+    table = Table(
+        title=f"{o.scenario.name} ({o.seconds:.1f}s, namespace {o.namespace})", title_justify="left"
+    )
     for col in ("category", "top-1", "evidence recall", "false roots", "first finding's root cause"):
         table.add_column(col, overflow="fold")
     if o.setup_error is not None or o.score is None:
@@ -156,7 +162,9 @@ def _summary(outcomes: list[Outcome]) -> dict[str, object]:
         "top1": sum(1 for o in scored if o.score and o.score.top1),
         "setup_failures": sum(1 for o in outcomes if o.setup_error is not None),
         "evidence_recall": (
-            round(sum(o.score.evidence_recall for o in scored if o.score) / len(scored), 3) if scored else None
+            round(sum(o.score.evidence_recall for o in scored if o.score) / len(scored), 3)
+            if scored
+            else None
         ),
         "false_roots": sum(len(o.score.false_roots) for o in scored if o.score),
     }

@@ -47,7 +47,13 @@ from capstan.faults._score import Score, score
 from capstan.faults.kubelet import Kubelet, Termination
 from capstan.kube import ApiError, KubeClient, Resource, resources
 from capstan.kube.resources import lookup_kind
-from capstan.sandbox import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, NodePool, SandboxSpec, node_manifests
+from capstan.sandbox import (
+    KWOK_NODE_ANNOTATION,
+    KWOK_NODE_ANNOTATION_VALUE,
+    NodePool,
+    SandboxSpec,
+    node_manifests,
+)
 
 log = logging.getLogger(__name__)
 
@@ -267,9 +273,7 @@ class _Play:
         diagnosis = scoped(diagnose(snapshot), self.ns, nodes)
         self.outcome.snapshot = snapshot
         self.outcome.diagnosis = diagnosis
-        self.outcome.score = score(
-            s.expect, diagnosis, decoys=s.decoy_objects, node_names=self.outcome.nodes
-        )
+        self.outcome.score = score(s.expect, diagnosis, decoys=s.decoy_objects, node_names=self.outcome.nodes)
         if self.runner.on_state is not None:
             await self.runner.on_state(s, self.ns, self.runner.kubeconfig)
 
@@ -343,7 +347,9 @@ class _Play:
     async def _wait_node_ready(self, name: str) -> None:
         async def ready() -> bool:
             node = await self.client.get(resources.NODES, name)
-            conds = {c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or []}
+            conds = {
+                c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or []
+            }
             return conds.get("Ready") == "True"
 
         await self._until(f"node {name} Ready (kwok)", ready, 60)
@@ -353,7 +359,9 @@ class _Play:
         body["metadata"] = {**body["metadata"], "namespace": self.ns}
         res = _resource(body)
         if not res.namespaced:
-            raise SetupFailed(f"{body['kind']}/{body['metadata']['name']}: only namespaced objects may be applied")
+            raise SetupFailed(
+                f"{body['kind']}/{body['metadata']['name']}: only namespaced objects may be applied"
+            )
         if create_only:
             await self.client.create(res, body, self.ns)
             return

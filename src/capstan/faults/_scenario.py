@@ -16,10 +16,18 @@ import importlib.resources
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from capstan.errors import UserError
 
@@ -114,6 +122,22 @@ def _plain(data: Any) -> Any:
     if isinstance(data, list):
         return [_plain(v) for v in data]
     return data
+
+
+def _check_manifest(m: dict[str, Any]) -> dict[str, Any]:
+    for key in ("apiVersion", "kind"):
+        if not isinstance(m.get(key), str):
+            raise ValueError(f"a manifest needs {key}")
+    meta = m.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        raise ValueError("a manifest needs metadata.name")
+    if "namespace" in meta:
+        raise ValueError("a manifest must not set metadata.namespace (the scenario's namespace is used)")
+    return m
+
+
+Manifest = Annotated[dict[str, Any], AfterValidator(_check_manifest)]
+"""A Kubernetes object (apiVersion, kind, metadata.name; no namespace), applied in the scenario's namespace."""
 
 
 # ---- the model ------------------------------------------------------------------------------------------------------
@@ -329,7 +353,7 @@ class Edit(_Strict):
 
     patch: ObjectKey | None = None
     body: dict[str, Any] | None = None
-    apply: dict[str, Any] | None = None
+    apply: Manifest | None = None
     delete: ObjectKey | None = None
     wait: WaitSpec | None = None
 
@@ -337,11 +361,11 @@ class Edit(_Strict):
     def _one(self) -> Edit:
         given = [k for k in ("patch", "apply", "delete", "wait") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"an edit is one of patch (with body), apply, delete or wait; got {given or 'none'}")
+            raise ValueError(
+                f"an edit is one of patch (with body), apply, delete or wait; got {given or 'none'}"
+            )
         if self.patch is not None and self.body is None:
             raise ValueError("a patch edit needs body (a JSON merge patch)")
-        if self.apply is not None:
-            _check_manifest(self.apply)
         return self
 
     @property
@@ -359,15 +383,8 @@ class Decoy(_Strict):
     it touches, which must never be named as a root cause."""
 
     objects: list[ObjectKey] = Field(default_factory=list)
-    manifests: list[dict[str, Any]] = Field(default_factory=list)
+    manifests: list[Manifest] = Field(default_factory=list)
     inject: list[Step] = Field(default_factory=list)
-
-    @field_validator("manifests")
-    @classmethod
-    def _manifests(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for m in v:
-            _check_manifest(m)
-        return v
 
 
 class Expectation(_Strict):
@@ -398,7 +415,7 @@ class Scenario(_Strict):
     category: str
     tags: list[str] = Field(default_factory=list)
     nodes: list[NodeSpec] = Field(default_factory=list)
-    manifests: list[dict[str, Any]] = Field(default_factory=list)
+    manifests: list[Manifest] = Field(default_factory=list)
     wait: list[WaitSpec] | None = None
     edits: list[Edit] = Field(default_factory=list)
     inject: list[Step] = Field(default_factory=list)
@@ -419,28 +436,13 @@ class Scenario(_Strict):
     def _category(cls, v: str) -> str:
         return Expectation._category(v)
 
-    @field_validator("manifests")
+    @field_validator("nodes")
     @classmethod
-    def _manifests(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for m in v:
-            _check_manifest(m)
-        return v
-
-    @model_validator(mode="after")
-    def _nodes_known(self) -> Scenario:
-        names = [n.name for n in self.nodes]
+    def _unique_nodes(cls, v: list[NodeSpec]) -> list[NodeSpec]:
+        names = [n.name for n in v]
         if len(set(names)) != len(names):
             raise ValueError("node names must be unique")
-        steps = [*self.inject, *(self.decoy.inject if self.decoy else [])]
-        for step in steps:
-            _, action = step.action
-            node = getattr(action, "node", None)
-            if node is not None and node not in names:
-                raise ValueError(
-                    f"step acts on node {node!r}, which is not one of the scenario's nodes (only those may be "
-                    "broken)"
-                )
-        return self
+        return v
 
     @property
     def decoy_objects(self) -> list[ObjectKey]:
@@ -449,17 +451,6 @@ class Scenario(_Strict):
     @property
     def gpu(self) -> bool:
         return "gpu" in self.tags or self.category == "gpu"
-
-
-def _check_manifest(m: dict[str, Any]) -> None:
-    for key in ("apiVersion", "kind"):
-        if not isinstance(m.get(key), str):
-            raise ValueError(f"a manifest needs {key}")
-    meta = m.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
-        raise ValueError("a manifest needs metadata.name")
-    if "namespace" in meta:
-        raise ValueError("a manifest must not set metadata.namespace (the scenario's namespace is used)")
 
 
 def _placeholders(data: Any, allowed: set[str]) -> Iterator[tuple[list[int | str], str]]:
@@ -505,11 +496,24 @@ def parse_scenario(text: str, where: str) -> Scenario:
         scenario = Scenario.model_validate({**_plain(data), "path": where})
     except ValidationError as err:
         item = err.errors()[0]
-        loc = list(item["loc"])
-        path = ".".join(str(p) for p in loc) or "(top level)"
+        where_in = list(item["loc"])
+        path = ".".join(str(p) for p in where_in) or "(top level)"
         msg = item["msg"].removeprefix("Value error, ")
-        raise UserError(f"{where}:{_line_of(data, loc)}: {path}: {msg}") from None
+        raise UserError(f"{where}:{_line_of(data, where_in)}: {path}: {msg}") from None
     node_names = {n.name for n in scenario.nodes}
+    for section, steps in (
+        ("inject", scenario.inject),
+        ("decoy", scenario.decoy.inject if scenario.decoy else []),
+    ):
+        for i, step in enumerate(steps):
+            kind, action = step.action
+            node = getattr(action, "node", None)
+            if node is not None and node not in node_names:
+                at: list[int | str] = [section, i] if section == "inject" else ["decoy", "inject", i]
+                raise UserError(
+                    f"{where}:{_line_of(data, at)}: {'.'.join(map(str, at))}.{kind}: node {node!r} is not one "
+                    "of the scenario's nodes (only those may be broken)"
+                )
     allowed = {"namespace", *(f"node.{n}" for n in node_names)}
     for section in ("manifests", "edits", "inject", "decoy", "wait", "settle"):
         for loc, bad in _placeholders(_plain(data.get(section)), allowed):

@@ -11,7 +11,7 @@ the benchmark.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +56,11 @@ def _evidence_text(finding: Finding) -> str:
 
 
 def score(
-    expectation: Expectation, diagnosis: Diagnosis, *, decoys: Sequence[ObjectKey] = (), node_names: Any = None
+    expectation: Expectation,
+    diagnosis: Diagnosis,
+    *,
+    decoys: Sequence[ObjectKey] = (),
+    node_names: Mapping[str, str] | None = None,
 ) -> Score:
     """Score ``diagnosis`` (its findings in rank order) against ``expectation``. ``decoys`` are the scenario's
     decoy objects. ``node_names`` maps a scenario's node name to its name on the cluster (a Node named in the

@@ -433,7 +433,9 @@ class Kubelet:
             await self._register_logs(pod_obj)
             current, _ = self._log_paths(namespace, pod, container)
             with current.open("w") as f:
-                f.writelines(_cri_line(started + dt.timedelta(milliseconds=i), ln) for i, ln in enumerate(log))
+                f.writelines(
+                    _cri_line(started + dt.timedelta(milliseconds=i), ln) for i, ln in enumerate(log)
+                )
 
         def mutate(p: dict[str, Any]) -> None:
             entry = self._status_entry(p, field, spec)
