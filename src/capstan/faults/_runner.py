@@ -281,7 +281,10 @@ class _Play:
         body = {
             "apiVersion": "v1",
             "kind": "Namespace",
-            "metadata": {"name": self.ns, "labels": {SCENARIO_LABEL: self.scenario.name}},
+            "metadata": {
+                "name": self.ns,
+                "labels": {**self.scenario.namespace_labels, SCENARIO_LABEL: self.scenario.name},
+            },
         }
         await self.client.create(resources.NAMESPACES, body)
         self.created_ns = True

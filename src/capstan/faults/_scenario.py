@@ -414,6 +414,7 @@ class Scenario(_Strict):
     description: str
     category: str
     tags: list[str] = Field(default_factory=list)
+    namespace_labels: dict[str, str] = Field(default_factory=dict)
     nodes: list[NodeSpec] = Field(default_factory=list)
     manifests: list[Manifest] = Field(default_factory=list)
     wait: list[WaitSpec] | None = None
