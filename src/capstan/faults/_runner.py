@@ -76,6 +76,13 @@ RECORDED_KINDS = (
     "ResourceQuota",
 )
 _SOURCE = "faults"
+_STARTUP_TAINTS = frozenset(
+    {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/network-unavailable",
+    }
+)
 _POLL = 0.1
 
 
@@ -353,7 +360,10 @@ class _Play:
             conds = {
                 c.get("type"): c.get("status") for c in (node.get("status") or {}).get("conditions") or []
             }
-            return conds.get("Ready") == "True"
+            # the node lifecycle controller lifts its not-ready taint a moment after Ready: until then the
+            # scheduler counts the node as tainted
+            taints = {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
+            return conds.get("Ready") == "True" and not taints & _STARTUP_TAINTS
 
         await self._until(f"node {name} Ready (kwok)", ready, 60)
 
