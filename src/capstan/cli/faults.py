@@ -40,7 +40,8 @@ def list_(dir_: Path | None = typer.Option(None, "--dir", help=_DIR_HELP)) -> No
 
     scenarios = load_scenarios(dir_)
     table = Table(title=f"{len(scenarios)} fault scenarios")
-    for col in ("name", "category", "tags", "expected root", "description"):
+    table.add_column("name", no_wrap=True)
+    for col in ("category", "tags", "expected root", "description"):
         table.add_column(col, overflow="fold")
     for s in scenarios:
         table.add_row(
