@@ -70,10 +70,10 @@ def test_a_good_scenario_loads(tmp_path: Path) -> None:
 
 def test_every_shipped_scenario_loads() -> None:
     scenarios = load_scenarios()
-    assert len(scenarios) >= 30
+    assert len(scenarios) >= 60
     assert builtin_dir().is_dir()
     assert sum(1 for s in scenarios if s.gpu) >= 10
-    assert sum(1 for s in scenarios if "decoy" in s.tags) >= 8
+    assert sum(1 for s in scenarios if "decoy" in s.tags) >= 10
     for s in scenarios:
         assert Path(s.path).name == f"{s.name}.yaml"
 
