@@ -45,6 +45,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "route": Subcommand("route", "Cache-aware OpenAI-compatible routing."),
     "history": Subcommand("history", "Query the durable history of cluster changes and engine events."),
     "diagnose": Subcommand("diagnose", "Name the root causes of what is broken, with evidence."),
+    "faults": Subcommand("faults", "Fault scenarios: play them on the sandbox and score the diagnosis."),
     "record": Subcommand(
         "record", "Record cluster changes, Events and engine logs durably into the history store."
     ),

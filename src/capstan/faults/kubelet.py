@@ -401,6 +401,62 @@ class Kubelet:
             then="running",
         )
 
+    async def set_ready(self, namespace: str, pod: str, container: str, ready: bool) -> dict[str, Any]:
+        """Mark a running container (not) ready, as the kubelet does when its readiness probe fails or recovers."""
+        pod_obj = await self.client.get(resources.PODS, pod, namespace)
+        field, spec, _ = self._find(pod_obj, container)
+
+        def mutate(p: dict[str, Any]) -> None:
+            self._status_entry(p, field, spec)["ready"] = ready
+            _set_ready(p)
+
+        return await self._update_pod_status(namespace, pod, mutate)
+
+    async def end_pod(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        termination: Termination | None = None,
+        *,
+        phase: Literal["Failed", "Succeeded"] = "Failed",
+        log: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """End the pod for good, as a kubelet reports a pod of ``restartPolicy: Never`` whose container exited:
+        ``phase``, the container ``state.terminated`` and, when given, its log (the Job controller counts it)."""
+        term = termination or (Termination.completed() if phase == "Succeeded" else Termination.error())
+        now = self.clock()
+        started = now - dt.timedelta(seconds=term.runtime_seconds)
+        pod_obj = await self.client.get(resources.PODS, pod, namespace)
+        field, spec, _ = self._find(pod_obj, container)
+        if log is not None and (pod_obj.get("spec") or {}).get("nodeName"):
+            await self._register_logs(pod_obj)
+            current, _ = self._log_paths(namespace, pod, container)
+            with current.open("w") as f:
+                f.writelines(
+                    _cri_line(started + dt.timedelta(milliseconds=i), ln) for i, ln in enumerate(log)
+                )
+
+        def mutate(p: dict[str, Any]) -> None:
+            entry = self._status_entry(p, field, spec)
+            terminated: dict[str, Any] = {
+                "exitCode": term.exit_code,
+                "reason": term.reason,
+                "startedAt": _ts(started),
+                "finishedAt": _ts(now),
+            }
+            if term.signal is not None:
+                terminated["signal"] = term.signal
+            if term.message:
+                terminated["message"] = term.message
+            entry["state"] = {"terminated": terminated}
+            entry["ready"] = False
+            entry["started"] = False
+            p.setdefault("status", {})["phase"] = phase
+            _set_ready(p)
+
+        return await self._update_pod_status(namespace, pod, mutate)
+
     # ---- nodes ----------------------------------------------------------------------------------------------------
     async def _update_node_status(
         self, name: str, mutate: Callable[[dict[str, Any]], None]
