@@ -74,6 +74,9 @@ RECORDED_KINDS = (
     "HorizontalPodAutoscaler",
     "PodDisruptionBudget",
     "ResourceQuota",
+    "LimitRange",
+    "NetworkPolicy",
+    "Ingress",
 )
 _SOURCE = "faults"
 _STARTUP_TAINTS = frozenset(

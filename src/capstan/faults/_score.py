@@ -6,7 +6,8 @@ the benchmark.
 - **evidence recall**: the fraction of the expected evidence strings found (case-insensitive) in the first
   finding's evidence (what, where, text) and recorded changes (kind/name, change, summary); 1.0 when none is
   expected;
-- **false roots**: root findings whose subject is a declared decoy object or one of the expected symptoms.
+- **false roots**: root findings (warning or critical: an info finding blames nothing) whose subject is a declared
+  decoy object or one of the expected symptoms.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from capstan.diagnose import Diagnosis, Finding, ObjectRef
+from capstan.diagnose import Diagnosis, Finding, ObjectRef, Severity
 from capstan.faults._scenario import Expectation, ObjectKey
 
 
@@ -75,7 +76,10 @@ def score(
     expected = resolve(expectation.object)
     wrong_roots = [resolve(k) for k in (*decoys, *expectation.symptoms)]
     false_roots = tuple(
-        f.subject.key for f in diagnosis.findings if any(_is(f.subject, k) for k in wrong_roots)
+        f.subject.key
+        for f in diagnosis.findings
+        # an info finding reports (a pod waiting for a node that is on its way) and blames nothing
+        if f.severity is not Severity.INFO and any(_is(f.subject, k) for k in wrong_roots)
     )
     if not diagnosis.findings:
         return Score(

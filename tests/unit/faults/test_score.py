@@ -101,3 +101,17 @@ def test_no_finding() -> None:
     s = score(EXPECT, Diagnosis())
     assert not s.top1 and s.evidence_recall == 0.0 and s.reasons == ("no finding",)
     assert score(Expectation(object=EXPECT.object, category="startup"), Diagnosis()).evidence_recall == 1.0
+
+
+def test_an_info_finding_about_a_decoy_blames_nothing() -> None:
+    import dataclasses
+
+    good = finding("Pod", "api", evidence=(WAITING,), changes=(RENAME,))
+    waiting = dataclasses.replace(
+        finding("Pod", "llm-big", category=Category.SCHEDULING), severity=Severity.INFO
+    )
+    s = score(EXPECT, Diagnosis(findings=(good, waiting)), decoys=[ObjectKey(kind="Pod", name="llm-big")])
+    assert s.false_roots == () and s.passed
+    blamed = dataclasses.replace(waiting, severity=Severity.WARNING)
+    s = score(EXPECT, Diagnosis(findings=(good, blamed)), decoys=[ObjectKey(kind="Pod", name="llm-big")])
+    assert s.false_roots == (f"Pod/{NS}/llm-big",)
