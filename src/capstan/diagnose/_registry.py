@@ -7,6 +7,7 @@ from typing import Final
 
 from capstan.diagnose._analyzer import Analyzer, Diagnosis, FunctionAnalyzer, analyzer_registry, run_analyzers
 from capstan.diagnose._batch import analyze_batch
+from capstan.diagnose._gpu import analyze_gpu
 from capstan.diagnose._nodes import analyze_nodes
 from capstan.diagnose._pods import analyze_pods
 from capstan.diagnose._references import analyze_references
@@ -37,6 +38,7 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
         ("HorizontalPodAutoscaler", "PodDisruptionBudget", "Deployment", "StatefulSet"),
         analyze_scaling,
     ),
+    FunctionAnalyzer("gpu", ("Node", "DaemonSet", "Pod"), analyze_gpu),
 )
 
 

@@ -43,6 +43,7 @@ def test_registry_names_and_duplicates() -> None:
         "workloads",
         "batch",
         "scaling",
+        "gpu",
     ]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
@@ -96,6 +97,7 @@ def test_an_unreadable_kind_is_a_blind_spot_not_a_guess() -> None:
         ("references", "Pod"),
         ("storage", "Pod"),
         ("batch", "Pod"),
+        ("gpu", "Pod"),
     }
     assert "forbidden" in d.blind[0].reason
 
