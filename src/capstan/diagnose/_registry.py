@@ -10,6 +10,7 @@ from capstan.diagnose._batch import analyze_batch
 from capstan.diagnose._gpu import analyze_gpu
 from capstan.diagnose._nodes import analyze_nodes
 from capstan.diagnose._pods import analyze_pods
+from capstan.diagnose._quotas import analyze_quotas
 from capstan.diagnose._references import analyze_references
 from capstan.diagnose._scaling import analyze_scaling
 from capstan.diagnose._scheduling import analyze_scheduling
@@ -29,7 +30,18 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
     FunctionAnalyzer("storage", ("PersistentVolumeClaim", "StorageClass", "Pod", "Event"), analyze_storage),
     FunctionAnalyzer(
         "workloads",
-        ("ReplicaSet", "StatefulSet", "DaemonSet", "Job", "Deployment", "Event"),
+        (
+            "ReplicaSet",
+            "StatefulSet",
+            "DaemonSet",
+            "Job",
+            "Deployment",
+            "Event",
+            "ResourceQuota",
+            "LimitRange",
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+        ),
         analyze_workloads,
     ),
     FunctionAnalyzer("batch", ("Job", "CronJob", "Pod"), analyze_batch),
@@ -39,6 +51,9 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
         analyze_scaling,
     ),
     FunctionAnalyzer("gpu", ("Node", "DaemonSet", "Pod"), analyze_gpu),
+    FunctionAnalyzer(
+        "quotas", ("ResourceQuota", "ReplicaSet", "StatefulSet", "DaemonSet", "Job"), analyze_quotas
+    ),
 )
 
 

@@ -79,6 +79,24 @@ CLUSTER_ROLE_BINDINGS = _r(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
 )
 LEASES = _r("coordination.k8s.io", "v1", "leases", "Lease")
+# read by the diagnosis analyzers; not in WELL_KNOWN (cluster-scoped configuration a recorder need not follow)
+STORAGE_CLASSES = _r("storage.k8s.io", "v1", "storageclasses", "StorageClass", False)
+INGRESS_CLASSES = _r("networking.k8s.io", "v1", "ingressclasses", "IngressClass", False)
+HTTP_ROUTES = _r("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
+VALIDATING_WEBHOOKS = _r(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    False,
+)
+MUTATING_WEBHOOKS = _r(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    False,
+)
 KWOK_LOGS = _r("kwok.x-k8s.io", "v1alpha1", "logs", "Logs")
 
 WELL_KNOWN: tuple[Resource, ...] = (

@@ -44,6 +44,7 @@ def test_registry_names_and_duplicates() -> None:
         "batch",
         "scaling",
         "gpu",
+        "quotas",
     ]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
