@@ -8,6 +8,7 @@ from typing import Final
 from capstan.diagnose._analyzer import Analyzer, Diagnosis, FunctionAnalyzer, analyzer_registry, run_analyzers
 from capstan.diagnose._batch import analyze_batch
 from capstan.diagnose._gpu import analyze_gpu
+from capstan.diagnose._ingress import analyze_ingress
 from capstan.diagnose._nodes import analyze_nodes
 from capstan.diagnose._pods import analyze_pods
 from capstan.diagnose._quotas import analyze_quotas
@@ -24,7 +25,7 @@ from capstan.redact import Redactor
 ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
     FunctionAnalyzer("pods", ("Pod", "Event"), analyze_pods),
     FunctionAnalyzer("scheduling", ("Pod", "Node", "Event"), analyze_scheduling),
-    FunctionAnalyzer("services", ("Service", "Pod"), analyze_services),
+    FunctionAnalyzer("services", ("Service", "Pod", "Ingress", "HTTPRoute"), analyze_services),
     FunctionAnalyzer("nodes", ("Node",), analyze_nodes),
     FunctionAnalyzer("references", ("Pod", "ConfigMap", "Secret"), analyze_references),
     FunctionAnalyzer("storage", ("PersistentVolumeClaim", "StorageClass", "Pod", "Event"), analyze_storage),
@@ -54,6 +55,7 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
     FunctionAnalyzer(
         "quotas", ("ResourceQuota", "ReplicaSet", "StatefulSet", "DaemonSet", "Job"), analyze_quotas
     ),
+    FunctionAnalyzer("ingress", ("Ingress", "HTTPRoute", "Service", "IngressClass"), analyze_ingress),
 )
 
 

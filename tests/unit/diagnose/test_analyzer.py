@@ -45,6 +45,7 @@ def test_registry_names_and_duplicates() -> None:
         "scaling",
         "gpu",
         "quotas",
+        "ingress",
     ]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
