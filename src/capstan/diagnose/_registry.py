@@ -12,6 +12,7 @@ from capstan.diagnose._ingress import analyze_ingress
 from capstan.diagnose._nodes import analyze_nodes
 from capstan.diagnose._pods import analyze_pods
 from capstan.diagnose._quotas import analyze_quotas
+from capstan.diagnose._rbac import analyze_rbac
 from capstan.diagnose._references import analyze_references
 from capstan.diagnose._scaling import analyze_scaling
 from capstan.diagnose._scheduling import analyze_scheduling
@@ -56,6 +57,7 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
         "quotas", ("ResourceQuota", "ReplicaSet", "StatefulSet", "DaemonSet", "Job"), analyze_quotas
     ),
     FunctionAnalyzer("ingress", ("Ingress", "HTTPRoute", "Service", "IngressClass"), analyze_ingress),
+    FunctionAnalyzer("rbac", ("RoleBinding", "ClusterRoleBinding", "Role", "ClusterRole"), analyze_rbac),
 )
 
 

@@ -46,6 +46,7 @@ def test_registry_names_and_duplicates() -> None:
         "gpu",
         "quotas",
         "ingress",
+        "rbac",
     ]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
