@@ -105,6 +105,13 @@ def _gpu_shortfall(node: KubeObject) -> tuple[float, float, str]:
     return have, offered, text
 
 
+def _node_ready(node: KubeObject) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return True
+
+
 def _pod_ready(pod: KubeObject) -> bool:
     for cond in (pod.get("status") or {}).get("conditions") or ():
         if isinstance(cond, Mapping) and cond.get("type") == "Ready":
@@ -133,8 +140,8 @@ def _owned_by(pod: KubeObject, kind: str, name: str) -> bool:
 def analyze_gpu(snapshot: Snapshot) -> list[Finding]:
     problems: list[tuple[KubeObject, float, float, str]] = []
     for node in snapshot.of("Node"):
-        if not is_gpu_node(node):
-            continue
+        if not is_gpu_node(node) or not _node_ready(node):
+            continue  # a NotReady node is the nodes analyzer's root, its plugin pod not ready a consequence
         have, offered, text = _gpu_shortfall(node)
         if have <= 0 or offered < have:
             problems.append((node, have, offered, text))

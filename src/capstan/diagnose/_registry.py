@@ -27,7 +27,7 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
     FunctionAnalyzer("pods", ("Pod", "Event"), analyze_pods),
     FunctionAnalyzer("scheduling", ("Pod", "Node", "Event"), analyze_scheduling),
     FunctionAnalyzer("services", ("Service", "Pod", "Ingress", "HTTPRoute"), analyze_services),
-    FunctionAnalyzer("nodes", ("Node",), analyze_nodes),
+    FunctionAnalyzer("nodes", ("Node", "DaemonSet"), analyze_nodes),
     FunctionAnalyzer("references", ("Pod", "ConfigMap", "Secret"), analyze_references),
     FunctionAnalyzer("storage", ("PersistentVolumeClaim", "StorageClass", "Pod", "Event"), analyze_storage),
     FunctionAnalyzer(

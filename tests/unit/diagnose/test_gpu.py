@@ -151,3 +151,25 @@ def test_a_labelled_gpu_node_without_any_device_plugin() -> None:
     )
     assert analyze_gpu(blind) == []
     assert ("gpu", "DaemonSet") in {(b.analyzer, b.kind) for b in diagnose(blind).blind}
+
+
+def test_a_not_ready_gpu_node_stays_the_nodes_root_and_unreadable_daemonsets_are_said() -> None:
+    down = node("gpu-0", gpus=8, allocatable_gpus=0, ready="False")
+    snap = Snapshot(
+        objects={
+            "Node": [down],
+            "DaemonSet": [plugin_ds()],
+            "Pod": [plugin_pod("plugin-a", "gpu-0", ready=False)],
+        }
+    )
+    assert analyze_gpu(snap) == []
+    blind = Snapshot(
+        objects={"Node": [node("gpu-1", gpus=8, allocatable_gpus=6)]},
+        unreadable={"DaemonSet": Readable("DaemonSet", False, "daemonsets.apps is forbidden")},
+    )
+    (f,) = diagnose(blind).findings
+    assert f.analyzer == "nodes"
+    assert (
+        "DaemonSets cannot be read, so the device plugin was not checked: daemonsets.apps is forbidden"
+        in f.root_cause
+    )
