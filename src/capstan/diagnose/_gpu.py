@@ -255,6 +255,17 @@ def _plugin(
         if first_pod is not None
         else "it has no pod on them"
     )
+    if first_pod is None:
+        template = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+        selector = template.get("nodeSelector") or {}
+        evidence.append(
+            Evidence(
+                "plugin node selector",
+                Source.OBJECT_FIELD,
+                "spec.template.spec.nodeSelector",
+                ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "(none)",
+            )
+        )
     zero = any(offered <= 0 for _, _, offered, _, _ in blamed)
     listed = ", ".join(names[:MAX_LISTED]) + (
         f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else ""
@@ -277,7 +288,10 @@ def _plugin(
         symptoms=symptoms,
         confidence=0.85,
         next_check=(
-            f"kubectl get pods -n {ref.namespace} -o wide -l <the DaemonSet's selector>; "
-            f"kubectl logs -n {ref.namespace} <plugin pod> --previous; kubectl describe daemonset -n {ref.namespace} {ref.name}"
+            f"kubectl logs -n {ref.namespace} {meta_of(first_pod)[1]} --previous; kubectl describe daemonset -n "
+            f"{ref.namespace} {ref.name}"
+            if first_pod is not None
+            else f"kubectl describe daemonset -n {ref.namespace} {ref.name} (nodeSelector, tolerations against "
+            f"the GPU nodes' labels and taints)"
         ),
     )

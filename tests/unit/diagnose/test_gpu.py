@@ -173,3 +173,14 @@ def test_a_not_ready_gpu_node_stays_the_nodes_root_and_unreadable_daemonsets_are
         "DaemonSets cannot be read, so the device plugin was not checked: daemonsets.apps is forbidden"
         in f.root_cause
     )
+
+
+def test_a_plugin_with_no_pod_on_the_gpu_node_cites_its_node_selector() -> None:
+    ds = plugin_ds()
+    ds["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.deploy.device-plugin": "true"}
+    (f,) = analyze_gpu(
+        Snapshot(objects={"Node": [node("gpu-0", gpus=8, allocatable_gpus=0)], "DaemonSet": [ds]})
+    )
+    assert "it has no pod on them" in f.root_cause
+    assert any(e.text == "nvidia.com/gpu.deploy.device-plugin=true" for e in f.evidence)
+    assert "nodeSelector, tolerations" in f.next_check
