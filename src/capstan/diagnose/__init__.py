@@ -2,7 +2,7 @@
 
 :func:`diagnose` runs the registered analyzers (:data:`ANALYZERS`: ``pods``, ``scheduling``, ``services``,
 ``nodes``, ``references``, ``storage``, ``workloads``, ``batch``, ``scaling``, ``gpu``, ``quotas``, ``ingress``,
-``rbac``) over a :class:`Snapshot` of live objects, Events,
+``rbac``, ``webhooks``) over a :class:`Snapshot` of live objects, Events,
 previous-log tails and recorded changes, and returns a :class:`Diagnosis`: redacted :class:`Finding` objects,
 symptoms folded into the roots that explain them and ranked in a fixed order (severity, symptoms explained,
 confidence, id), the analyzers that raised (:class:`Failure`) and the kinds that could not be read

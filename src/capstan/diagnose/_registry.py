@@ -19,6 +19,7 @@ from capstan.diagnose._scheduling import analyze_scheduling
 from capstan.diagnose._services import analyze_services
 from capstan.diagnose._snapshot import Snapshot
 from capstan.diagnose._storage import analyze_storage
+from capstan.diagnose._webhooks import analyze_webhooks
 from capstan.diagnose._workloads import analyze_workloads
 from capstan.redact import Redactor
 
@@ -58,6 +59,11 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
     ),
     FunctionAnalyzer("ingress", ("Ingress", "HTTPRoute", "Service", "IngressClass"), analyze_ingress),
     FunctionAnalyzer("rbac", ("RoleBinding", "ClusterRoleBinding", "Role", "ClusterRole"), analyze_rbac),
+    FunctionAnalyzer(
+        "webhooks",
+        ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "Service", "Pod"),
+        analyze_webhooks,
+    ),
 )
 
 

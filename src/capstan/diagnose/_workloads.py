@@ -40,7 +40,7 @@ def classify_failed_create(message: str) -> tuple[Category, str]:
     return Category.CONFIGURATION, "the API server refused to create the pods"
 
 
-def _failure(snapshot: Snapshot, kind: str, obj: KubeObject) -> tuple[str, Evidence] | None:
+def failure_of(snapshot: Snapshot, kind: str, obj: KubeObject) -> tuple[str, Evidence] | None:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if (
             isinstance(cond, Mapping)
@@ -148,7 +148,7 @@ def _stuck_rollout(snapshot: Snapshot, deployment: KubeObject, ref: ObjectRef) -
     if any(_visibly_failing(p) for p in pods):
         return
     owned = [rs for rs in snapshot.in_namespace("ReplicaSet", ref.namespace) if _owner(rs) == ref]
-    if any(_failure(snapshot, "ReplicaSet", rs) is not None for rs in owned):
+    if any(failure_of(snapshot, "ReplicaSet", rs) is not None for rs in owned):
         return  # the ReplicaSet's FailedCreate is the root, this Deployment its symptom
     wanted = (deployment.get("spec") or {}).get("replicas", 1)
     updated, available = status.get("updatedReplicas", 0), status.get("availableReplicas", 0)
@@ -183,7 +183,7 @@ def _ready(pod: KubeObject) -> bool:
 
 
 def _controller(snapshot: Snapshot, kind: str, obj: KubeObject, ref: ObjectRef) -> Iterator[Finding]:
-    failure = _failure(snapshot, kind, obj)
+    failure = failure_of(snapshot, kind, obj)
     if failure is None:
         return
     message, evidence = failure
@@ -368,13 +368,13 @@ def _webhook(snapshot: Snapshot, m: re.Match[str], *, denied: bool) -> Cited:
             svc = snapshot.get("Service", svc_ref.namespace, svc_ref.name)
             if svc is None:
                 backend = f"; its Service {svc_ref.namespace}/{svc_ref.name} does not exist"
-            elif snapshot.readable("Pod").readable and not _backed(snapshot, svc):
+            elif snapshot.readable("Pod").readable and not backed(snapshot, svc):
                 backend = f"; no running pod is behind its Service {svc_ref.namespace}/{svc_ref.name}"
     tail = f" (failurePolicy {policy}{backend})" if not denied else (f": {quote(why, 160)}" if why else "")
     return Cited(f"{did}, declared in {kind} {ref.name}{tail}", objects, evidence)
 
 
-def _backed(snapshot: Snapshot, service: KubeObject) -> bool:
+def backed(snapshot: Snapshot, service: KubeObject) -> bool:
     selector = (service.get("spec") or {}).get("selector") or {}
     if not selector:
         return True  # endpoints managed by hand: nothing to check

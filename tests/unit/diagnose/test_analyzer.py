@@ -47,6 +47,7 @@ def test_registry_names_and_duplicates() -> None:
         "quotas",
         "ingress",
         "rbac",
+        "webhooks",
     ]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
@@ -101,6 +102,7 @@ def test_an_unreadable_kind_is_a_blind_spot_not_a_guess() -> None:
         ("storage", "Pod"),
         ("batch", "Pod"),
         ("gpu", "Pod"),
+        ("webhooks", "Pod"),
     }
     assert "forbidden" in d.blind[0].reason
 

@@ -9,6 +9,7 @@ import pytest
 
 from capstan.diagnose import Category, ObjectRef, Readable, Snapshot, Source, Symptom, diagnose
 from capstan.diagnose._quotas import analyze_quotas
+from capstan.diagnose._webhooks import analyze_webhooks
 from capstan.diagnose._workloads import analyze_workloads, classify_failed_create
 
 from .kit import event, pod, running, terminated, waiting
@@ -250,3 +251,34 @@ def test_a_used_up_quota_warns_on_its_own_and_folds_into_the_failedcreate_that_n
     assert analyze_quotas(snap) == []
     (root,) = diagnose(snap).findings
     assert root.analyzer == "workloads"
+
+
+def test_a_webhook_whose_service_is_gone_is_the_root_of_the_failedcreate_naming_it() -> None:
+    message = 'Internal error occurred: failed calling webhook "validate.kyverno.svc": connection refused'
+    config = webhook_config()
+    (f,) = analyze_webhooks(Snapshot(objects={"ValidatingWebhookConfiguration": [config]}))
+    assert (
+        f.analyzer == "webhooks" and f.category is Category.CONTROL_PLANE and f.severity.value == "critical"
+    )
+    assert (
+        "its Service kyverno/kyverno-svc does not exist" in f.root_cause
+        and "failurePolicy Fail" in f.root_cause
+    )
+    svc = {
+        "kind": "Service",
+        "metadata": {"name": "kyverno-svc", "namespace": "kyverno"},
+        "spec": {"selector": {"app": "kyverno"}},
+    }
+    (f,) = analyze_webhooks(Snapshot(objects={"ValidatingWebhookConfiguration": [config], "Service": [svc]}))
+    assert "no running pod is behind its Service" in f.root_cause
+    backing = pod("kyverno-0", "kyverno", labels={"app": "kyverno"})
+    healthy = Snapshot(
+        objects={"ValidatingWebhookConfiguration": [config], "Service": [svc], "Pod": [backing]}
+    )
+    assert analyze_webhooks(healthy) == []
+    ignored = Snapshot(objects={"ValidatingWebhookConfiguration": [webhook_config("Ignore")]})
+    assert analyze_webhooks(ignored)[0].severity.value == "warning"
+    snap = Snapshot(objects={"ReplicaSet": [replicaset(message)], "ValidatingWebhookConfiguration": [config]})
+    (root,) = diagnose(snap).findings
+    assert root.analyzer == "webhooks"
+    assert ObjectRef("ReplicaSet", "shop", "web-7d9f8") in {s.object for s in root.symptoms}
