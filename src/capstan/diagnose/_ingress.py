@@ -168,7 +168,7 @@ def _backend(snapshot: Snapshot, b: Backend) -> Iterator[Finding]:
             next_check=f"kubectl get services -n {b.service.namespace}",
         )
         return
-    if b.port is None:
+    if b.port is None or (svc.get("spec") or {}).get("type") == "ExternalName":
         return
     ports = [p for p in (svc.get("spec") or {}).get("ports") or () if isinstance(p, Mapping)]
     if isinstance(b.port, int) or str(b.port).isdigit():

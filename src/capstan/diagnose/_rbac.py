@@ -155,6 +155,7 @@ def _finding(
     related: list[ObjectRef] = []
     bindings = _bindings_text(snapshot, d, evidence, related)
     pods = [ObjectRef("Pod", ns, pod) for (ns, pod, _), _ in hits]
+    jobs = sorted({j for p in pods if (j := _job_of(snapshot, p)) is not None})
     return Finding.create(
         NAME,
         f"forbidden/{d.verb}/{d.group}/{d.resource}/{d.target}",
@@ -168,10 +169,22 @@ def _finding(
         ),
         evidence=evidence,
         changes=preceding_changes(snapshot, [ref, *related]),
-        symptoms=[Symptom(p, f"its log quotes the 403: cannot {d.verb} {d.resource}") for p in pods],
+        symptoms=[
+            *(Symptom(p, f"its log quotes the 403: cannot {d.verb} {d.resource}") for p in pods),
+            *(Symptom(j, f"its pod's log quotes the 403: cannot {d.verb} {d.resource}") for j in jobs),
+        ],
         confidence=0.9,
         next_check=(
             f"kubectl auth can-i {d.verb} {d.resource}{'.' + d.group if d.group else ''} "
             f"--as=system:serviceaccount:{d.namespace}:{d.account}" + (f" -n {d.target}" if d.target else "")
         ),
     )
+
+
+def _job_of(snapshot: Snapshot, pod: ObjectRef) -> ObjectRef | None:
+    """The Job that controls a pod: a failed Job (the batch analyzer's root) is then this finding's symptom too."""
+    obj = snapshot.get("Pod", pod.namespace, pod.name)
+    for owner in ((obj or {}).get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(owner, Mapping) and owner.get("controller") and owner.get("kind") == "Job":
+            return ObjectRef("Job", pod.namespace, str(owner.get("name") or ""))
+    return None

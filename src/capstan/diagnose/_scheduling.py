@@ -235,7 +235,7 @@ def _pending(
         )
         return
     message, event = _scheduling_message(snapshot, pod)
-    if advertised is not None:
+    if advertised is not None and not _provisioning(snapshot, pod):
         wanted = requested_gpus(pod)
         missing = [r for r in sorted(wanted) if r not in advertised]
         if missing:
@@ -286,6 +286,16 @@ def _pending(
         confidence=confidence,
         next_check=_next_check(binding, ref),
     )
+
+
+PROVISIONING: Final = ("TriggeredScaleUp", "Nominated")
+
+
+def _provisioning(snapshot: Snapshot, pod: KubeObject) -> bool:
+    """A node autoscaler (cluster-autoscaler's ``TriggeredScaleUp``, Karpenter's ``Nominated``) is bringing up a node
+    for the pod: a GPU resource no current node advertises may be the new node's."""
+    namespace, name, uid = meta_of(pod)
+    return any(e.get("reason") in PROVISIONING for e in snapshot.events_about("Pod", namespace, name, uid))
 
 
 def _mig_hint(resource: str, advertised: Mapping[str, list[str]], snapshot: Snapshot) -> str:

@@ -184,3 +184,15 @@ def test_a_plugin_with_no_pod_on_the_gpu_node_cites_its_node_selector() -> None:
     assert "it has no pod on them" in f.root_cause
     assert any(e.text == "nvidia.com/gpu.deploy.device-plugin=true" for e in f.evidence)
     assert "nodeSelector, tolerations" in f.next_check
+
+
+def test_a_pod_an_autoscaler_is_provisioning_a_node_for_is_not_called_unadvertised() -> None:
+    p = pending("nvidia.com/gpu", 1)
+    scale_up = event(
+        p, "TriggeredScaleUp", "pod triggered scale-up: [{gpu-pool 0->1 (max: 4)}]", type="Normal"
+    )
+    assert (
+        analyze_scheduling(Snapshot(objects={"Pod": [p], "Node": [node("cpu-0")]}, events=[scale_up])) == []
+    )
+    (f,) = analyze_scheduling(Snapshot(objects={"Pod": [p], "Node": [node("cpu-0")]}))
+    assert "no node advertises any GPU resource" in f.root_cause

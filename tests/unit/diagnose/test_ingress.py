@@ -113,3 +113,15 @@ def test_an_ingress_to_a_service_without_endpoints_is_its_symptom() -> None:
     (root,) = diagnose(snap).findings
     assert root.analyzer == "services" and root.cause == "selector-matches-no-pod"
     assert [s.object for s in root.symptoms] == [ObjectRef("Ingress", "shop", "shop")]
+
+
+def test_an_externalname_service_is_not_checked_for_ports() -> None:
+    external = {
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"type": "ExternalName", "externalName": "web.example"},
+    }
+    assert (
+        analyze_ingress(Snapshot(objects={"Ingress": [ingress(port={"number": 443})], "Service": [external]}))
+        == []
+    )

@@ -76,3 +76,16 @@ def test_cluster_scope_and_other_lines() -> None:
     )
     (f,) = analyze_rbac(Snapshot(logs={("ops", "agent-0", "agent"): line, ("ops", "x", "y"): "all fine"}))
     assert "may not watch nodes in the core API group at the cluster scope" in f.root_cause
+
+
+def test_a_job_failed_by_a_403_is_one_root_with_the_job_and_its_pod_as_symptoms() -> None:
+    from .test_batch import failed_pod, job
+
+    p = failed_pod("migrate-aaaaa", "2026-12-01T09:00:00Z")
+    snap = Snapshot(objects={"Job": [job()], "Pod": [p]}, logs={("shop", "migrate-aaaaa", "app"): LINE})
+    (root,) = diagnose(snap).findings
+    assert root.analyzer == "rbac"
+    assert {s.object for s in root.symptoms} >= {
+        ObjectRef("Job", "shop", "migrate"),
+        ObjectRef("Pod", "shop", "migrate-aaaaa"),
+    }

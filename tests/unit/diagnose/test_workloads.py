@@ -282,3 +282,9 @@ def test_a_webhook_whose_service_is_gone_is_the_root_of_the_failedcreate_naming_
     (root,) = diagnose(snap).findings
     assert root.analyzer == "webhooks"
     assert ObjectRef("ReplicaSet", "shop", "web-7d9f8") in {s.object for s in root.symptoms}
+
+
+def test_a_quota_in_decimal_units_is_compared_as_a_number() -> None:
+    q = quota(used="8G", hard="8G")
+    assert analyze_quotas(Snapshot(objects={"ResourceQuota": [q]}))[0].cause == "used-up/limits.memory"
+    assert analyze_quotas(Snapshot(objects={"ResourceQuota": [quota(used="500M", hard="8G")]})) == []
