@@ -288,3 +288,15 @@ def test_a_quota_in_decimal_units_is_compared_as_a_number() -> None:
     q = quota(used="8G", hard="8G")
     assert analyze_quotas(Snapshot(objects={"ResourceQuota": [q]}))[0].cause == "used-up/limits.memory"
     assert analyze_quotas(Snapshot(objects={"ResourceQuota": [quota(used="500M", hard="8G")]})) == []
+
+
+def test_a_webhook_found_in_one_kind_is_named_though_the_other_kind_is_unreadable() -> None:
+    message = 'admission webhook "validate.kyverno.svc" denied the request: label team is required'
+    snap = Snapshot(
+        objects={"ReplicaSet": [replicaset(message)], "ValidatingWebhookConfiguration": [webhook_config()]},
+        unreadable={
+            "MutatingWebhookConfiguration": Readable("MutatingWebhookConfiguration", False, "forbidden")
+        },
+    )
+    (f,) = analyze_workloads(snap)
+    assert "declared in ValidatingWebhookConfiguration kyverno-resource-validating" in f.root_cause
