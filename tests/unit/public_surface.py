@@ -72,6 +72,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "Symptom",
         "about",
         "diagnose",
+        "read_snapshot",
     ),
     "capstan.enginesim": (
         "Completion",
@@ -248,6 +249,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "resolve_owner",
         "restart_batch",
         "signal_of",
+        "summarize_patch",
         "unsent_digested",
     ),
     "capstan.route": (

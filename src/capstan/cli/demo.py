@@ -251,6 +251,13 @@ async def restarts_and_history_step(
     store.close()
 
 
+async def diagnosis_step(console: Console, kubeconfig: Path, state_dir: Path) -> None:
+    """`capstan diagnose` over the demo namespace: root causes of the injected failures, citing the recorded
+    history (the Deployment edit made just before the llm pod's crash)."""
+    _run_cli(console, ["diagnose", "--namespace", NAMESPACE, "--kubeconfig", str(kubeconfig),
+                       "--store", str(state_dir / "history.db"), "--source", "default"], state_dir / "demo.log")  # fmt: skip
+
+
 def _run_cli(console: Console, args: list[str], log: Path) -> None:
     """Runs ``capstan ARGS`` as a child process: its tables on the console, its log lines appended to ``log``."""
     import subprocess
@@ -331,6 +338,10 @@ def demo(
         (
             "restart reports to a local Slack, and the recorded history they cite",
             lambda: restarts_and_history_step(console, kubeconfig, log_dir, box.directory),
+        ),
+        (
+            "diagnosis: root causes with their evidence and the recorded changes before them",
+            lambda: diagnosis_step(console, kubeconfig, box.directory),
         ),
         (
             "GPU capacity: the planner against the cluster-autoscaler on the Alibaba trace",

@@ -44,6 +44,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "replay": Subcommand("replay", "Workloads (request files) and the HTTP replayer."),
     "route": Subcommand("route", "Cache-aware OpenAI-compatible routing."),
     "history": Subcommand("history", "Query the durable history of cluster changes and engine events."),
+    "diagnose": Subcommand("diagnose", "Name the root causes of what is broken, with evidence."),
     "record": Subcommand(
         "record", "Record cluster changes, Events and engine logs durably into the history store."
     ),

@@ -102,6 +102,11 @@ class Diagnosis:
     blind: tuple[Blind, ...] = ()
     analyzers: tuple[str, ...] = field(default=())
 
+    def about(self, obj: ObjectRef) -> tuple[Finding, ...]:
+        """The findings that involve ``obj``: as one of their objects, or as a symptom they explain (so asking
+        about a pod of a broken Deployment finds the Deployment's root cause), in rank order."""
+        return tuple(f for f in self.findings if obj in f.objects or any(s.object == obj for s in f.symptoms))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "analyzers": list(self.analyzers),

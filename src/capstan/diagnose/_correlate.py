@@ -13,8 +13,11 @@ passes over the findings in their deterministic order:
 A symptom is never the root of another symptom's chain (chains are followed to their end and cycles are cut), and a
 root keeps every symptom it declared itself. Each root then cites the recorded changes, at or before the snapshot's
 time, of every object it involves: its own, its symptoms', and the controllers (ReplicaSet, Deployment, Job…) of the
-pods among them, so a Deployment edit or a ConfigMap rename is cited on the crash loop it caused. Secrets appear by
-name only. Roots are ranked by severity, then by how many symptoms they explain, then confidence, then id.
+pods among them, so a Deployment edit or a ConfigMap rename is cited on the crash loop it caused; changes that touched
+only ``/status`` (a controller reporting readyReplicas) are consequences and are left out, and of the rest the five
+most telling are kept: edits before deletions before creations (often only the recorder's first sight), newest
+first within each. Secrets appear by name
+only. Roots are ranked by severity, then by how many symptoms they explain, then confidence, then id.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
+from capstan.diagnose._common import is_status_only, most_telling
 from capstan.diagnose._finding import Finding, ObjectRef, Severity, Symptom
 from capstan.diagnose._snapshot import Snapshot
 from capstan.restarts import RecordedChange
 
 MAX_CHANGES = 5
-"""A root cites at most this many recorded changes, the most recent ones (listed oldest first)."""
+"""A root cites at most this many recorded changes, the most telling ones (``most_telling``), oldest first."""
 
 _MAX_OWNER_DEPTH = 4
 
@@ -122,11 +126,12 @@ def _preceding(
     hits = dict.fromkeys(already)
     for change in snapshot.changes:
         if (change.kind, change.namespace, change.name) in wanted and change.at <= cutoff:
+            if is_status_only(change):
+                continue  # a controller reporting what happened, not what made it happen
             if change.kind == "Secret" and change.summary:  # names only, never values
                 change = dataclasses.replace(change, summary="")
             hits.setdefault(change)
-    picked = sorted(hits, key=lambda c: (c.at, c.kind, c.namespace, c.name, c.change))
-    return tuple(picked[-MAX_CHANGES:])
+    return most_telling(hits, MAX_CHANGES)
 
 
 def _node_of(snapshot: Snapshot, pod: ObjectRef) -> str:

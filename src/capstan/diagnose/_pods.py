@@ -121,6 +121,16 @@ LOG_CLASSES: Final = (
         "a dependency it connects to is unreachable",
     ),
     LogClass(
+        "bad-arguments",
+        re.compile(
+            r"flag provided but not defined|unknown (flag|option|shorthand flag)|unrecognized (option|arguments?)"
+            r"|invalid (flag|option|argument)|no such option",
+            re.I,
+        ),
+        Category.CONFIGURATION,
+        "its command line has a flag or argument this version does not accept",
+    ),
+    LogClass(
         "missing-config",
         re.compile(
             r"environment variable|env var|KeyError|not set|is required|missing (required )?(config|setting|key)"
@@ -225,6 +235,20 @@ def _pod(snapshot: Snapshot, pod: KubeObject, ref: ObjectRef, related: list[Obje
                 and found.reason == "OOMKilled"
             ):
                 yield _oom(snapshot, pod, ref, related, c, Severity.WARNING, "restarted after an OOM kill")
+            elif c.status.get("restartCount") and (
+                killed := _probe_kills(
+                    snapshot,
+                    pod,
+                    ref,
+                    related,
+                    c,
+                    Severity.WARNING,
+                    "so the kubelet has been killing and restarting the container",
+                    [*_termination_evidence(pod, c), _restart_count(c)],
+                    preceding_changes(snapshot, [ref, *related]),
+                )
+            ):
+                yield killed
             elif not c.status.get("ready", True) or c.status.get("started") is False:
                 found_probe = _probe(snapshot, pod, ref, related, c)
                 if found_probe is not None:
@@ -353,33 +377,13 @@ def _crash_loop(
     term = last_termination(pod, c.name)
     if term is not None and term.reason == "OOMKilled":
         return _oom(snapshot, pod, ref, related, c, Severity.CRITICAL, "crash-loops")
-    probes = probe_events(snapshot, pod, c.name)
-    liveness = [e for e in probes if "liveness" in event_message(e).lower()]
     evidence = [*_termination_evidence(pod, c), _restart_count(c)]
     who = _subject_words(ref, c)
     changes = preceding_changes(snapshot, [ref, *related])
-    if liveness:
-        failed = [e for e in liveness if e.get("reason") == "Unhealthy"]
-        last = (failed or liveness)[-1]
-        return Finding.create(
-            NAME,
-            f"liveness/{c.name}",
-            subject=ref,
-            related=related,
-            severity=Severity.CRITICAL,
-            category=Category.RUNTIME,
-            root_cause=(
-                f"The liveness probe of {who} fails ({quote(event_message(last), 160)}), so the kubelet kills "
-                "the container and it crash-loops."
-            ),
-            evidence=[*evidence, *(_event_evidence(e, "probe failure") for e in liveness[-2:])],
-            changes=changes,
-            confidence=0.9,
-            next_check=(
-                f"compare spec.containers[{c.name}].livenessProbe (path, port, initialDelaySeconds) with what "
-                f"the app serves: kubectl logs -n {ref.namespace} {ref.name} -c {c.name} --previous"
-            ),
-        )
+    killed = _probe_kills(snapshot, pod, ref, related, c, Severity.CRITICAL, "so the kubelet kills the container "
+                          "and it crash-loops", evidence, changes)  # fmt: skip
+    if killed is not None:
+        return killed
     cls, log_items = _log_evidence(snapshot, ref, c)
     if term is None:
         meaning = "the last termination state is not available"
@@ -404,6 +408,58 @@ def _crash_loop(
         changes=changes,
         confidence=0.85 if cls else 0.7,
         next_check=f"kubectl logs -n {ref.namespace} {ref.name} -c {c.name} --previous",
+    )
+
+
+def _probe_kills(
+    snapshot: Snapshot,
+    pod: KubeObject,
+    ref: ObjectRef,
+    related: list[ObjectRef],
+    c: Container,
+    severity: Severity,
+    outcome: str,
+    evidence: list[Evidence],
+    changes: Sequence[Any],
+) -> Finding | None:
+    """The container is killed by its liveness or startup probe (the kubelet's ``Unhealthy`` and ``Killing``
+    Events say which): a startup probe that gives up before the app has started is a ``startup`` fault, a liveness
+    probe that fails on a running app a ``runtime`` one."""
+    probes = probe_events(snapshot, pod, c.name)
+    kills = [e for e in probes if any(k in event_message(e).lower() for k in ("liveness", "startup"))]
+    if not kills:
+        return None
+    failed = [e for e in kills if e.get("reason") == "Unhealthy"]
+    last = (failed or kills)[-1]
+    kind = "startup" if "startup" in event_message(last).lower() else "liveness"
+    who = _subject_words(ref, c)
+    if kind == "startup":
+        check = (
+            f"the app needs longer to start than spec.containers[{c.name}].startupProbe allows (failureThreshold × "
+            f"periodSeconds): raise it, or find what slows the start: kubectl logs -n {ref.namespace} {ref.name} "
+            f"-c {c.name} --previous"
+        )
+    else:
+        check = (
+            f"compare spec.containers[{c.name}].livenessProbe (path, port, initialDelaySeconds) with what "
+            f"the app serves: kubectl logs -n {ref.namespace} {ref.name} -c {c.name} --previous"
+        )
+    restarts = int(c.status.get("restartCount") or 0)
+    return Finding.create(
+        NAME,
+        f"{kind}/{c.name}",
+        subject=ref,
+        related=related,
+        severity=severity,
+        category=Category.STARTUP if kind == "startup" else Category.RUNTIME,
+        root_cause=(
+            f"The {kind} probe of {who} fails ({quote(event_message(last), 160)}), {outcome}"
+            + (f" ({restarts} restart(s) so far)." if restarts else ".")
+        ),
+        evidence=[*evidence, *(_event_evidence(e, "probe failure") for e in kills[-2:])],
+        changes=changes,
+        confidence=0.9,
+        next_check=check,
     )
 
 

@@ -9,6 +9,8 @@ from capstan.diagnose._analyzer import Analyzer, Diagnosis, FunctionAnalyzer, an
 from capstan.diagnose._batch import analyze_batch
 from capstan.diagnose._gpu import analyze_gpu
 from capstan.diagnose._ingress import analyze_ingress
+from capstan.diagnose._lifecycle import analyze_lifecycle
+from capstan.diagnose._netpol import analyze_network_policies
 from capstan.diagnose._nodes import analyze_nodes
 from capstan.diagnose._pods import analyze_pods
 from capstan.diagnose._quotas import analyze_quotas
@@ -53,6 +55,8 @@ ANALYZERS: Final[Mapping[str, Analyzer]] = analyzer_registry(
         ("HorizontalPodAutoscaler", "PodDisruptionBudget", "Deployment", "StatefulSet"),
         analyze_scaling,
     ),
+    FunctionAnalyzer("lifecycle", ("Pod", "Namespace", "Node", "Event"), analyze_lifecycle),
+    FunctionAnalyzer("network-policies", ("NetworkPolicy", "Pod", "Service"), analyze_network_policies),
     FunctionAnalyzer("gpu", ("Node", "DaemonSet", "Pod"), analyze_gpu),
     FunctionAnalyzer(
         "quotas", ("ResourceQuota", "ReplicaSet", "StatefulSet", "DaemonSet", "Job"), analyze_quotas

@@ -1,7 +1,10 @@
 """The scheduling analyzer: why a pod stays Pending. It parses the scheduler's ``FailedScheduling`` message into
 per-reason node counts (``0/12 nodes are available: 4 Insufficient nvidia.com/gpu, 8 node(s) had untolerated taint
 {…}``), names the binding constraint, and for a GPU shortage counts free GPUs by GPU model from the node labels and
-the requests of the pods bound to each node. Scheduling gates are reported as such."""
+the requests of the pods bound to each node. Scheduling gates are reported as such. What the node autoscaler said
+about the pod (``_autoscaler``: cluster-autoscaler's TriggeredScaleUp/NotTriggerScaleUp, Karpenter's Nominated or
+its own FailedScheduling) completes the sentence: capacity on its way makes the wait info; a refusal says why
+no node will come."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from capstan.diagnose._analyzer import about
+from capstan.diagnose._autoscaler import autoscaler_verdict, is_scheduler_event
 from capstan.diagnose._common import is_terminal, number, preceding_changes, quote, ref_of
 from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Severity, Source
 from capstan.diagnose._gpu import advertised_gpus, requested_gpus
@@ -184,7 +188,9 @@ def _binding(pod: KubeObject, parsed: Unschedulable) -> NodeReason | None:
 def _scheduling_message(snapshot: Snapshot, pod: KubeObject) -> tuple[str, KubeObject | None]:
     namespace, name, uid = meta_of(pod)
     events = [
-        e for e in snapshot.events_about("Pod", namespace, name, uid) if e.get("reason") == "FailedScheduling"
+        e
+        for e in snapshot.events_about("Pod", namespace, name, uid)
+        if e.get("reason") == "FailedScheduling" and is_scheduler_event(e)
     ]
     if events:
         return event_message(events[-1]), events[-1]
@@ -273,12 +279,32 @@ def _pending(
         )
         confidence = 0.9 if len(parsed.reasons) == 1 or binding.kind == "resource" else 0.75
         cause = f"unschedulable/{binding.kind}/{binding.resource or ''}"
+    severity = Severity.CRITICAL
+    namespace, name, uid = meta_of(pod)
+    verdict = autoscaler_verdict(snapshot, namespace, name, uid)
+    if verdict is not None:
+        # the node autoscaler's word on it: new capacity on its way (then the wait is expected: info), or why
+        # none will come (the real answer to "why is this GPU pod pending")
+        evidence.append(
+            Evidence(
+                "autoscaler", Source.EVENT, f"Event {verdict.reason} ({verdict.who})", quote(verdict.message),
+                verdict.at,
+            )
+        )  # fmt: skip
+        if verdict.outlook in ("scaling-up", "nominated"):
+            severity = Severity.INFO  # the expected wait for a node that is coming: reported, never blamed
+            root = f"{root[:-1]}; {verdict.summary}, so it should start once that node is ready."
+        else:
+            root = f"{root[:-1]}; {verdict.summary}."
+            confidence = min(1.0, confidence + 0.05)
+        if verdict.target is not None:
+            related.append(verdict.target)
     yield Finding.create(
         NAME,
         cause,
         subject=ref,
         related=related,
-        severity=Severity.CRITICAL,
+        severity=severity,
         category=Category.SCHEDULING,
         root_cause=root,
         evidence=evidence,

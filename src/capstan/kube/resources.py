@@ -79,10 +79,10 @@ CLUSTER_ROLE_BINDINGS = _r(
     "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
 )
 LEASES = _r("coordination.k8s.io", "v1", "leases", "Lease")
-# read by the diagnosis analyzers; not in WELL_KNOWN (cluster-scoped configuration a recorder need not follow)
+KWOK_LOGS = _r("kwok.x-k8s.io", "v1alpha1", "logs", "Logs")
+# Read by the diagnosis (capstan.diagnose.read_snapshot), not recorded by default:
 STORAGE_CLASSES = _r("storage.k8s.io", "v1", "storageclasses", "StorageClass", False)
 INGRESS_CLASSES = _r("networking.k8s.io", "v1", "ingressclasses", "IngressClass", False)
-HTTP_ROUTES = _r("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
 VALIDATING_WEBHOOKS = _r(
     "admissionregistration.k8s.io",
     "v1",
@@ -97,7 +97,7 @@ MUTATING_WEBHOOKS = _r(
     "MutatingWebhookConfiguration",
     False,
 )
-KWOK_LOGS = _r("kwok.x-k8s.io", "v1alpha1", "logs", "Logs")
+HTTP_ROUTES = _r("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
 
 WELL_KNOWN: tuple[Resource, ...] = (
     PODS,
@@ -130,6 +130,36 @@ WELL_KNOWN: tuple[Resource, ...] = (
     CLUSTER_ROLE_BINDINGS,
     LEASES,
 )
+
+READ_ONLY: tuple[Resource, ...] = (
+    STORAGE_CLASSES,
+    INGRESS_CLASSES,
+    VALIDATING_WEBHOOKS,
+    MUTATING_WEBHOOKS,
+    HTTP_ROUTES,
+)
+"""Kinds Capstan reads (the diagnosis) but does not record by default."""
+
+# kubectl's short names for the kinds above
+_SHORT_NAMES = {
+    "po": "Pod", "no": "Node", "ns": "Namespace", "ev": "Event", "cm": "ConfigMap", "svc": "Service",
+    "sa": "ServiceAccount", "pvc": "PersistentVolumeClaim", "pv": "PersistentVolume", "quota": "ResourceQuota",
+    "limits": "LimitRange", "deploy": "Deployment", "rs": "ReplicaSet", "sts": "StatefulSet", "ds": "DaemonSet",
+    "cj": "CronJob", "ing": "Ingress", "netpol": "NetworkPolicy", "hpa": "HorizontalPodAutoscaler",
+    "pdb": "PodDisruptionBudget", "sc": "StorageClass",
+}  # fmt: skip
+
+
+def lookup_kind(text: str) -> Resource | None:
+    """The resource ``text`` names as kubectl would take it: a kind in any case (``Deployment``, ``deployment``),
+    its plural (``deployments``, ``deployments.apps``) or its short name (``deploy``); None when none does."""
+    lowered = text.lower()
+    lowered = _SHORT_NAMES.get(lowered, lowered).lower()
+    for res in (*WELL_KNOWN, *READ_ONLY):
+        if res is not EVENTS_V1 and lowered in (res.kind.lower(), res.plural, res.name):
+            return res
+    return None
+
 
 _SPEC = re.compile(
     r"^(?:(?P<group>[a-z0-9.-]+)/)?(?P<version>v[0-9]+(?:(?:alpha|beta)[0-9]+)?)/(?P<kind>[A-Z][A-Za-z0-9]*)$"

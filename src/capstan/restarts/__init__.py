@@ -33,6 +33,7 @@ from capstan.restarts._report import (
     is_probe_failure,
     last_termination,
     resolve_owner,
+    summarize_patch,
 )
 
 # The live watcher pulls in the cluster client (lightkube, the HTTP stack) and the delivery shell; the pure cores
@@ -84,5 +85,6 @@ __all__ = [
     "resolve_owner",
     "restart_batch",
     "signal_of",
+    "summarize_patch",
     "unsent_digested",
 ]

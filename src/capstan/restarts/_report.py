@@ -46,6 +46,21 @@ class RecordedChange:
     summary: str = ""
 
 
+def summarize_patch(kind: str, patch: list[dict[str, Any]] | None, change: str) -> str:
+    """A short description of what changed (paths only for Secrets: a value is never shown)."""
+    if change != "modified" or not patch:
+        return change
+    paths = []
+    for op in patch:
+        path = str(op.get("path", ""))
+        if kind == "Secret" and path.startswith("/data"):
+            path = "/data"
+        paths.append(f"{op.get('op')} {path}")
+    unique = list(dict.fromkeys(paths))
+    more = f" (+{len(unique) - 5} more)" if len(unique) > 5 else ""
+    return "; ".join(unique[:5]) + more
+
+
 @dataclass(frozen=True)
 class Termination:
     reason: str | None

@@ -43,7 +43,7 @@ from capstan.restarts._events import PodEventIndex
 from capstan.restarts._pipeline import RestartNotifier
 from capstan.restarts._records import last_seen, restart_batch, unsent_digested
 from capstan.restarts._render import recovered_digest_notices
-from capstan.restarts._report import RecordedChange, RestartSnapshot
+from capstan.restarts._report import RecordedChange, RestartSnapshot, summarize_patch
 from capstan.store import Batch, ObjectChange, Restart, RestartCount, WriteResult
 
 if TYPE_CHECKING:
@@ -91,21 +91,6 @@ def referenced_config(pod: Pod) -> set[tuple[str, str]]:
             if (source.get("secretKeyRef") or {}).get("name"):
                 refs.add(("Secret", source["secretKeyRef"]["name"]))
     return refs
-
-
-def summarize_patch(kind: str, patch: list[dict[str, Any]] | None, change: str) -> str:
-    """A short description of what changed (paths only for Secrets: a value is never shown)."""
-    if change != "modified" or not patch:
-        return change
-    paths = []
-    for op in patch:
-        path = str(op.get("path", ""))
-        if kind == "Secret" and path.startswith("/data"):
-            path = "/data"
-        paths.append(f"{op.get('op')} {path}")
-    unique = list(dict.fromkeys(paths))
-    more = f" (+{len(unique) - 5} more)" if len(unique) > 5 else ""
-    return "; ".join(unique[:5]) + more
 
 
 class RestartRecordWriter(Protocol):

@@ -43,6 +43,8 @@ def test_registry_names_and_duplicates() -> None:
         "workloads",
         "batch",
         "scaling",
+        "lifecycle",
+        "network-policies",
         "gpu",
         "quotas",
         "ingress",
@@ -101,6 +103,8 @@ def test_an_unreadable_kind_is_a_blind_spot_not_a_guess() -> None:
         ("references", "Pod"),
         ("storage", "Pod"),
         ("batch", "Pod"),
+        ("lifecycle", "Pod"),
+        ("network-policies", "Pod"),
         ("gpu", "Pod"),
         ("webhooks", "Pod"),
     }
@@ -134,3 +138,24 @@ def test_a_failure_message_is_redacted_too() -> None:
 
     d = diagnose(Snapshot(), [FunctionAnalyzer("leaky", (), leaky)])
     assert "pl4nted-Secret-77" not in str(d.to_json()) and "REDACTED" in d.failures[0].error
+
+
+def test_about_an_object_finds_its_findings_and_the_roots_it_is_a_symptom_of() -> None:
+    from capstan.diagnose import Diagnosis, Symptom
+
+    pod = ObjectRef("Pod", "shop", "web-1")
+    other = ObjectRef("Pod", "shop", "db-0")
+    deploy = ObjectRef("Deployment", "shop", "web")
+    own = Finding.create(
+        "t", "a", subject=pod, severity=Severity.WARNING, category=Category.RUNTIME, root_cause="x"
+    )
+    root = Finding.create(
+        "t", "b", subject=deploy, severity=Severity.CRITICAL, category=Category.RUNTIME, root_cause="y",
+        symptoms=[Symptom(pod, "not ready")],
+    )  # fmt: skip
+    unrelated = Finding.create(
+        "t", "c", subject=other, severity=Severity.CRITICAL, category=Category.RUNTIME, root_cause="z"
+    )
+    diagnosis = Diagnosis(findings=(root, unrelated, own))
+    assert diagnosis.about(pod) == (root, own)
+    assert diagnosis.about(ObjectRef("Pod", "shop", "gone")) == ()

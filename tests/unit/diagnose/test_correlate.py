@@ -112,6 +112,40 @@ def test_changes_of_the_owners_and_symptoms_are_cited_and_later_ones_are_not() -
     ]
 
 
+def test_status_only_changes_are_consequences_and_are_not_cited() -> None:
+    snap = Snapshot(
+        objects={
+            "Pod": [crashing("web-7d9f8-aaaaa")],
+            "ReplicaSet": [replica_set("web-7d9f8", "web")],
+        },
+        changes=[
+            RecordedChange(80.0, "Deployment", "shop", "web", "modified", "replace /spec/template/spec/containers/0/image"),
+            RecordedChange(91.0, "ReplicaSet", "shop", "web-7d9f8", "modified", "replace /status/readyReplicas"),
+            RecordedChange(
+                92.0, "Pod", "shop", "web-7d9f8-aaaaa", "modified",
+                "replace /status/conditions/1/status; add /status/conditions/1/reason (+3 more)",
+            ),
+            RecordedChange(93.0, "Deployment", "shop", "web", "modified", "add /metadata/annotations/x; replace /status/y"),
+        ],
+        observed_at=100.0,
+    )  # fmt: skip
+    (root,) = diagnose(snap, [_analyzers()["pods"]]).findings
+    assert [c.at for c in root.changes] == [80.0, 93.0]
+
+
+def test_an_edit_is_cited_before_newer_creations_that_are_only_the_recorders_first_sight() -> None:
+    snap = Snapshot(
+        objects={"Pod": [crashing("web-7d9f8-aaaaa")], "ReplicaSet": [replica_set("web-7d9f8", "web")]},
+        changes=[
+            RecordedChange(50.0, "Deployment", "shop", "web", "modified", "add /metadata/annotations/x"),
+            *(RecordedChange(60.0 + i, "Pod", "shop", "web-7d9f8-aaaaa", "added") for i in range(6)),
+        ],
+        observed_at=100.0,
+    )
+    (root,) = diagnose(snap, [_analyzers()["pods"]]).findings
+    assert [c.at for c in root.changes] == [50.0, 62.0, 63.0, 64.0, 65.0]
+
+
 def test_a_secret_change_is_cited_by_name_only_and_at_most_five_newest_are_kept() -> None:
     subject = ObjectRef("Pod", "shop", "p")
     secret = ObjectRef("Secret", "shop", "db")

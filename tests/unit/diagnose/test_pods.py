@@ -240,6 +240,38 @@ def test_liveness_probe_kills_are_the_cause_of_the_crash_loop() -> None:
     assert any(e.source is Source.EVENT and "(×9)" in e.text for e in f.evidence)
 
 
+def startup_kills(p: dict[str, object]) -> list[dict[str, object]]:
+    return [
+        event(p, "Unhealthy", 'Startup probe failed: Get "http://10.0.0.9:9200/health": connection refused',
+              count=3, field_path="spec.containers{app}"),
+        event(p, "Killing", "Container app failed startup probe, will be restarted", type="Normal",
+              field_path="spec.containers{app}"),
+    ]  # fmt: skip
+
+
+def test_startup_probe_kills_are_a_startup_fault() -> None:
+    p = pod(statuses=[waiting("app", "CrashLoopBackOff", restarts=4, last=terminated("Error", 137))])
+    f = only(analyze_pods(Snapshot(objects={"Pod": [p]}, events=startup_kills(p))))
+    assert (f.cause, f.category, f.severity) == ("startup/app", Category.STARTUP, Severity.CRITICAL)
+    assert "startup probe" in f.root_cause and "startupProbe" in f.next_check
+
+
+def test_a_running_container_its_probe_keeps_restarting_is_a_warning() -> None:
+    p = pod(statuses=[running(restarts=3, lastState={"terminated": terminated("Error", 137, signal=9)})])
+    f = only(analyze_pods(Snapshot(objects={"Pod": [p]}, events=startup_kills(p))))
+    assert (f.cause, f.severity) == ("startup/app", Severity.WARNING)
+    assert "has been killing and restarting" in f.root_cause and "3 restart(s)" in f.root_cause
+    quiet = pod(statuses=[running(restarts=3, lastState={"terminated": terminated("Error", 137, signal=9)})])
+    assert analyze_pods(Snapshot(objects={"Pod": [quiet]})) == []  # no probe Event: nothing to say
+
+
+def test_a_bad_flag_in_the_log_is_a_configuration_fault() -> None:
+    p = pod(statuses=[waiting("app", "CrashLoopBackOff", restarts=2, last=terminated("Error", 2))])
+    logs = {("shop", p["metadata"]["name"], "app"): "search-api 2.0\nerror: unknown flag: --legacy-index\n"}
+    f = only(analyze_pods(Snapshot(objects={"Pod": [p]}, logs=logs)))
+    assert f.category is Category.CONFIGURATION and "unknown flag: --legacy-index" in f.root_cause
+
+
 def test_readiness_probe_failure_is_a_warning() -> None:
     p = pod(statuses=[running(ready=False)])
     events = [

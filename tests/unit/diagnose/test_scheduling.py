@@ -140,3 +140,59 @@ def test_scheduling_gates() -> None:
 
 def test_scheduled_pods_and_pending_pods_without_a_message_say_nothing() -> None:
     assert analyze_scheduling(Snapshot(objects={"Pod": [pod(), pending()]})) == []
+
+
+def gpu_pending_snapshot(*autoscaler_events: tuple[str, str, str]) -> Snapshot:
+    nodes = [node("gpu-0", labels={"nvidia.com/gpu.product": "NVIDIA-L4"}, gpus=1)]
+    busy = pod("hog", node="gpu-0", containers=[gpu_container(1)])
+    p = pending(containers=[gpu_container(1)])
+    events = [event(p, "FailedScheduling", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")]
+    for i, (reason, message, component) in enumerate(autoscaler_events):
+        e = event(p, reason, message, type="Normal", at=f"2026-12-01T10:0{i + 1}:00Z")
+        e["metadata"]["name"] += f"-{i}"
+        e["source"] = {"component": component}
+        events.append(e)
+    return Snapshot(objects={"Pod": [p, busy], "Node": nodes}, events=events)
+
+
+def test_a_refusing_autoscaler_completes_the_root_cause() -> None:
+    snap = gpu_pending_snapshot(
+        (
+            "NotTriggerScaleUp",
+            "pod didn't trigger scale-up: 1 max node group size reached",
+            "cluster-autoscaler",
+        )
+    )
+    (f,) = analyze_scheduling(snap)
+    assert f.severity is Severity.CRITICAL and f.cause == "unschedulable/resource/nvidia.com/gpu"
+    assert "cluster-autoscaler will not add a node: 1 max node group size reached" in f.root_cause
+    assert any(e.where == "Event NotTriggerScaleUp (cluster-autoscaler)" for e in f.evidence)
+
+
+def test_capacity_on_its_way_makes_the_wait_info() -> None:
+    snap = gpu_pending_snapshot(
+        (
+            "NotTriggerScaleUp",
+            "pod didn't trigger scale-up: 1 in backoff after failed scale-up",
+            "cluster-autoscaler",
+        ),
+        ("TriggeredScaleUp", "pod triggered scale-up: [{l4-pool 1->2 (max: 4)}]", "cluster-autoscaler"),
+    )
+    (f,) = analyze_scheduling(snap)
+    assert f.severity is Severity.INFO
+    assert "cluster-autoscaler is adding a node (l4-pool 1->2 (max 4)), so it should start" in f.root_cause
+    nominated = gpu_pending_snapshot(("Nominated", "Pod should schedule on: nodeclaim/gpu-x1", "karpenter"))
+    (k,) = analyze_scheduling(nominated)
+    assert k.severity is Severity.INFO and ObjectRef("NodeClaim", "", "gpu-x1") in k.objects
+
+
+def test_karpenters_failed_scheduling_is_its_verdict_not_the_schedulers_message() -> None:
+    snap = gpu_pending_snapshot(
+        ("FailedScheduling", 'Failed to schedule pod, incompatible with nodepool "gpu", no instance type satisfied '
+                             "resources", "karpenter"),
+    )  # fmt: skip
+    (f,) = analyze_scheduling(snap)
+    assert (
+        f.cause == "unschedulable/resource/nvidia.com/gpu"
+    )  # the scheduler's message was parsed, not Karpenter's
+    assert "Karpenter cannot launch a node for it" in f.root_cause
