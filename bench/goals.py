@@ -175,6 +175,52 @@ GOALS: tuple[Goal, ...] = (
         300,
         "MB",
     ),
+    Goal(
+        "diagnose.top1",
+        "diagnosis",
+        "top-1 root-cause accuracy ≥ 95 % over the fault-scenario suite",
+        "diagnose.py",
+        0.95,
+        "share",
+    ),
+    Goal(
+        "diagnose.evidence_recall",
+        "diagnosis",
+        "evidence recall ≥ 95 %",
+        "diagnose.py",
+        0.95,
+        "share",
+    ),
+    Goal(
+        "diagnose.decoy_false_roots",
+        "diagnosis",
+        "no false root on decoy scenarios",
+        "diagnose.py",
+        0,
+        "findings",
+    ),
+    Goal(
+        "diagnose.vs_k8sgpt",
+        "diagnosis",
+        "more scenarios right than k8sgpt (`k8sgpt analyze --output json`, same cluster states)",
+        "diagnose.py",
+    ),
+    Goal(
+        "diagnose.seconds_10k",
+        "diagnosis",
+        "one diagnosis ≤ 1 s at 10k pods",
+        "diagnose.py",
+        1.0,
+        "s",
+    ),
+    Goal(
+        "diagnose.median_tokens",
+        "diagnosis",
+        "median output ≤ 1,500 tokens",
+        "diagnose.py",
+        1500,
+        "tokens",
+    ),
 )
 """Every goal, in the order of the report's goal table."""
 

@@ -49,11 +49,7 @@ def preceding_changes(
     step adds the changes of a root's owners and symptoms.)"""
     wanted = {(o.kind, o.namespace, o.name) for o in objects}
     cutoff = snapshot.observed_at or float("inf")
-    hits = [
-        c
-        for c in snapshot.changes
-        if (c.kind, c.namespace, c.name) in wanted and c.at <= cutoff and not is_status_only(c)
-    ]
+    hits = [c for c in snapshot.changes_about(wanted) if c.at <= cutoff and not is_status_only(c)]
     return most_telling(hits, limit)
 
 

@@ -124,8 +124,8 @@ def _preceding(
     wanted = {(o.kind, o.namespace, o.name) for o in objects}
     cutoff = snapshot.observed_at or float("inf")
     hits = dict.fromkeys(already)
-    for change in snapshot.changes:
-        if (change.kind, change.namespace, change.name) in wanted and change.at <= cutoff:
+    for change in snapshot.changes_about(wanted):
+        if change.at <= cutoff:
             if is_status_only(change):
                 continue  # a controller reporting what happened, not what made it happen
             if change.kind == "Secret" and change.summary:  # names only, never values

@@ -209,11 +209,12 @@ def _pod(snapshot: Snapshot, pod: KubeObject, ref: ObjectRef, related: list[Obje
         )
         return
     restart_policy = str((pod.get("spec") or {}).get("restartPolicy") or "Always")
-    creating = [c for c in containers(pod) if _waiting_reason(c) in ("ContainerCreating", "PodInitializing")]
+    cs = list(containers(pod))
+    creating = [c for c in cs if _waiting_reason(c) in ("ContainerCreating", "PodInitializing")]
     mount = _mount_failure(snapshot, pod, ref, related) if creating else None
     if mount is not None:
         yield mount
-    for c in containers(pod):
+    for c in cs:
         state = c.status.get("state") or {}
         waiting = state.get("waiting") if isinstance(state.get("waiting"), Mapping) else None
         terminated = state.get("terminated") if isinstance(state.get("terminated"), Mapping) else None

@@ -6,7 +6,7 @@ is not written yet) or by hand in tests; nothing here calls the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -115,6 +115,20 @@ class Snapshot:
             else:
                 index.without_uid.setdefault(key, []).append(event)
         return index
+
+    def changes_about(self, objects: Iterable[tuple[str, str, str]]) -> list[RecordedChange]:
+        """The recorded changes of these objects (``(kind, namespace, name)``), in the order of ``changes``."""
+        index = self._changes
+        found = [item for key in set(objects) for item in index.get(key, ())]
+        found.sort(key=lambda item: item[0])
+        return [change for _, change in found]
+
+    @cached_property
+    def _changes(self) -> dict[tuple[str, str, str], list[tuple[int, RecordedChange]]]:
+        out: dict[tuple[str, str, str], list[tuple[int, RecordedChange]]] = {}
+        for i, change in enumerate(self.changes):
+            out.setdefault((change.kind, change.namespace, change.name), []).append((i, change))
+        return out
 
     def log(self, namespace: str, pod: str, container: str) -> str | None:
         return self.logs.get((namespace, pod, container))
