@@ -1,8 +1,8 @@
 """Diagnosis: analyzers that name a root cause from one cluster snapshot (issue 25).
 
 :func:`diagnose` runs the registered analyzers (:data:`ANALYZERS`: ``pods``, ``scheduling``, ``services``,
-``nodes``, ``references``, ``storage``, ``workloads``, ``batch``,
-``scaling``, ``lifecycle``, ``network-policies``) over a :class:`Snapshot` of live objects, Events,
+``nodes``, ``references``, ``storage``, ``workloads``, ``batch``, ``scaling``, ``lifecycle``, ``network-policies``,
+``gpu``, ``quotas``, ``ingress``, ``rbac``, ``webhooks``) over a :class:`Snapshot` of live objects, Events,
 previous-log tails and recorded changes, and returns a :class:`Diagnosis`: redacted :class:`Finding` objects,
 symptoms folded into the roots that explain them and ranked in a fixed order (severity, symptoms explained,
 confidence, id), the analyzers that raised (:class:`Failure`) and the kinds that could not be read

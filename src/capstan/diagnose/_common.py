@@ -104,7 +104,17 @@ def is_terminal(pod: KubeObject) -> bool:
 def number(value: Any) -> float:
     """A plain or suffixed quantity as a number (GPUs and pods are integers; only the ratio matters otherwise)."""
     text = str(value).strip()
-    for suffix, factor in (("m", 1e-3), ("k", 1e3), ("Ki", 1024.0), ("Mi", 1024.0**2), ("Gi", 1024.0**3)):
+    for suffix, factor in (
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("Ki", 1024.0),
+        ("Mi", 1024.0**2),
+        ("Gi", 1024.0**3),
+        ("Ti", 1024.0**4),
+    ):
         if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
             return float(text[: -len(suffix)]) * factor
     try:

@@ -118,6 +118,12 @@ def _node(snapshot: Snapshot, node: KubeObject, ref: ObjectRef) -> Iterator[Find
             continue
         have, offered = number(total), number(allocatable.get(resource, 0))
         if offered < have:
+            plugin = snapshot.readable("DaemonSet")
+            blind = (
+                ""
+                if plugin.readable
+                else f" (DaemonSets cannot be read, so the device plugin was not checked: {quote(plugin.reason or 'forbidden', 120)})"
+            )
             yield Finding.create(
                 NAME,
                 f"gpu-allocatable/{resource}",
@@ -126,7 +132,7 @@ def _node(snapshot: Snapshot, node: KubeObject, ref: ObjectRef) -> Iterator[Find
                 category=Category.GPU,
                 root_cause=(
                     f"Node {ref.name} offers {offered:g} of its {have:g} {resource} (status.allocatable below "
-                    "status.capacity): the device plugin marked GPUs unhealthy or lost them."
+                    f"status.capacity): the device plugin marked GPUs unhealthy or lost them{blind}."
                 ),
                 evidence=[
                     Evidence("capacity", Source.OBJECT_FIELD, f"status.capacity[{resource}]", str(total)),

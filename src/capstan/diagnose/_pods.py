@@ -76,13 +76,31 @@ LOG_CLASSES: Final = (
     ),
     LogClass(
         "cuda-oom",
-        re.compile(r"CUDA out of memory|OutOfMemoryError|cudaErrorMemoryAllocation", re.I),
+        re.compile(
+            r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|cudaErrorMemoryAllocation", re.I
+        ),
         Category.GPU,
         "the GPU ran out of memory",
     ),
     LogClass(
+        "nccl-error",
+        re.compile(
+            r"NCCL WARN|NCCL error|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError"
+            r"|ncclInvalidUsage|NCCL communicator was aborted",
+            re.I,
+        ),
+        Category.GPU,
+        "NCCL failed (a peer rank died, or the network or GPU interconnect between ranks failed)",
+    ),
+    LogClass(
+        "gpu-xid",
+        re.compile(r"\bXid\b|fallen off the bus|uncorrectable ECC|GPU is lost", re.I),
+        Category.GPU,
+        "the GPU hit a hardware or driver fault (an XID error): the node's GPU, not the program, is at fault",
+    ),
+    LogClass(
         "cuda-error",
-        re.compile(r"CUDA error|no CUDA-capable device|NVML|Xid", re.I),
+        re.compile(r"CUDA error|CUDA driver|no CUDA-capable device|NVML", re.I),
         Category.GPU,
         "a CUDA or GPU driver error",
     ),

@@ -18,6 +18,7 @@ from capstan.diagnose._analyzer import about
 from capstan.diagnose._autoscaler import autoscaler_verdict, is_scheduler_event
 from capstan.diagnose._common import is_terminal, number, preceding_changes, quote, ref_of
 from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Severity, Source
+from capstan.diagnose._gpu import advertised_gpus, requested_gpus
 from capstan.diagnose._snapshot import KubeObject, Snapshot, event_message, meta_of
 from capstan.kube import event_time
 
@@ -202,18 +203,24 @@ def _scheduling_message(snapshot: Snapshot, pod: KubeObject) -> tuple[str, KubeO
 def analyze_scheduling(snapshot: Snapshot) -> list[Finding]:
     out: list[Finding] = []
     gpus: dict[str, list[GpuNode]] = {}  # per GPU resource, computed once per diagnosis
+    # the GPU resources nodes advertise (None when Nodes cannot be read: then nothing is "not advertised")
+    advertised = advertised_gpus(snapshot) if snapshot.readable("Node").readable else None
     for pod in snapshot.of("Pod"):
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         if spec.get("nodeName") or str(status.get("phase") or "Pending") != "Pending":
             continue
         ref = ref_of("Pod", pod)
         with about(ref):
-            out.extend(_pending(snapshot, pod, ref, gpus))
+            out.extend(_pending(snapshot, pod, ref, gpus, advertised))
     return out
 
 
 def _pending(
-    snapshot: Snapshot, pod: KubeObject, ref: ObjectRef, gpus: dict[str, list[GpuNode]]
+    snapshot: Snapshot,
+    pod: KubeObject,
+    ref: ObjectRef,
+    gpus: dict[str, list[GpuNode]],
+    advertised: Mapping[str, list[str]] | None,
 ) -> Iterator[Finding]:
     spec = pod.get("spec") or {}
     gates = [str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
@@ -234,6 +241,14 @@ def _pending(
         )
         return
     message, event = _scheduling_message(snapshot, pod)
+    if advertised is not None and not _provisioning(snapshot, pod):
+        wanted = requested_gpus(pod)
+        missing = [r for r in sorted(wanted) if r not in advertised]
+        if missing:
+            yield _not_advertised(
+                snapshot, pod, ref, missing[0], wanted[missing[0]], advertised, message, event
+            )
+            return
     if not message:
         return
     evidence = [
@@ -296,6 +311,99 @@ def _pending(
         changes=preceding_changes(snapshot, [ref]),
         confidence=confidence,
         next_check=_next_check(binding, ref),
+    )
+
+
+PROVISIONING: Final = ("TriggeredScaleUp", "Nominated")
+
+
+def _provisioning(snapshot: Snapshot, pod: KubeObject) -> bool:
+    """A node autoscaler (cluster-autoscaler's ``TriggeredScaleUp``, Karpenter's ``Nominated``) is bringing up a node
+    for the pod: a GPU resource no current node advertises may be the new node's."""
+    namespace, name, uid = meta_of(pod)
+    return any(e.get("reason") in PROVISIONING for e in snapshot.events_about("Pod", namespace, name, uid))
+
+
+def _mig_hint(resource: str, advertised: Mapping[str, list[str]], snapshot: Snapshot) -> str:
+    """Why the name may differ: another MIG profile, or the other MIG strategy (single: slices are advertised as
+    ``nvidia.com/gpu``; mixed: each profile under its own ``nvidia.com/mig-<profile>`` name)."""
+    strategies = sorted(
+        {
+            str(((n.get("metadata") or {}).get("labels") or {}).get("nvidia.com/mig.strategy"))
+            for n in snapshot.of("Node")
+            if ((n.get("metadata") or {}).get("labels") or {}).get("nvidia.com/mig.strategy")
+        }
+    )
+    strategy = f" (nvidia.com/mig.strategy={','.join(strategies)})" if strategies else ""
+    migs = [r for r in advertised if "/mig-" in r]
+    if "/mig-" in resource and migs:
+        return f": the nodes are partitioned into other MIG profiles{strategy}"
+    if "/mig-" in resource and any(r.endswith("/gpu") for r in advertised):
+        return f": the nodes advertise whole GPUs or MIG slices as nvidia.com/gpu (the single MIG strategy{strategy})"
+    if resource.endswith("/gpu") and migs:
+        return f": the nodes advertise MIG slices by profile (the mixed MIG strategy{strategy})"
+    if not advertised:
+        return ": no node advertises any GPU resource (is the device plugin running?)"
+    return ""
+
+
+def _not_advertised(
+    snapshot: Snapshot,
+    pod: KubeObject,
+    ref: ObjectRef,
+    resource: str,
+    wanted: tuple[float, str],
+    advertised: Mapping[str, list[str]],
+    message: str,
+    event: KubeObject | None,
+) -> Finding:
+    """A pod that requests a GPU resource no node has in its capacity or allocatable: no amount of waiting or
+    scaling helps, the name is wrong (a MIG profile, the MIG strategy) or no device plugin offers it."""
+    amount, where = wanted
+    have = "; ".join(f"{r} on {len(nodes)} node(s)" for r, nodes in advertised.items()) or "none"
+    evidence = [Evidence("GPU request", Source.OBJECT_FIELD, where, f"{resource}: {_fmt(amount)}")]
+    for r, nodes in list(advertised.items())[:MAX_NODES]:
+        evidence.append(
+            Evidence(
+                "GPU resource advertised",
+                Source.OBJECT_FIELD,
+                "Node status.capacity/allocatable",
+                f"{r}: {', '.join(nodes[:MAX_NODES])}"
+                + (f" and {len(nodes) - MAX_NODES} more" if len(nodes) > MAX_NODES else ""),
+            )
+        )
+    if message:
+        evidence.append(
+            Evidence(
+                "scheduler message", Source.EVENT, "Event FailedScheduling", quote(message), event_time(event)
+            )
+            if event is not None
+            else Evidence(
+                "scheduler message",
+                Source.OBJECT_FIELD,
+                "status.conditions[PodScheduled].message",
+                quote(message),
+            )
+        )
+    nodes = sorted({n for ns in advertised.values() for n in ns})
+    return Finding.create(
+        NAME,
+        f"gpu-not-advertised/{resource}",
+        subject=ref,
+        related=[ObjectRef("Node", "", n) for n in nodes[:MAX_NODES]],
+        severity=Severity.CRITICAL,
+        category=Category.GPU,
+        root_cause=(
+            f"Pod {ref.namespace}/{ref.name} requests {_fmt(amount)} {resource} ({where}), a GPU resource no node "
+            f"advertises{_mig_hint(resource, advertised, snapshot)}; the nodes advertise: {have}."
+        ),
+        evidence=evidence,
+        changes=preceding_changes(snapshot, [ref]),
+        confidence=0.9,
+        next_check=(
+            "kubectl get nodes -o custom-columns=NAME:.metadata.name,GPUS:.status.allocatable "
+            f"(and the GPU operator's MIG config), against the pod's {resource} request"
+        ),
     )
 
 

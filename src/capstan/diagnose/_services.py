@@ -4,12 +4,14 @@ none of the declared ports has)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from capstan.diagnose._analyzer import about
 from capstan.diagnose._common import is_terminal, labels_of, preceding_changes, ref_of, selector_text
-from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Severity, Source
+from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Severity, Source, Symptom
+from capstan.diagnose._ingress import routes_to
 from capstan.diagnose._snapshot import KubeObject, Snapshot
 
 NAME: Final = "services"
@@ -62,12 +64,28 @@ def analyze_services(snapshot: Snapshot) -> list[Finding]:
     if not snapshot.readable("Pod").readable:
         return []  # reported as a blind spot: without pods a selector cannot be checked
     index = PodIndex(snapshot)
+    routes = routes_to(snapshot)
     out: list[Finding] = []
     for service in snapshot.of("Service"):
         ref = ref_of("Service", service)
         with about(ref):
-            out.extend(_service(snapshot, index, service, ref))
+            for finding in _service(snapshot, index, service, ref):
+                out.append(_with_routes(finding, routes.get(ref, ())))
     return out
+
+
+def _with_routes(finding: Finding, backends: Sequence[Any]) -> Finding:
+    """The Ingresses and HTTPRoutes that route to a Service without endpoints are its symptoms."""
+    symptoms = {s.object: s for s in finding.symptoms}
+    for b in backends:
+        symptoms.setdefault(
+            b.route,
+            Symptom(
+                b.route,
+                f"{b.route.kind} {b.route.name} routes {b.path} to Service {b.service.name}, which serves nothing",
+            ),
+        )
+    return dataclasses.replace(finding, symptoms=tuple(symptoms.values())) if backends else finding
 
 
 def _service(snapshot: Snapshot, index: PodIndex, service: KubeObject, ref: ObjectRef) -> Iterator[Finding]:

@@ -45,6 +45,11 @@ def test_registry_names_and_duplicates() -> None:
         "scaling",
         "lifecycle",
         "network-policies",
+        "gpu",
+        "quotas",
+        "ingress",
+        "rbac",
+        "webhooks",
     ]
     one = FunctionAnalyzer("x", (), lambda s: [])
     with pytest.raises(TypeError, match="registered twice"):
@@ -100,6 +105,8 @@ def test_an_unreadable_kind_is_a_blind_spot_not_a_guess() -> None:
         ("batch", "Pod"),
         ("lifecycle", "Pod"),
         ("network-policies", "Pod"),
+        ("gpu", "Pod"),
+        ("webhooks", "Pod"),
     }
     assert "forbidden" in d.blind[0].reason
 

@@ -3,6 +3,8 @@ native sidecars, the log pattern library, and a decoy that must not become the r
 
 from __future__ import annotations
 
+import pytest
+
 from capstan.diagnose import Category, Finding, ObjectRef, Severity, Snapshot, Source, diagnose
 from capstan.diagnose._pods import analyze_pods, classify_log
 from capstan.restarts import RecordedChange
@@ -55,6 +57,39 @@ def test_log_pattern_library_sets_the_category() -> None:
     cls, lines = classify_log("ok\nKeyError: 'DATABASE_URL'\n")
     assert cls is not None and cls.name == "missing-config" and lines == ["KeyError: 'DATABASE_URL'"]
     assert classify_log("all good\nstill good\n")[0] is None
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [
+        ("RuntimeError: CUDA error: out of memory", "cuda-oom"),
+        (
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total)",
+            "cuda-oom",
+        ),
+        ("gpu-7:1234:1290 [3] NCCL WARN NET/IB : Got completion from peer with error 12", "nccl-error"),
+        (
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, ncclSystemError",
+            "nccl-error",
+        ),
+        ("RuntimeError: NCCL communicator was aborted on rank 5.", "nccl-error"),
+        (
+            "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for "
+            "1800000 milliseconds before timing out.",
+            "nccl-timeout",
+        ),
+        ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", "gpu-xid"),
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", "cuda-error"),
+    ],
+)
+def test_gpu_log_patterns(line: str, name: str) -> None:
+    cls, lines = classify_log(f"starting\n{line}\n")
+    assert cls is not None and cls.name == name and cls.category is Category.GPU
+    assert lines == [line]
+
+
+def test_a_word_containing_xid_is_not_a_gpu_fault() -> None:
+    assert classify_log("oxidation model loaded\n")[0] is None
 
 
 def test_oom_killed_against_the_memory_limit() -> None:
