@@ -100,6 +100,19 @@ def _job(snapshot: Snapshot, job: KubeObject, ref: ObjectRef, pods: list[KubeObj
                 f" Its last pod {pod_ref.name} ({c.name}) {explain(term.reason, term.exit_code, term.signal)}"
             )
             log = snapshot.log(pod_ref.namespace, pod_ref.name, c.name)
+            if not log and term.message:
+                # no log to read (the pod's node is gone, logs rotated): the termination message is the app's
+                # last word (terminationMessagePolicy FallbackToLogsOnError puts the log's tail there)
+                evidence.append(
+                    Evidence(
+                        "termination message", Source.OBJECT_FIELD,
+                        f"Pod {pod_ref.name} {c.where}.state.terminated.message", quote(term.message),
+                    )
+                )  # fmt: skip
+                cls, lines = classify_log(term.message)
+                if cls is not None:
+                    category = cls.category
+                    because += f"; its termination message says {cls.meaning}: {quote(lines[-1], 160)}"
             if log:
                 cls, lines = classify_log(log)
                 evidence.extend(

@@ -386,6 +386,9 @@ def _crash_loop(
     if killed is not None:
         return killed
     cls, log_items = _log_evidence(snapshot, ref, c)
+    gone = _missing_references(snapshot, ref, c)
+    if gone:
+        return _crash_on_missing_reference(snapshot, ref, related, c, gone, [*evidence, *log_items])
     if term is None:
         meaning = "the last termination state is not available"
     else:
@@ -403,12 +406,71 @@ def _crash_loop(
         subject=ref,
         related=related,
         severity=Severity.CRITICAL,
-        category=cls.category if cls else Category.RUNTIME,
+        # an init container that keeps failing blocks the pod's start
+        category=cls.category
+        if cls
+        else (Category.STARTUP if c.role == "init container" else Category.RUNTIME),
         root_cause=f"The {who} crash-loops: its last run ended{code}{sig_text}: {meaning}{because}.",
         evidence=[*evidence, *log_items],
         changes=changes,
         confidence=0.85 if cls else 0.7,
         next_check=f"kubectl logs -n {ref.namespace} {ref.name} -c {c.name} --previous",
+    )
+
+
+def _missing_references(snapshot: Snapshot, ref: ObjectRef, c: Container) -> list[tuple[Reference, str]]:
+    """The container's environment references whose ConfigMap/Secret or key is gone, with what is wrong (kinds
+    that could not be read are never called missing)."""
+    out = []
+    for r in references(c):
+        if not snapshot.readable(r.kind).readable:
+            continue
+        obj = snapshot.get(r.kind, ref.namespace, r.name)
+        if obj is None:
+            out.append((r, f"{r.kind} {r.name} does not exist"))
+        elif r.key and r.key not in data_keys(obj):
+            present = ", ".join(sorted(data_keys(obj))) or "none"
+            out.append((r, f"{r.kind} {r.name} has no key {r.key} (it has {present})"))
+    return out
+
+
+def _crash_on_missing_reference(
+    snapshot: Snapshot,
+    ref: ObjectRef,
+    related: list[ObjectRef],
+    c: Container,
+    gone: list[tuple[Reference, str]],
+    evidence: list[Evidence],
+) -> Finding:
+    """A container crash-looping while a ConfigMap or Secret key its environment reads is gone: the missing key is
+    the cause (the recorded rename or deletion is cited through the object)."""
+    first, problem = gone[0]
+    targets = [ObjectRef(r.kind, ref.namespace, r.name) for r, _ in gone]
+    refs = [
+        Evidence(
+            "reference",
+            Source.OBJECT_FIELD,
+            r.where,
+            f"{r.kind} {r.name}" + (f" key {r.key}" if r.key else ""),
+        )
+        for r, _ in gone
+    ]
+    return Finding.create(
+        NAME,
+        f"missing-{first.kind}/{first.name}/{first.key or ''}/{c.name}",
+        subject=ref,
+        related=[*targets, *related],
+        severity=Severity.CRITICAL,
+        category=Category.CONFIGURATION,
+        root_cause=(
+            f"The {_subject_words(ref, c)} crash-loops and reads a reference that is gone: {problem} (read by "
+            f"{first.where})."
+        ),
+        evidence=[*refs, *evidence],
+        changes=preceding_changes(snapshot, [ref, *targets, *related]),
+        confidence=0.85,
+        next_check=f"kubectl get {first.kind.lower()} -n {ref.namespace} {first.name} -o yaml; restore the key or "
+        "update the pod template",
     )
 
 

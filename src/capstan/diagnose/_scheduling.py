@@ -85,7 +85,13 @@ def parse_failed_scheduling(message: str) -> Unschedulable | None:
     m = _HEAD.match(message.strip())
     if m is None:
         return None
-    body = (m["body"] or "").split(" preemption:")[0].strip().rstrip(".")
+    # the clauses end at the first sentence end: what follows is the preemption verdict, and newer schedulers put
+    # more between them ("1 Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: …")
+    body = (
+        re.split(r"\.\s", (m["body"] or "").split(" preemption:")[0].strip(), maxsplit=1)[0]
+        .strip()
+        .rstrip(".")
+    )
     reasons = []
     for part in (p.strip().rstrip(".") for p in _SPLIT.split(body) if p.strip()):
         pm = _PART.match(part)

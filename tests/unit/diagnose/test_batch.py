@@ -106,3 +106,13 @@ def test_a_suspended_cronjob_warns() -> None:
     assert f.subject == ObjectRef("CronJob", "shop", "nightly") and "spec.suspend" in f.root_cause
     cron["spec"]["suspend"] = False
     assert analyze_batch(Snapshot(objects={"CronJob": [cron]})) == []
+
+
+def test_without_a_log_the_termination_message_says_why() -> None:
+    p = failed_pod("migrate-aaaaa", "2026-12-01T09:00:00Z")
+    p["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = (
+        "dial tcp 10.96.0.5:5432: connection refused"
+    )
+    (f,) = analyze_batch(Snapshot(objects={"Job": [job()], "Pod": [p]}))
+    assert f.category is Category.NETWORKING and "termination message says" in f.root_cause
+    assert any(e.what == "termination message" for e in f.evidence)

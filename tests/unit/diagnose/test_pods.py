@@ -396,3 +396,31 @@ def test_same_fault_same_id_across_snapshots() -> None:
         return only(analyze_pods(Snapshot(objects={"Pod": [p]}))).id
 
     assert build(3) == build(30)
+
+
+def test_a_crash_loop_reading_a_renamed_key_is_the_missing_key_citing_the_rename() -> None:
+    env = [{"name": "DB_HOST", "valueFrom": {"configMapKeyRef": {"name": "api-config", "key": "DB_HOST"}}}]
+    p = pod(
+        containers=[container(env=env)],
+        statuses=[waiting("app", "CrashLoopBackOff", restarts=3, last=terminated("Error", 1))],
+    )
+    snap = Snapshot(
+        objects={"Pod": [p], "ConfigMap": [configmap("api-config", DATABASE_HOST="db")]},
+        changes=[RecordedChange(5.0, "ConfigMap", "shop", "api-config", "modified", "remove /data/DB_HOST")],
+        observed_at=10.0,
+    )
+    (f,) = diagnose(snap).findings
+    assert f.category is Category.CONFIGURATION and f.cause == "missing-ConfigMap/api-config/DB_HOST/app"
+    assert "ConfigMap api-config has no key DB_HOST (it has DATABASE_HOST)" in f.root_cause
+    assert [c.summary for c in f.changes] == ["remove /data/DB_HOST"]
+
+
+def test_an_init_container_crash_loop_is_a_startup_fault() -> None:
+    p = pod(
+        init=[container("migrate")],
+        init_statuses=[waiting("migrate", "CrashLoopBackOff", restarts=3, last=terminated("Error", 3))],
+        statuses=[waiting("app", "PodInitializing")],
+        phase="Pending",
+    )
+    (f,) = [f for f in diagnose(Snapshot(objects={"Pod": [p]})).findings if f.analyzer == "pods"]
+    assert f.cause == "CrashLoopBackOff/migrate" and f.category is Category.STARTUP

@@ -49,6 +49,12 @@ def gpu_container(n: int) -> dict[str, Any]:
             "0/4 nodes are available: 2 node(s) didn't match pod anti-affinity rules, 2 node(s) were unschedulable.",
             [(2, "anti-affinity", None), (2, "unschedulable", None)],
         ),
+        (  # kube-scheduler 1.34+ (DRA) puts a sentence between the clauses and the preemption verdict
+            "0/5 nodes are available: 3 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint "
+            "{nvidia.com/gpu: present}. no new claims to deallocate, preemption: 0/5 nodes are available: "
+            "5 No preemption victims found for incoming pod.",
+            [(3, "resource", "nvidia.com/gpu"), (2, "taint", None)],
+        ),
     ],
 )
 def test_parse_failed_scheduling(message: str, expected: list[tuple[int | None, str, str | None]]) -> None:
