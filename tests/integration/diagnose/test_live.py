@@ -145,7 +145,7 @@ async def test_live_snapshot_names_root_causes_and_cites_the_recorded_change(
     def backoffs(snap: Snapshot) -> list[str]:
         # a recorded Event may be the events.k8s.io view of it (``regarding``), as the recorder watched it
         return [
-            (e.get("involvedObject") or e.get("regarding") or {}).get("name")
+            str((e.get("involvedObject") or e.get("regarding") or {}).get("name"))
             for e in snap.events
             if e.get("reason") == "BackOff"
         ]
