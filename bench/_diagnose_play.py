@@ -13,6 +13,7 @@ hook), k8sgpt on the same namespace. One :class:`~_diagnose_suite.ScenarioRow` p
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -20,18 +21,10 @@ from pathlib import Path
 
 from _diagnose_suite import ScenarioRow
 from _k8sgpt import ALL_FILTERS, K8sgptError, K8sgptRun, k8sgpt_top1, run_k8sgpt_full
-from capstan.diagnose import Diagnosis, Snapshot, diagnose
+from capstan.diagnose import Diagnosis, diagnose
 from capstan.faults import Outcome, Runner, Scenario
 from capstan.jsontext import dumps
 from capstan.tokens import count_tokens
-
-
-def _fresh(snapshot: Snapshot) -> Snapshot:
-    return Snapshot(
-        objects=snapshot.objects, events=snapshot.events, logs=snapshot.logs, changes=snapshot.changes,
-        restarts=snapshot.restarts, capacity=snapshot.capacity, unreadable=snapshot.unreadable,
-        observed_at=snapshot.observed_at,
-    )  # fmt: skip
 
 
 def _k8sgpt_answer(run: K8sgptRun, outcome: Outcome) -> bool:
@@ -92,7 +85,7 @@ def _row(outcome: Outcome, peer: K8sgptRun | str | None) -> ScenarioRow:
     if outcome.score is None or outcome.snapshot is None or outcome.diagnosis is None:
         return ScenarioRow(**base, error=outcome.setup_error or "no diagnosis")  # type: ignore[arg-type]
     t0 = time.perf_counter()
-    diagnose(_fresh(outcome.snapshot))
+    diagnose(dataclasses.replace(outcome.snapshot))  # a new Snapshot: its indexes are built again
     seconds = time.perf_counter() - t0
     diagnosis: Diagnosis = outcome.diagnosis
     tokens = count_tokens(dumps(diagnosis.to_json()))

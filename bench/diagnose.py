@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import io
 import json
 import os
@@ -59,16 +60,7 @@ console = Console(width=160)
 
 def fresh(snapshot: Snapshot) -> Snapshot:
     """The same data in a new Snapshot, so its cached indexes are built again (as for every live diagnosis)."""
-    return Snapshot(
-        objects=snapshot.objects,
-        events=snapshot.events,
-        logs=snapshot.logs,
-        changes=snapshot.changes,
-        restarts=snapshot.restarts,
-        capacity=snapshot.capacity,
-        unreadable=snapshot.unreadable,
-        observed_at=snapshot.observed_at,
-    )
+    return dataclasses.replace(snapshot)
 
 
 def time_diagnosis(snapshot: Snapshot, runs: int) -> tuple[list[float], Diagnosis]:

@@ -206,6 +206,17 @@ def _scheduling_message(snapshot: Snapshot, pod: KubeObject) -> tuple[str, KubeO
     return "", None
 
 
+def _scheduler_evidence(message: str, event: KubeObject | None) -> Evidence:
+    """The scheduler's verdict as evidence: its FailedScheduling Event, or the PodScheduled condition's message."""
+    if event is not None:
+        return Evidence(
+            "scheduler message", Source.EVENT, "Event FailedScheduling", quote(message), event_time(event)
+        )
+    return Evidence(
+        "scheduler message", Source.OBJECT_FIELD, "status.conditions[PodScheduled].message", quote(message)
+    )
+
+
 def analyze_scheduling(snapshot: Snapshot) -> list[Finding]:
     out: list[Finding] = []
     gpus: dict[str, list[GpuNode]] = {}  # per GPU resource, computed once per diagnosis
@@ -257,18 +268,7 @@ def _pending(
             return
     if not message:
         return
-    evidence = [
-        Evidence(
-            "scheduler message", Source.EVENT, "Event FailedScheduling", quote(message), event_time(event)
-        )
-        if event is not None
-        else Evidence(
-            "scheduler message",
-            Source.OBJECT_FIELD,
-            "status.conditions[PodScheduled].message",
-            quote(message),
-        )
-    ]
+    evidence = [_scheduler_evidence(message, event)]
     parsed = parse_failed_scheduling(message)
     binding = _binding(pod, parsed) if parsed is not None else None
     related: list[ObjectRef] = []
@@ -379,18 +379,7 @@ def _not_advertised(
             )
         )
     if message:
-        evidence.append(
-            Evidence(
-                "scheduler message", Source.EVENT, "Event FailedScheduling", quote(message), event_time(event)
-            )
-            if event is not None
-            else Evidence(
-                "scheduler message",
-                Source.OBJECT_FIELD,
-                "status.conditions[PodScheduled].message",
-                quote(message),
-            )
-        )
+        evidence.append(_scheduler_evidence(message, event))
     nodes = sorted({n for ns in advertised.values() for n in ns})
     return Finding.create(
         NAME,

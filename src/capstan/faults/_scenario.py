@@ -29,24 +29,14 @@ from pydantic import (
     model_validator,
 )
 
+from capstan.diagnose import Category
 from capstan.errors import UserError
 
 MAX_SCENARIO_BYTES = 1024 * 1024
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
-CATEGORIES = (
-    "startup",
-    "runtime",
-    "scheduling",
-    "configuration",
-    "networking",
-    "storage",
-    "scaling",
-    "security",
-    "node",
-    "gpu",
-    "control-plane",
-)
+CATEGORIES = tuple(str(c) for c in Category)
+"""The categories an expectation may name: those of :class:`capstan.diagnose.Category`."""
 
 
 # ---- YAML with line numbers -----------------------------------------------------------------------------------------
