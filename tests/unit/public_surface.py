@@ -188,6 +188,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "slack_message_text",
     ),
     "capstan.record": (
+        "DEFAULT_KINDS",
         "Collector",
         "DiffPolicy",
         "KubeCollector",

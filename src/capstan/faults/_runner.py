@@ -46,7 +46,9 @@ from capstan.faults._scenario import (
 from capstan.faults._score import Score, score
 from capstan.faults.kubelet import Kubelet, Termination
 from capstan.kube import ApiError, KubeClient, Resource, resources
-from capstan.kube.resources import lookup_kind
+from capstan.kube.resources import lookup_kind, resource_for
+from capstan.record import DEFAULT_KINDS
+from capstan.redact import Redactor
 from capstan.sandbox import (
     KWOK_NODE_ANNOTATION,
     KWOK_NODE_ANNOTATION_VALUE,
@@ -59,25 +61,9 @@ log = logging.getLogger(__name__)
 
 OnState = Callable[[Scenario, str, Path], Awaitable[None]]
 SCENARIO_LABEL = "capstan.io/fault-scenario"
-RECORDED_KINDS = (
-    "Pod",
-    "Deployment",
-    "ReplicaSet",
-    "StatefulSet",
-    "DaemonSet",
-    "Job",
-    "CronJob",
-    "Service",
-    "ConfigMap",
-    "Secret",
-    "PersistentVolumeClaim",
-    "HorizontalPodAutoscaler",
-    "PodDisruptionBudget",
-    "ResourceQuota",
-    "LimitRange",
-    "NetworkPolicy",
-    "Ingress",
-)
+RECORDED_KINDS = tuple(k for k in DEFAULT_KINDS if resource_for(k).namespaced)
+"""What a scenario's recorder records: the recorder's default kinds that live in a namespace (a scenario's nodes are
+read live; the shared cluster's other objects are not the scenario's)."""
 _SOURCE = "faults"
 _STARTUP_TAINTS = frozenset(
     {
@@ -139,7 +125,8 @@ def _one_line(exc: BaseException) -> str:
         text = str(exc)
     else:
         text = f"{type(exc).__name__}: {exc}"
-    return " ".join(text.split())[:400]
+    # the API server's message may quote a manifest's values (a Secret's stringData): redacted before it is shown
+    return Redactor().text(" ".join(text.split()))[:400]
 
 
 def _resource(manifest: dict[str, Any]) -> Resource:
