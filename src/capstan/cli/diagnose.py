@@ -82,6 +82,10 @@ def diagnose(
     snapshot, diagnosis = asyncio.run(
         _run(path, namespace=namespace, store=store, source=source, window=window)
     )
+    if snapshot.unreadable and not snapshot.objects and not snapshot.events:
+        # not one kind could be read: the cluster is unreachable or refuses these credentials altogether
+        first = min(snapshot.unreadable.values(), key=lambda r: r.kind)
+        raise UserError(f"{path}: cannot read the cluster: {first.kind}: {first.reason}")
     findings = diagnosis.findings
     if wanted is not None:
         if snapshot.get(wanted.kind, wanted.namespace, wanted.name) is None:
@@ -160,8 +164,11 @@ def _print(
     for failure in diagnosis.failures:
         on = f" on {failure.object.key}" if failure.object else ""
         console.print(f"[red]analyzer {failure.analyzer} failed{on}:[/] {escape(failure.error)}")
-    for b in diagnosis.blind:
-        console.print(f"[yellow]cannot read {b.kind}[/] (analyzer {b.analyzer}): {escape(b.reason)}")
+    blind: dict[tuple[str, str], list[str]] = {}
+    for b in diagnosis.blind:  # one line per kind, naming every analyzer that is blind to it
+        blind.setdefault((b.kind, b.reason), []).append(b.analyzer)
+    for (kind, reason), names in sorted(blind.items()):
+        console.print(f"[yellow]cannot read {kind}[/] (analyzers {', '.join(names)}): {escape(reason)}")
     if findings:
         console.print(f"[dim]{len(findings)} root cause(s), {scope}[/]")
 

@@ -262,3 +262,23 @@ async def test_the_command_prints_findings_json_and_one_line_for_an_unknown_obje
         f"capstan: error: Deployment/nope: not found in namespace {namespace}"
     ]
     assert "Traceback" not in unknown.stderr
+
+
+def test_a_cluster_that_cannot_be_read_at_all_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    dead = tmp_path / "dead.kubeconfig"
+    dead.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],  # nothing listens
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    proc = run_cli("diagnose", "--kubeconfig", str(dead))
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"capstan: error: {dead}: cannot read the cluster: ")
