@@ -29,6 +29,7 @@ from capstan.diagnose._common import (
     selects,
 )
 from capstan.diagnose._finding import Category, Evidence, Finding, ObjectRef, Severity, Source
+from capstan.diagnose._services import PodIndex
 from capstan.diagnose._snapshot import KubeObject, Snapshot
 
 NAME: Final = "network-policies"
@@ -60,14 +61,13 @@ def analyze_network_policies(snapshot: Snapshot) -> list[Finding]:
                 continue
             if "Ingress" in _policy_types(spec):
                 ingress.setdefault(ref.namespace, []).append((policy, selected))
+    index = PodIndex(snapshot)  # a Service's pods by label lookups, not a scan of its namespace per Service
     for service in snapshot.of("Service"):
         ref = ref_of("Service", service)
         if ref.namespace not in ingress:
             continue
         with about(ref):
-            out.extend(
-                _service(snapshot, service, ref, ingress[ref.namespace], pods_by_ns.get(ref.namespace, []))
-            )
+            out.extend(_service(snapshot, service, ref, ingress[ref.namespace], index))
     return out
 
 
@@ -84,12 +84,14 @@ def _service(
     service: KubeObject,
     ref: ObjectRef,
     policies: Sequence[tuple[KubeObject, list[KubeObject]]],
-    pods: Sequence[KubeObject],
+    index: PodIndex,
 ) -> Iterator[Finding]:
     selector = (service.get("spec") or {}).get("selector") or {}
     if not selector:
         return
-    backends = [p for p in pods if all(labels_of(p).get(str(k)) == str(v) for k, v in selector.items())]
+    backends = [
+        index.pods[i] for i in index.matching(ref.namespace, {str(k): str(v) for k, v in selector.items()})
+    ]
     if not backends:
         return  # the services analyzer reports a selector that matches nothing
     names = {id(p) for p in backends}
