@@ -46,6 +46,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "history": Subcommand("history", "Query the durable history of cluster changes and engine events."),
     "diagnose": Subcommand("diagnose", "Name the root causes of what is broken, with evidence."),
     "faults": Subcommand("faults", "Fault scenarios: play them on the sandbox and score the diagnosis."),
+    "mcp": Subcommand("mcp", "Read-only, secret-safe cluster context for AI agents over MCP."),
     "record": Subcommand(
         "record", "Record cluster changes, Events and engine logs durably into the history store."
     ),

@@ -517,13 +517,15 @@ class KubeClient:
         previous: bool = False,
         tail_lines: int | None = None,
         limit_bytes: int | None = None,
+        since_seconds: int | None = None,
     ) -> str:
-        """The pod-log API (``kubectl logs [--previous]``); kwok serves it from files on its nodes."""
+        """The pod-log API (``kubectl logs [--previous] [--since]``); kwok serves it from files on its nodes."""
         query = {
             "container": container,
             "previous": "true" if previous else None,
             "tailLines": tail_lines,
             "limitBytes": limit_bytes,
+            "sinceSeconds": since_seconds,
         }
         try:
             async with asyncio.timeout(self.timeout):

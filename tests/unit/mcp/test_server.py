@@ -1,0 +1,185 @@
+"""The MCP server over one fixed snapshot, through the official SDK's in-memory client: tools are read-only,
+arguments strict, answers within budget and counted, cursors bound to their query, errors answers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp.types import TextContent
+
+from capstan.diagnose import Snapshot
+from capstan.mcp import TOOLS, FixedSource, SnapshotLogs, create_server
+from capstan.mcp._shape import Budget, decode_cursor, encode_cursor, finish, fit, tokens
+from capstan.redact import Redactor
+from capstan.tokens import count_tokens
+
+
+def crashing_pod(name: str, namespace: str = "shop") -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [
+                {"name": "app", "image": "shop:1", "env": [{"name": "DB_PASSWORD", "value": "hunter2x"}]}
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "app",
+                    "restartCount": 4,
+                    "ready": False,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                    "lastState": {"terminated": {"reason": "Error", "exitCode": 3}},
+                }
+            ],
+        },
+    }
+
+
+def warning(i: int, pod: str) -> dict[str, Any]:
+    return {
+        "kind": "Event",
+        "metadata": {"name": f"e{i}", "namespace": "shop"},
+        "type": "Warning",
+        "reason": "BackOff",
+        "message": f"Back-off restarting failed container app in pod {pod}",
+        "involvedObject": {"kind": "Pod", "namespace": "shop", "name": pod},
+        "count": 3,
+        "lastTimestamp": "2026-12-01T10:00:00Z",
+    }
+
+
+def snapshot(pods: int = 3) -> Snapshot:
+    names = [f"web-7d9c8b6f5d-{i:05d}"[-20:] for i in range(pods)]
+    return Snapshot(
+        objects={"Pod": [crashing_pod(n) for n in names]},
+        events=[warning(i, n) for i, n in enumerate(names)],
+        observed_at=1_764_583_200.0,
+    )
+
+
+def server_for(snap: Snapshot) -> Any:
+    return create_server(FixedSource(snap), SnapshotLogs(snap.logs), redactor=Redactor())
+
+
+def text_of(result: Any) -> str:
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+def payload(result: Any) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(text_of(result))
+    assert result.structured_content == data
+    return data
+
+
+async def test_every_tool_is_annotated_read_only_and_none_writes() -> None:
+    async with Client(server_for(snapshot())) as client:
+        listed = (await client.list_tools()).tools
+    assert [t.name for t in listed] == [s.name for s in TOOLS]
+    for tool in listed:
+        assert tool.annotations is not None
+        assert tool.annotations.read_only_hint is True
+        assert tool.annotations.destructive_hint is False
+        assert tool.input_schema["type"] == "object"
+        assert "budget" in tool.input_schema["properties"]
+
+
+async def test_answers_report_their_own_token_count() -> None:
+    async with Client(server_for(snapshot())) as client:
+        for name in ("overview", "problems", "events"):
+            result = await client.call_tool(name, {})
+            assert not result.is_error
+            data = payload(result)
+            assert abs(data["tokens"] - count_tokens(text_of(result))) <= 2
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [({"bogus": 1}, "bogus"), ({"budget": "600"}, "budget"), ({"severity": "fatal"}, "severity")],
+)
+async def test_bad_arguments_are_json_rpc_errors_naming_them(arguments: dict[str, Any], named: str) -> None:
+    async with Client(server_for(snapshot())) as client:
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("problems", arguments)
+    assert err.value.code == -32602
+    assert f"'{named}'" in err.value.message
+
+
+async def test_unknown_tool_is_an_error_listing_the_tools() -> None:
+    async with Client(server_for(snapshot())) as client:
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("delete_pod", {})
+    assert "unknown tool" in err.value.message and "overview" in err.value.message
+
+
+async def test_pages_follow_cursors_and_a_cursor_is_bound_to_its_query() -> None:
+    snap = snapshot(pods=40)
+    async with Client(server_for(snap)) as client:
+        first = payload(await client.call_tool("problems", {"budget": 400}))
+        assert first["tokens"] <= 400
+        assert first["next_cursor"] and len(first["findings"]) < first["total"]
+        seen = [f["id"] for f in first["findings"]]
+        cursor = first["next_cursor"]
+        for _ in range(first["total"]):
+            page = payload(await client.call_tool("problems", {"budget": 400, "cursor": cursor}))
+            seen += [f["id"] for f in page["findings"]]
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                break
+        assert len(seen) == len(set(seen)) == first["total"]
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("problems", {"cursor": first["next_cursor"], "severity": "critical"})
+        assert "cursor" in err.value.message
+        with pytest.raises(MCPError):
+            await client.call_tool("events", {"cursor": first["next_cursor"]})
+
+
+async def test_secrets_in_objects_never_reach_an_answer() -> None:
+    async with Client(server_for(snapshot())) as client:
+        for name in ("overview", "problems", "events"):
+            text = text_of(await client.call_tool(name, {}))
+            assert "hunter2x" not in text
+
+
+def test_fit_cuts_lists_then_strings_and_marks_what_it_cut() -> None:
+    answer = {"items": [{"text": "x" * 400} for _ in range(50)], "note": "y" * 5000}
+    cut = fit(answer, 300)
+    assert tokens(cut) <= 300
+    assert cut["truncated"] is True and cut["omitted"]["items"] > 0
+    assert fit({"a": 1}, 300) == {"a": 1}
+
+
+def test_finish_counts_the_answer_with_its_count() -> None:
+    out = finish({"x": "hello " * 50})
+    assert out["tokens"] == tokens(out)
+
+
+def test_cursors_round_trip_and_refuse_other_queries() -> None:
+    query = {"namespace": "a"}
+    cursor = encode_cursor("events", 7, query)
+    assert decode_cursor("events", cursor, query) == 7
+    assert decode_cursor("events", None, query) == 0
+    for tool, q, bad in (
+        ("problems", query, cursor),
+        ("events", {"namespace": "b"}, cursor),
+        ("events", query, "!"),
+    ):
+        with pytest.raises(ValueError):
+            decode_cursor(tool, bad, q)
+
+
+def test_budget_pick_is_bounded() -> None:
+    budget = Budget(1000, 4000)
+    assert budget.pick(None) == 1000
+    assert budget.pick(10_000) == 4000
+    assert budget.pick(200) == 200
