@@ -138,6 +138,12 @@ def _budget(call: Call, reserve: int = 250) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- windows
+def stamp(seconds: float) -> str:
+    """RFC 3339 UTC to the millisecond (``2026-12-01T10:00:00.250Z``): a time costs an agent tokens, and one
+    precision keeps the strings in time order."""
+    return f"{rfc3339(seconds)[:23]}Z"
+
+
 def window(call: Call, since_seconds: int, until: str | None) -> tuple[float, float]:
     """(since, until) in epoch seconds: ``until`` parsed (now by default), ``since_seconds`` before it."""
     end = call.now
@@ -221,7 +227,7 @@ def patch_lines(redactor: Redactor, kind: str, patch: Sequence[dict[str, Any]] |
 
 
 def render_change(redactor: Redactor, change: ObjectChange, *, with_object: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"at": rfc3339(change.observed_at), "change": change.change_type}
+    out: dict[str, Any] = {"at": stamp(change.observed_at), "change": change.change_type}
     if with_object:
         out["object"] = "/".join(p for p in (change.kind, change.namespace, change.name) if p)
     if change.change_type == "modified":
@@ -306,14 +312,14 @@ async def _changes(call: Call, args: ChangesArgs) -> dict[str, Any]:
         last = _key(change)
     out: dict[str, Any] = {
         "object": "/".join(p for p in (args.kind, args.namespace or "", args.name) if p),
-        "window": {"since": rfc3339(since), "until": rfc3339(until)},
+        "window": {"since": stamp(since), "until": stamp(until)},
         "changes": filler.items,
     }
     if len(filler.items) < len(newest) and last is not None:
         out["next_cursor"] = encode_position("changes", last, query)
     if cut_at is not None:
         out["window_cut"] = (
-            f"more than {MAX_OBJECT_SCAN} changes in the window: only those up to {rfc3339(cut_at)} were read; "
+            f"more than {MAX_OBJECT_SCAN} changes in the window: only those up to {stamp(cut_at)} were read; "
             "give a shorter since_seconds or an earlier until"
         )
     if not rows and before is None:
@@ -417,7 +423,7 @@ async def _timeline(call: Call, args: TimelineArgs) -> dict[str, Any]:
     last, more = await forward(stream, render, filler)
     out: dict[str, Any] = {
         "scope": args.namespace if args.namespace is not None else "cluster",
-        "window": {"since": rfc3339(since), "until": rfc3339(call.now)},
+        "window": {"since": stamp(since), "until": stamp(call.now)},
         "changes": filler.items,
         "status_churn_left_out": churn,
     }
@@ -471,7 +477,7 @@ def restart_summary(record: Restart) -> str:
 
 def render_restart(record: Restart) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "at": rfc3339(record.observed_at),
+        "at": stamp(record.observed_at),
         "pod": f"{record.namespace}/{record.pod}",
         "container": record.container,
         "restart_count": record.restart_count,
@@ -499,7 +505,7 @@ async def _restarts(call: Call, args: RestartsArgs) -> dict[str, Any]:
     filler = Filler(_budget(call))
     last, more = await forward(stream, render_restart, filler)
     out: dict[str, Any] = {
-        "window": {"since": rfc3339(since), "until": rfc3339(call.now)},
+        "window": {"since": stamp(since), "until": stamp(call.now)},
         "restarts": filler.items,
     }
     if more and last is not None:
@@ -546,7 +552,7 @@ def _command(redactor: Redactor, args: Any) -> list[str]:
 
 def render_entry(redactor: Redactor, entry: EngineEntry) -> dict[str, Any]:
     p = entry.payload or {}
-    out: dict[str, Any] = {"at": rfc3339(entry.happened_at), "instance": entry.target, "log": entry.log}
+    out: dict[str, Any] = {"at": stamp(entry.happened_at), "instance": entry.target, "log": entry.log}
     if entry.log == "slowlog" or entry.log.startswith("commandlog-"):
         out["command"] = _command(redactor, p.get("args"))
         unit = "duration_us" if entry.log in ("slowlog", "commandlog-slow") else "bytes"
@@ -577,7 +583,7 @@ def render_entry(redactor: Redactor, entry: EngineEntry) -> dict[str, Any]:
 
 def render_gap(gap: Gap) -> dict[str, Any]:
     return {
-        "at": rfc3339(gap.observed_at),
+        "at": stamp(gap.observed_at),
         "gap": True,
         "instance": gap.source,
         "log": gap.log,
@@ -639,7 +645,7 @@ async def _engine_events(call: Call, args: EngineEventsArgs) -> dict[str, Any]:
     else:
         more = True
     out: dict[str, Any] = {
-        "window": {"since": rfc3339(since), "until": rfc3339(until)},
+        "window": {"since": stamp(since), "until": stamp(until)},
         "events": filler.items,
         **counts,
     }
