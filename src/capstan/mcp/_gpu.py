@@ -136,6 +136,8 @@ SCALING_REASONS: Final = (
 )
 """The Event reasons of cluster-autoscaler and Karpenter that say capacity is coming, or why not."""
 SIGNALS_LISTED: Final = 10
+SIGNALS_SMALL: Final = 2
+"""How many autoscaler signals and NodeClaims an answer lists (under 1000 tokens of budget: the smaller)."""
 MESSAGE_CHARS: Final = 300
 
 
@@ -306,7 +308,7 @@ def gpu_nodes(snapshot: Snapshot) -> list[dict[str, Any]]:
 
 def by_model(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per model: nodes, GPUs allocatable/allocated/idle, idle on nodes a pod can land on now (ready, not
-    cordoned), and how many nodes are not ready, cordoned, or not yet offering their GPUs."""
+    cordoned), and how many nodes are not ready, cordoned, or not yet offering their GPUs (left out when 0)."""
     models: dict[str, dict[str, float]] = {}
     for n in nodes:
         row = models.setdefault(
@@ -326,12 +328,19 @@ def by_model(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         row["not_ready"] += "not ready" in states
         row["cordoned"] += "cordoned" in states
         row["not_allocatable"] += NOT_ALLOCATABLE in states
-    return [{"model": m, **{k: _num(v) for k, v in row.items()}} for m, row in sorted(models.items())]
+    always = ("nodes", "allocatable", "allocated", "idle", "schedulable_idle")
+    return [
+        {"model": m, **{k: _num(v) for k, v in row.items() if v or k in always}}
+        for m, row in sorted(models.items())
+    ]
 
 
-def in_flight(snapshot: Snapshot, nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def in_flight(
+    snapshot: Snapshot, nodes: Sequence[Mapping[str, Any]], listed: int = SIGNALS_LISTED
+) -> dict[str, Any]:
     """Capacity on its way: the planner's view (``Snapshot.capacity``), GPU nodes that exist but are not Ready,
-    the autoscalers' Events (newest first, by reason) and Karpenter NodeClaims not yet initialized."""
+    the autoscalers' Events (newest first, by reason) and Karpenter NodeClaims not yet initialized (at most
+    ``listed`` of each)."""
     from capstan.kube import event_time
 
     out: dict[str, Any] = {
@@ -354,9 +363,9 @@ def in_flight(snapshot: Snapshot, nodes: Sequence[Mapping[str, Any]]) -> dict[st
                 signals[key]["count"] = row["count"]
         signals[key]["count"] += 1
     ordered = sorted(signals.values(), key=lambda r: (-r["_at"], r["reason"], r["message"]))
-    out["autoscaler"] = [{k: v for k, v in r.items() if k != "_at"} for r in ordered[:SIGNALS_LISTED]]
-    if len(ordered) > SIGNALS_LISTED:
-        out["more_autoscaler_signals"] = len(ordered) - SIGNALS_LISTED
+    out["autoscaler"] = [{k: v for k, v in r.items() if k != "_at"} for r in ordered[:listed]]
+    if len(ordered) > listed:
+        out["more_autoscaler"] = len(ordered) - listed
     claims: list[dict[str, Any]] = []
     for claim in snapshot.of("NodeClaim"):
         conditions = {
@@ -378,7 +387,9 @@ def in_flight(snapshot: Snapshot, nodes: Sequence[Mapping[str, Any]]) -> dict[st
             }
         )
     if claims:
-        out["nodeclaims"] = sorted(claims, key=lambda c: str(c["nodeclaim"]))[:SIGNALS_LISTED]
+        out["nodeclaims"] = sorted(claims, key=lambda c: str(c["nodeclaim"]))[:listed]
+        if len(claims) > listed:
+            out["more_nodeclaims"] = len(claims) - listed
     return out
 
 
@@ -404,15 +415,20 @@ async def _gpu_capacity(call: Call, args: GpuCapacityArgs) -> dict[str, Any]:
             continue
         pending.append(pending_gpu_pod(pod, events.get(_name(pod), ()), call.now))
     pending.sort(key=lambda p: (-int(p.get("pending_seconds", 0)), p["pod"]))
-    flight = in_flight(snapshot, nodes)
+    flight = in_flight(snapshot, nodes, SIGNALS_LISTED if call.budget >= 1000 else SIGNALS_SMALL)
     out: dict[str, Any] = {
         "observed_at": round(snapshot.observed_at, 3),
         "by_model": by_model(nodes),
         "pending_gpu_pods": len(pending),
         "in_flight": flight,
     }
+    # a small budget loses the in-flight details before the summary by model (left to the server's cut)
+    for detail in ("nodeclaims", "autoscaler"):
+        if tokens(out) <= call.budget // 2 or detail not in flight:
+            break
+        flight[f"{detail}_left_out"] = len(flight.pop(detail)) + int(flight.pop(f"more_{detail}", 0) or 0)
     # one listing: the pending pods (what the agent asks about), then the nodes
-    page = call.page([*pending, *nodes], args, reserve=200 + tokens(out))
+    page = call.page([*pending, *nodes], args, reserve=120 + tokens(out))
     out["pending"] = [item for item in page.items if "pod" in item]
     out["nodes"] = [item for item in page.items if "node" in item]
     out["listed"] = page.total
