@@ -17,6 +17,8 @@ from typing import Any, Final
 from pydantic import Field
 
 from capstan.diagnose import Snapshot
+from capstan.jsontext import dumps
+from capstan.kube import event_time, parse_timestamp
 from capstan.mcp._shape import Budget, tokens
 from capstan.mcp._tool import MAX_TEXT, Call, ListArgs, ToolSpec
 
@@ -136,6 +138,8 @@ SCALING_REASONS: Final = (
 )
 """The Event reasons of cluster-autoscaler and Karpenter that say capacity is coming, or why not."""
 SIGNALS_LISTED: Final = 10
+PLANNER_TOKENS: Final = 300
+"""The most tokens of the planner's view shown whole; past that it is cut as compact JSON."""
 SIGNALS_SMALL: Final = 2
 """How many autoscaler signals and NodeClaims an answer lists (under 1000 tokens of budget: the smaller)."""
 MESSAGE_CHARS: Final = 300
@@ -188,8 +192,6 @@ def _short(text: str, limit: int = MESSAGE_CHARS) -> str:
 
 def _pod_events(snapshot: Snapshot) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
     """Events about pods by (namespace, name), oldest first."""
-    from capstan.kube import event_time
-
     out: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for event in snapshot.events:
         s = event.get("involvedObject") or event.get("regarding") or {}
@@ -242,8 +244,6 @@ def pending_gpu_pod(
 ) -> dict[str, Any]:
     """One pending GPU pod: what it asks, why the scheduler has not placed it (its newest FailedScheduling
     Event, else its PodScheduled condition), what constrains it, and the autoscaler's newest word on it."""
-    from capstan.kube import parse_timestamp
-
     ns, name = _name(pod)
     spec = pod.get("spec") or {}
     out: dict[str, Any] = {
@@ -341,10 +341,14 @@ def in_flight(
     """Capacity on its way: the planner's view (``Snapshot.capacity``), GPU nodes that exist but are not Ready,
     the autoscalers' Events (newest first, by reason) and Karpenter NodeClaims not yet initialized (at most
     ``listed`` of each)."""
-    from capstan.kube import event_time
-
+    planner: Any = "no planner is connected"
+    if snapshot.capacity is not None:
+        planner = dict(snapshot.capacity)
+        if tokens(planner) > PLANNER_TOKENS:
+            text = dumps(planner)
+            planner = f"{text[: PLANNER_TOKENS * 3]}…(+{len(text) - PLANNER_TOKENS * 3} chars)"
     out: dict[str, Any] = {
-        "planner": dict(snapshot.capacity) if snapshot.capacity is not None else "no planner is connected",
+        "planner": planner,
         "nodes_not_ready": [n["node"] for n in nodes if "not ready" in n["state"]],
     }
     signals: dict[tuple[str, str], dict[str, Any]] = {}

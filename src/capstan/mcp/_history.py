@@ -46,10 +46,10 @@ R = TypeVar("R")
 MAX_WINDOW_SECONDS: Final = 30 * 86400
 STORE_PAGE: Final = 500
 """Rows asked of the store per read."""
-MAX_SCAN: Final = 5000
+MAX_SCAN: Final = 2000
 """The most rows one answer of ``timeline``, ``restarts`` or ``engine_events`` reads; a page that stops there
-carries a cursor to go on."""
-MAX_OBJECT_SCAN: Final = 10_000
+carries a cursor to go on (about 0.1 ms a row on SQLite: a page of heartbeats only stays near 200 ms)."""
+MAX_OBJECT_SCAN: Final = 5000
 """The most of one object's changes ``changes`` reads in its window (it reads oldest first to show newest
 first); past that the answer says the window was cut."""
 OPS_PER_CHANGE: Final = 12
@@ -286,7 +286,8 @@ async def _changes(call: Call, args: ChangesArgs) -> dict[str, Any]:
     rows: list[ObjectChange] = []
     after = None
     cut_at: float | None = None
-    while len(rows) < MAX_OBJECT_SCAN:
+    for _ in range(MAX_OBJECT_SCAN):  # bounded twice: by reads and by rows
+        ask = min(STORE_PAGE, MAX_OBJECT_SCAN - len(rows))
         page = await _read(
             history.timeline,
             kind=args.kind,
@@ -294,15 +295,16 @@ async def _changes(call: Call, args: ChangesArgs) -> dict[str, Any]:
             name=args.name,
             since=since,
             until=until,
-            limit=min(STORE_PAGE, MAX_OBJECT_SCAN - len(rows)),
+            limit=ask,
             after=after,
         )
         rows += page
-        if len(page) < STORE_PAGE or page[-1].id is None:
+        if len(page) < ask or page[-1].id is None:
             break
-        after = position_of(page[-1])
         if len(rows) >= MAX_OBJECT_SCAN:
             cut_at = page[-1].observed_at
+            break
+        after = position_of(page[-1])
     newest = [c for c in reversed(rows) if before is None or _key(c) < before]
     filler = Filler(_budget(call))
     last: Key | None = None

@@ -236,6 +236,11 @@ async def test_in_flight_capacity_from_planner_nodes_and_autoscalers() -> None:
     async with Client(server_for(snapshot(capacity=planned))) as client:
         with_planner = payload(await client.call_tool("gpu_capacity", {}))["in_flight"]
     assert with_planner["planner"] == planned
+    huge = {"pools": {f"pool-{i}": {"requested": i, "why": "queue depth over target"} for i in range(200)}}
+    async with Client(server_for(snapshot(capacity=huge))) as client:
+        cut = payload(await client.call_tool("gpu_capacity", {}))
+    assert isinstance(cut["in_flight"]["planner"], str) and "chars)" in cut["in_flight"]["planner"]
+    assert cut["tokens"] <= 1500
 
 
 async def test_model_filter_keeps_that_model_and_the_pods_that_could_use_it() -> None:

@@ -467,3 +467,40 @@ def test_status_churn_is_only_heartbeats_and_timestamps() -> None:
     assert is_status_churn(change("u", 2, NOW, []))
     assert not is_status_churn(real)
     assert not is_status_churn(change("u", 1, NOW, None))
+
+
+async def test_a_page_that_reaches_the_scan_bound_goes_on_with_a_cursor(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import capstan.mcp._history as history_tools
+
+    monkeypatch.setattr(history_tools, "MAX_SCAN", 3)
+    async with Client(server_for(store.history)) as client:
+        pages = []
+        churn = 0
+        cursor = None
+        for _ in range(100):
+            answer = payload(
+                await client.call_tool(
+                    "timeline", {"namespace": "", **({"cursor": cursor} if cursor else {})}
+                )
+            )
+            pages.append(answer["changes"])
+            churn += answer["status_churn_left_out"]
+            cursor = answer.get("next_cursor")
+            if cursor is None:
+                break
+    assert [] in pages  # a page of heartbeats only: nothing shown, the cursor goes on
+    assert churn == 11 and sum(len(p) for p in pages) == 2  # the Node's added and its Ready change
+
+
+async def test_changes_say_when_the_window_held_more_than_they_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import capstan.mcp._history as history_tools
+
+    monkeypatch.setattr(history_tools, "MAX_OBJECT_SCAN", 10)
+    async with Client(server_for(store.history)) as client:
+        answer = payload(await client.call_tool("changes", {"kind": "Deployment", "name": "web"}))
+    assert len(answer["changes"]) == 10
+    assert "more than 10 changes in the window" in answer["window_cut"]
