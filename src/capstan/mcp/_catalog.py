@@ -5,10 +5,21 @@ from __future__ import annotations
 from typing import Final
 
 from capstan.mcp._events import EVENTS
+from capstan.mcp._gpu import GPU_CAPACITY
+from capstan.mcp._history import CHANGES, ENGINE_EVENTS, RESTARTS, TIMELINE
 from capstan.mcp._overview import OVERVIEW, PROBLEMS
 from capstan.mcp._tool import ToolSpec
 
-TOOLS: Final[tuple[ToolSpec, ...]] = (OVERVIEW, PROBLEMS, EVENTS)
+TOOLS: Final[tuple[ToolSpec, ...]] = (
+    OVERVIEW,
+    PROBLEMS,
+    EVENTS,
+    CHANGES,
+    TIMELINE,
+    RESTARTS,
+    ENGINE_EVENTS,
+    GPU_CAPACITY,
+)
 
 
 def tool_names() -> list[str]:
