@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
+import time
 import typing
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from capstan.mcp import TOOLS, FixedSource, SnapshotLogs, ToolSpec, create_serve
 from capstan.store import Batch, EngineEntry, KubeEvent, ObjectChange, Restart, open_store
 
 NS = "shop"
-NOW = 1_764_583_200.0
+NOW = float(int(time.time()))  # the history tools read windows back from the real clock
 
 
 class Plants:
