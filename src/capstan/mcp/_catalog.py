@@ -5,10 +5,19 @@ from __future__ import annotations
 from typing import Final
 
 from capstan.mcp._events import EVENTS
+from capstan.mcp._objects import GET_RESOURCE, LIST_RESOURCES, NEIGHBORHOOD, SEARCH
 from capstan.mcp._overview import OVERVIEW, PROBLEMS
 from capstan.mcp._tool import ToolSpec
 
-TOOLS: Final[tuple[ToolSpec, ...]] = (OVERVIEW, PROBLEMS, EVENTS)
+TOOLS: Final[tuple[ToolSpec, ...]] = (
+    OVERVIEW,
+    PROBLEMS,
+    EVENTS,
+    GET_RESOURCE,
+    LIST_RESOURCES,
+    SEARCH,
+    NEIGHBORHOOD,
+)
 
 
 def tool_names() -> list[str]:

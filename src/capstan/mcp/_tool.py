@@ -56,6 +56,15 @@ class Unavailable(Exception):
     saying so, marked as an error result, and the server goes on."""
 
 
+class BadArgument(ValueError):
+    """An argument the model accepted but the tool cannot use (an unknown kind, a malformed selector): a JSON-RPC
+    ``Invalid params`` error naming ``argument``, as for a wrong type."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
 @dataclass(frozen=True)
 class Call:
     """One tool call's inputs besides its arguments."""
