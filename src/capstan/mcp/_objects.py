@@ -561,6 +561,16 @@ class Relations:
         return out
 
     @cached_property
+    def static_pods(self) -> dict[str, list[ObjectRef]]:
+        """Node name → the mirror pods it owns (static pods; their owner reference names the Node)."""
+        out: dict[str, list[ObjectRef]] = {}
+        for pod in self.snapshot.of("Pod"):
+            for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+                if (owner or {}).get("kind") == "Node":
+                    out.setdefault(str(owner.get("name")), []).append(ObjectRef("Pod", *_meta(pod)))
+        return out
+
+    @cached_property
     def pods_by_label(self) -> dict[tuple[str, str, str], set[str]]:
         out: dict[tuple[str, str, str], set[str]] = {}
         for pod in self.snapshot.of("Pod"):
@@ -662,8 +672,9 @@ class Relations:
         kind, ns = ref.kind, ref.namespace
         out: list[Edge] = []
         for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
-            owner_ref = ObjectRef(str((owner or {}).get("kind")), ns, str((owner or {}).get("name")))
-            out.append((ref, owner_ref, "owned_by"))
+            owner_kind = str((owner or {}).get("kind"))
+            owner_ns = ns if _namespaced(owner_kind) else ""  # a static pod's owner is its Node
+            out.append((ref, ObjectRef(owner_kind, owner_ns, str((owner or {}).get("name"))), "owned_by"))
         out += [
             (child, ref, "owned_by")
             for child in sorted(self.children.get((kind, ns, ref.name), ()), key=_key)
@@ -707,10 +718,16 @@ class Relations:
             out += [(u, ref, "uses") for u in sorted(self.pod_users.get((kind, ns, ref.name), ()), key=_key)]
         elif kind == "Node":
             out += [(p, ref, "runs_on") for p in sorted(self.pods_by_node.get(ref.name, ()), key=_key)]
+            out += [(p, ref, "owned_by") for p in sorted(self.static_pods.get(ref.name, ()), key=_key)]
         if pod_spec:
             out += [(ref, ObjectRef("PersistentVolumeClaim", ns, c), "mounts") for c in _claims(pod_spec)]
             out += [(ref, ObjectRef(k, ns, n), "uses") for k, n in config_refs(pod_spec)]
         return out
+
+
+def _namespaced(kind: str) -> bool:
+    resource = lookup_kind(kind)
+    return resource is None or resource.namespaced
 
 
 def _select_relation(ref: ObjectRef) -> str:

@@ -621,3 +621,20 @@ async def test_planted_secrets_never_appear_and_answers_stay_within_budget() -> 
             assert tokens <= limit, (tool, arguments, tokens)
         default = {"get_resource": 2000, "list_resources": 1500, "search": 1500, "neighborhood": 1500}[tool]
         assert tokens <= default
+
+
+def test_a_static_pods_owner_is_its_node() -> None:
+    static = {
+        "kind": "Pod",
+        "metadata": meta("etcd-node-1", "kube-system", ownerReferences=[{"kind": "Node", "name": "node-1"}]),
+        "spec": {"nodeName": "node-1"},
+    }
+    snap = Snapshot(objects={"Pod": [static], "Node": objects()["Node"]})
+    graph = neighborhood_of(snap, ObjectRef("Pod", "kube-system", "etcd-node-1"))
+    assert edges_of(graph) == {
+        ("Pod/kube-system/etcd-node-1", "Node/node-1", "owned_by"),
+        ("Pod/kube-system/etcd-node-1", "Node/node-1", "runs_on"),
+    }
+    assert [n["kind"] for n in graph["nodes"]] == ["Pod", "Node"] and "exists" not in graph["nodes"][1]
+    from_node = neighborhood_of(snap, ObjectRef("Node", "", "node-1"))
+    assert ("Pod/kube-system/etcd-node-1", "Node/node-1", "owned_by") in edges_of(from_node)
