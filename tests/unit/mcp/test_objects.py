@@ -638,3 +638,15 @@ def test_a_static_pods_owner_is_its_node() -> None:
     assert [n["kind"] for n in graph["nodes"]] == ["Pod", "Node"] and "exists" not in graph["nodes"][1]
     from_node = neighborhood_of(snap, ObjectRef("Node", "", "node-1"))
     assert ("Pod/kube-system/etcd-node-1", "Node/node-1", "owned_by") in edges_of(from_node)
+
+
+async def test_a_level_over_the_budget_steps_down_and_says_so() -> None:
+    data = await call(
+        {"kind": "deploy", "name": "web", "namespace": "shop", "level": "detail", "budget": 150},
+        "get_resource",
+    )
+    assert data["tokens"] <= 150
+    assert data["level"].startswith("summary (detail is over the budget of 150 tokens)")
+    assert data["object"]["desired"] == 2 and "more_problems" in data
+    rows = await call({"kind": "deploy", "level": "detail", "budget": 120}, "list_resources")
+    assert rows["tokens"] <= 120 and rows["items"][0]["level"] in ("summary", "compact")
