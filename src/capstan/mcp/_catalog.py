@@ -7,6 +7,7 @@ from typing import Final
 from capstan.mcp._events import EVENTS
 from capstan.mcp._gpu import GPU_CAPACITY
 from capstan.mcp._history import CHANGES, ENGINE_EVENTS, RESTARTS, TIMELINE
+from capstan.mcp._objects import GET_RESOURCE, LIST_RESOURCES, NEIGHBORHOOD, SEARCH
 from capstan.mcp._overview import OVERVIEW, PROBLEMS
 from capstan.mcp._tool import ToolSpec
 
@@ -14,6 +15,10 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
     OVERVIEW,
     PROBLEMS,
     EVENTS,
+    GET_RESOURCE,
+    LIST_RESOURCES,
+    SEARCH,
+    NEIGHBORHOOD,
     CHANGES,
     TIMELINE,
     RESTARTS,

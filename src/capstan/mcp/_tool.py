@@ -57,8 +57,8 @@ class Unavailable(Exception):
 
 
 class BadArgument(ValueError):
-    """An argument the schema accepts but the tool cannot use (a malformed time): a JSON-RPC ``Invalid params``
-    error naming ``argument``."""
+    """An argument the model accepted but the tool cannot use (an unknown kind, a malformed selector): a JSON-RPC
+    ``Invalid params`` error naming ``argument``, as for a wrong type."""
 
     def __init__(self, argument: str, message: str) -> None:
         super().__init__(message)
