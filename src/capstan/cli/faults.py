@@ -241,7 +241,7 @@ def eval_(
     if api_key_env is not None:
         api_key = os.environ.get(api_key_env)
         if not api_key:
-            raise UserError(f"--api-key-env {api_key_env}: that environment variable is not set")
+            raise UserError(f"the environment variable {api_key_env} (--api-key-env) is not set")
     arms: tuple[Arm, ...] = tuple(a for a in ARMS if a in {str(t) for t in tools}) if tools else ARMS
     path, logs = _sandbox_paths(kubeconfig, log_dir)
     kubectl = None
