@@ -302,7 +302,7 @@ async def _evaluate(
 
     def progress(r: EvalResult) -> None:
         verdict = "[green]right[/]" if r.passed else "[red]WRONG[/]" if r.error is None else "[red]failed[/]"
-        line = f"{escape(r.scenario)} [{r.arm}]: {verdict} ({r.seconds:.1f}s, {r.turns} turn(s))"
+        line = f"{escape(f'{r.scenario} [{r.arm}]')}: {verdict} ({r.seconds:.1f}s, {r.turns} turn(s))"
         if r.reason:
             line += f": {escape(r.reason)}"
         console.print(line)

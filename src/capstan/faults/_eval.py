@@ -49,6 +49,8 @@ DEFAULT_TIME_LIMIT_S = 120.0
 DEFAULT_MAX_TURNS = 20
 MAX_TOOL_CHARS = 16_000
 """The most of one tool result the model is shown (the rest is replaced by an omission note)."""
+MAX_CALLS_PER_TURN = 16
+"""Tool calls run per model turn; any more are answered with an error without running."""
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 SYSTEM_PROMPT = (
     "You are diagnosing a Kubernetes cluster with read-only tools. Use the tools to look, then answer in plain "
@@ -213,7 +215,11 @@ class Agent:
                     "tool_calls": [c.to_openai() for c in reply.tool_calls],
                 }
             )
-            for call in reply.tool_calls:
+            for i, call in enumerate(reply.tool_calls):
+                if i >= MAX_CALLS_PER_TURN:  # every call needs its answer, but these are not run
+                    text = f"error: not run: at most {MAX_CALLS_PER_TURN} tool calls are run per turn"
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+                    continue
                 calls.append(f"{call.name} {call.arguments[:200]}".strip())
                 left = deadline - self.clock()
                 if left <= 0:
@@ -438,7 +444,8 @@ def _is_secret(token: str) -> bool:
 def kubectl_argv(args: str) -> list[str]:
     """The argument list of one read-only kubectl command line, or :class:`Refused` saying why not: the verb is
     one of :data:`KUBECTL_VERBS` (``auth`` only as ``auth can-i``), nothing names Secrets, and no flag points
-    kubectl at another cluster or identity, reads local files, watches or follows, or logs requests."""
+    kubectl at another cluster or identity, reads local files (``-f``, ``-o go-template-file=…``), watches or
+    follows, or logs requests."""
     try:
         argv = shlex.split(args)
     except ValueError as exc:
@@ -470,6 +477,8 @@ def kubectl_argv(args: str) -> list[str]:
                     raise Refused(f"-{ch} is not allowed")
         if _is_secret(a) or _is_secret(a.split("=", 1)[-1]):
             raise Refused("Secrets are not shown")
+        if "-file" in a.lower() or "templatefile" in a.lower():  # -o go-template-file=PATH reads a local file
+            raise Refused("reading local files is not allowed")
     return argv
 
 

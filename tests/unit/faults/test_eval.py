@@ -161,6 +161,17 @@ async def test_an_empty_answer_is_an_error() -> None:
     assert run.error == "the model answered with neither text nor a tool call"
 
 
+async def test_tool_calls_of_one_turn_are_bounded() -> None:
+    many = tuple(ToolCall(f"c{i}", "events", "{}") for i in range(20))
+    model = ScriptedModel([Reply(None, many), Reply("ok")])
+    box = FakeToolbox({"events": "e"})
+    run = await Agent(model).run("p", box)
+    assert len(box.calls) == 16 and len(run.tool_calls) == 16
+    answers = [m for m in model.seen[1] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in answers] == [f"c{i}" for i in range(20)]
+    assert answers[-1]["content"] == "error: not run: at most 16 tool calls are run per turn"
+
+
 async def test_a_long_tool_answer_is_cut() -> None:
     model = ScriptedModel([tool_reply("logs"), Reply("ok")])
     await Agent(model, max_tool_chars=100).run("p", FakeToolbox({"logs": "x" * 1000}))
@@ -373,6 +384,8 @@ def test_kubectl_read_commands_run(args: str) -> None:
         ("logs payments -f", "-f is not allowed"),
         ("get pods -s https://elsewhere", "-s is not allowed"),
         ("get pods --v=9", "--v is not allowed"),
+        ("get pods -o go-template-file=/etc/passwd", "reading local files"),
+        ("get pods -ojsonpath-file=/etc/passwd", "reading local files"),
         ("", "no command"),
         ("get 'pods", "do not parse"),
     ],
