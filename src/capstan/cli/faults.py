@@ -326,7 +326,7 @@ def _print_eval(console: Console, results: list[EvalResult], arms: dict[str, dic
         table.add_column(col, overflow="fold")
     for r in results:
         verdict = "[green]right[/]" if r.passed else "[red]wrong[/]" if r.error is None else "[red]failed[/]"
-        detail = r.reason if not r.passed else (r.answer or "")
+        detail = " — ".join(part for part in (r.reason, r.answer or "") if part)
         table.add_row(
             r.scenario,
             r.arm,
