@@ -1,14 +1,18 @@
-"""``capstan faults list|run``: the fault-scenario suite (docs/faults.md). ``run`` plays scenarios on the sandbox (or
-the cluster of ``--kubeconfig``), each in its own namespace, and scores the diagnosis: exit 0 when every scenario
-passed, 1 when any scored wrong or failed to set up, 2 for bad input."""
+"""``capstan faults list|run|eval``: the fault-scenario suite (docs/faults.md). ``run`` plays scenarios on the
+sandbox (or the cluster of ``--kubeconfig``), each in its own namespace, and scores the diagnosis: exit 0 when every
+scenario passed, 1 when any scored wrong or failed to set up, 2 for bad input. ``eval`` lets a model (an
+OpenAI-compatible endpoint) diagnose each scenario with Capstan's MCP tools and/or a read-only kubectl tool and
+prints accuracy and time per arm: exit 0 when every scenario was evaluated (a wrong answer is a measurement), 1 when
+any could not be (setup failed, the model could not be asked), 2 for bad input."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -18,7 +22,7 @@ from rich.table import Table
 from capstan.errors import UserError
 
 if TYPE_CHECKING:
-    from capstan.faults import Outcome, Scenario
+    from capstan.faults import Arm, EvalResult, Outcome, Scenario
 
 app = typer.Typer(
     help="Fault scenarios: play them on the sandbox and score the diagnosis.", no_args_is_help=True
@@ -71,6 +75,23 @@ def _sandbox_paths(kubeconfig: Path | None, log_dir: Path | None) -> tuple[Path,
     return kubeconfig or Path(state.kubeconfig), log_dir or box.directory / "pod-logs"
 
 
+def _chosen(dir_: Path | None, name: list[str] | None, all_: bool) -> list[Scenario]:
+    from capstan.faults import load_scenarios
+
+    scenarios = load_scenarios(dir_)
+    if all_ and name:
+        raise UserError("give scenario names or --all, not both")
+    if not all_ and not name:
+        raise UserError("give a scenario name (see `capstan faults list`) or --all")
+    if name:
+        known = {s.name: s for s in scenarios}
+        unknown = [n for n in name if n not in known]
+        if unknown:
+            raise UserError(f"unknown scenario {unknown[0]!r} (see `capstan faults list`)")
+        scenarios = [known[n] for n in name]
+    return scenarios
+
+
 @app.command("run")
 def run(
     name: list[str] = typer.Argument(None, metavar="[NAME]...", help="The scenarios to play."),
@@ -87,19 +108,7 @@ def run(
     output: Output = typer.Option(Output.text, "--output", "-o", help="text (Rich) or json."),
 ) -> None:
     """Play scenarios and score the diagnosis of each."""
-    from capstan.faults import load_scenarios
-
-    scenarios = load_scenarios(dir_)
-    if all_ and name:
-        raise UserError("give scenario names or --all, not both")
-    if not all_ and not name:
-        raise UserError("give a scenario name (see `capstan faults list`) or --all")
-    if name:
-        known = {s.name: s for s in scenarios}
-        unknown = [n for n in name if n not in known]
-        if unknown:
-            raise UserError(f"unknown scenario {unknown[0]!r} (see `capstan faults list`)")
-        scenarios = [known[n] for n in name]
+    scenarios = _chosen(dir_, name, all_)
     path, logs = _sandbox_paths(kubeconfig, log_dir)
     console = Console(stderr=output is Output.json)
     outcomes = asyncio.run(_play(path, logs, scenarios, console, output))
@@ -179,3 +188,165 @@ def _print_summary(console: Console, outcomes: list[Outcome]) -> None:
         f"[bold]{s['passed']}/{s['total']} passed[/]: top-1 {s['top1']}/{s['total']}, evidence recall "
         f"{recall_text}, {s['false_roots']} false root(s), {s['setup_failures']} setup failure(s)"
     )
+
+
+# ---- eval -----------------------------------------------------------------------------------------------------------
+class ToolsArm(StrEnum):
+    mcp = "mcp"
+    shell = "shell"
+
+
+@app.command("eval")
+def eval_(
+    name: list[str] = typer.Argument(None, metavar="[NAME]...", help="The scenarios to play."),
+    model_url: str = typer.Option(
+        ..., "--model-url", help="An OpenAI-compatible server (its root, /v1 or /v1/chat/completions)."
+    ),
+    model: str = typer.Option(..., "--model", help="The model's name, as the server knows it."),
+    tools: list[ToolsArm] = typer.Option(
+        None,
+        "--tools",
+        help="The arm(s): mcp (Capstan's MCP tools) or shell (read-only kubectl); default both.",
+    ),
+    api_key_env: str | None = typer.Option(
+        None, "--api-key-env", help="The environment variable holding the API key (sent as a bearer token)."
+    ),
+    time_limit: float = typer.Option(
+        120.0, "--time-limit", min=1.0, max=3600.0, help="Seconds of wall clock per scenario and arm."
+    ),
+    max_turns: int = typer.Option(
+        20, "--max-turns", min=1, max=200, help="Model calls per scenario and arm."
+    ),
+    all_: bool = typer.Option(False, "--all", help="Play every scenario."),
+    dir_: Path | None = typer.Option(None, "--dir", help=_DIR_HELP),
+    kubeconfig: Path | None = typer.Option(
+        None,
+        "--kubeconfig",
+        help="Cluster to play on (default: the local sandbox from `capstan sandbox up`).",
+    ),
+    log_dir: Path | None = typer.Option(
+        None, "--log-dir", help="Where the cluster's kwok serves pod logs from (default: the sandbox's)."
+    ),
+    output: Output = typer.Option(Output.text, "--output", "-o", help="text (Rich) or json."),
+) -> None:
+    """Let a model diagnose each scenario with Capstan's MCP tools and/or a read-only kubectl; score its answers."""
+    from capstan.faults import ARMS
+
+    scenarios = _chosen(dir_, name, all_)
+    if not model_url.startswith(("http://", "https://")) or len(model_url) > 2000:
+        raise UserError(f"--model-url must be an http:// or https:// URL, not {model_url[:100]!r}")
+    if not model.strip():
+        raise UserError("--model must name a model")
+    api_key = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise UserError(f"the environment variable {api_key_env} (--api-key-env) is not set")
+    arms: tuple[Arm, ...] = tuple(a for a in ARMS if a in {str(t) for t in tools}) if tools else ARMS
+    path, logs = _sandbox_paths(kubeconfig, log_dir)
+    kubectl = None
+    if "shell" in arms:
+        from capstan.sandbox import require_toolchain
+
+        kubectl = require_toolchain().binary("kubectl")
+    console = Console(stderr=output is Output.json)
+    results = asyncio.run(
+        _evaluate(
+            path,
+            logs,
+            scenarios,
+            console,
+            output,
+            model_url,
+            model,
+            api_key,
+            arms,
+            kubectl,
+            time_limit,
+            max_turns,
+        )
+    )
+    from capstan.faults import summarize
+
+    arms_summary = summarize(results)
+    if output is Output.json:
+        doc = {
+            "model": model,
+            "time_limit_s": time_limit,
+            "max_turns": max_turns,
+            "results": [r.to_json() for r in results],
+            "arms": arms_summary,
+        }
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        _print_eval(console, results, arms_summary)
+    if any(r.error is not None for r in results):
+        raise typer.Exit(1)
+
+
+async def _evaluate(
+    kubeconfig: Path,
+    log_dir: Path,
+    scenarios: list[Scenario],
+    console: Console,
+    output: Output,
+    model_url: str,
+    model: str,
+    api_key: str | None,
+    arms: tuple[Arm, ...],
+    kubectl: Path | None,
+    time_limit: float,
+    max_turns: int,
+) -> list[EvalResult]:
+    from capstan.faults import Evaluation, OpenAIChat
+
+    def progress(r: EvalResult) -> None:
+        verdict = "[green]right[/]" if r.passed else "[red]WRONG[/]" if r.error is None else "[red]failed[/]"
+        line = f"{escape(f'{r.scenario} [{r.arm}]')}: {verdict} ({r.seconds:.1f}s, {r.turns} turn(s))"
+        if r.reason:
+            line += f": {escape(r.reason)}"
+        console.print(line)
+
+    async with OpenAIChat(model_url, model, api_key=api_key) as chat:
+        evaluation = Evaluation(
+            kubeconfig,
+            log_dir,
+            chat,
+            arms=arms,
+            kubectl=kubectl,
+            time_limit_s=time_limit,
+            max_turns=max_turns,
+        )
+        return await evaluation.run_all(scenarios, progress=progress)
+
+
+def _print_eval(console: Console, results: list[EvalResult], arms: dict[str, dict[str, Any]]) -> None:
+    table = Table(title="Agent evaluation", title_justify="left")
+    for col in ("scenario", "arm", "result", "seconds", "turns", "tool calls", "answer or reason"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        verdict = "[green]right[/]" if r.passed else "[red]wrong[/]" if r.error is None else "[red]failed[/]"
+        detail = " — ".join(part for part in (r.reason, r.answer or "") if part)
+        table.add_row(
+            r.scenario,
+            r.arm,
+            verdict,
+            f"{r.seconds:.1f}",
+            str(r.turns),
+            str(len(r.tool_calls)),
+            escape(detail[:300]),
+        )
+    console.print(table)
+    summary = Table(title="Per arm", title_justify="left")
+    for col in ("arm", "accuracy", "right", "failed to run", "total s", "median s"):
+        summary.add_column(col)
+    for arm, s in arms.items():
+        summary.add_row(
+            arm,
+            f"{float(s['accuracy']):.0%}",
+            f"{s['passed']}/{s['scenarios']}",
+            str(s["errors"]),
+            f"{float(s['seconds_total']):.1f}",
+            f"{float(s['seconds_median']):.1f}",
+        )
+    console.print(summary)

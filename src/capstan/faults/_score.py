@@ -56,6 +56,13 @@ def _evidence_text(finding: Finding) -> str:
     return "\n".join(parts).lower()
 
 
+def missing_keywords(keywords: Sequence[str], text: str) -> tuple[str, ...]:
+    """The ``keywords`` that ``text`` does not contain (case-insensitive substring match), in their order: the
+    keyword check of :func:`score`, shared with the agent evaluation's answer scoring."""
+    lowered = text.lower()
+    return tuple(k for k in keywords if k.lower() not in lowered)
+
+
 def score(
     expectation: Expectation,
     diagnosis: Diagnosis,
@@ -96,8 +103,7 @@ def score(
         reasons.append(f"first finding is about {first.subject.key}, not {expected.kind}/{expected.name}")
     if str(first.category) != expectation.category:
         reasons.append(f"category {first.category}, not {expectation.category}")
-    text = first.root_cause.lower()
-    missing_kw = tuple(k for k in expectation.keywords if k.lower() not in text)
+    missing_kw = missing_keywords(expectation.keywords, first.root_cause)
     if missing_kw:
         reasons.append(f"root cause lacks {', '.join(missing_kw)}")
     body = _evidence_text(first)
