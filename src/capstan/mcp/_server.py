@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from capstan.jsontext import dumps
 from capstan.mcp._shape import BadCursor, finish, fit
 from capstan.mcp._state import LogReader, StateSource
-from capstan.mcp._tool import Call, ToolSpec, Unavailable
+from capstan.mcp._tool import BadArgument, Call, ToolSpec, Unavailable
 from capstan.redact import Redactor
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,12 @@ class ToolRunner:
         except BadCursor as err:
             raise MCPError(
                 INVALID_PARAMS, f"{spec.name}: {err}", {"tool": spec.name, "arguments": ["cursor"]}
+            ) from None
+        except BadArgument as err:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"{spec.name}: argument {err.argument!r}: {err.message}",
+                {"tool": spec.name, "arguments": [err.argument]},
             ) from None
         except Unavailable as err:
             body, error = {"error": str(err)}, True

@@ -56,6 +56,16 @@ class Unavailable(Exception):
     saying so, marked as an error result, and the server goes on."""
 
 
+class BadArgument(ValueError):
+    """An argument the schema accepts but the tool cannot use (a malformed time): a JSON-RPC ``Invalid params``
+    error naming ``argument``."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+        self.message = message
+
+
 @dataclass(frozen=True)
 class Call:
     """One tool call's inputs besides its arguments."""
