@@ -46,13 +46,15 @@ MAX_CONTAINERS: Final = 8
 """The most containers read per pod."""
 READS_AT_ONCE: Final = 4
 READ_TIMEOUT_S: Final = 15.0
+READ_CHARS: Final = 256 * 1024
+"""The most of one log the tool cuts (its last characters; the live reader already asks for no more bytes)."""
 
 ERROR_LINE: Final = re.compile(
     r"\b(?:ERROR|ERR|FATAL|CRIT(?:ICAL)?|WARN(?:ING)?|PANIC|SEVERE|EMERG(?:ENCY)?)\b"
     r"|\b(?i:error|fatal|critical|warn(?:ing)?)\b\s*[:\]|=]"
     r"|\[(?i:error|fatal|crit(?:ical)?|warn(?:ing)?|panic)\]"
     r"|\b(?i:level|severity|lvl)\s*[=:]\s*\"?(?i:error|fatal|crit(?:ical)?|warn(?:ing)?|panic)\b"
-    r"|\b[A-Z]\w*(?:Exception|Error)\b|\bException\b|Traceback \(most recent call last\)"
+    r"|\w(?:Exception|Error)\b|\bException\b|Traceback \(most recent call last\)"
     r"|\bpanic:|\b(?i:segfault)\b|Segmentation fault|\bSIGSEGV\b|\bSIGABRT\b|core dumped"
     r"|\bOOM\b|(?i:out of memory)|OutOfMemory|\bKilled\b|\b(?i:oom-kill)"
     r"|\bCUDA(?: error|_ERROR)|\bcuda(?:Error|ErrorMemoryAllocation)|CUBLAS_STATUS|\bcuDNN error"
@@ -62,7 +64,7 @@ ERROR_LINE: Final = re.compile(
 case counts before a separator ("error: …", "[warn]", "level=error"), so "no errors" in prose does not."""
 _OPENS_BLOCK: Final = re.compile(
     r"Traceback \(most recent call last\)|\bpanic:|^\s*(?:Exception in thread|Caused by:)|"
-    r"\b[A-Z]\w*(?:Exception|Error)\b.*$"
+    r"\w(?:Exception|Error)\b"
 )
 _TRACEBACK: Final = re.compile(r"Traceback \(most recent call last\)")
 _FRAME: Final = re.compile(
@@ -112,7 +114,12 @@ def _units(lines: Sequence[str], keep: Sequence[bool], blocks: bool) -> Iterator
             i += 1
             continue
         unit = [lines[i]]
-        if blocks and _OPENS_BLOCK.search(lines[i][:MATCH_CHARS]):
+        if (
+            blocks
+            and i + 1 < n
+            and _FRAME.match(lines[i + 1])
+            and _OPENS_BLOCK.search(lines[i][:MATCH_CHARS])
+        ):
             traceback = bool(_TRACEBACK.search(lines[i][:MATCH_CHARS]))
             j = i + 1
             while j < n and len(unit) < BLOCK_LINES and _FRAME.match(lines[j]):
@@ -137,7 +144,7 @@ def excerpt(
     """What of ``text`` an agent reads: the lines ``grep`` matches (when given), else the error lines and their
     blocks (``errors_only``), else every line; repeats collapsed into their first occurrence marked
     "(repeated ×N)"; the first ``head`` and last ``tail`` lines of that with ``omitted`` counting the rest. When
-    nothing is selected the last ``tail`` lines stand in, with ``fallback`` saying so.
+    nothing is selected the last ``tail`` lines stand in (only exact repeats folded), with ``fallback`` saying so.
 
     Returns ``lines``, ``matched`` (lines selected before collapsing), ``omitted``, ``repeats_collapsed`` (lines
     folded into an earlier one) and ``read`` (lines in ``text``)."""
@@ -156,10 +163,11 @@ def excerpt(
         units = [[line] for line in lines[-tail:]] if tail > 0 else []
         if units:
             out["fallback"] = f"nothing matched; the last {len(units)} lines"
+    same = str if "fallback" in out else normalise  # the fallback is context: only exact repeats fold
     counts: dict[str, int] = {}
     firsts: list[tuple[str, list[str]]] = []
     for unit in units:
-        key = "\n".join(normalise(line[:MATCH_CHARS]) for line in unit)
+        key = "\n".join(same(line[:LINE_CHARS]) for line in unit)  # what differs past the cut is not shown
         if key not in counts:
             counts[key] = 0
             firsts.append((key, unit))
@@ -375,6 +383,8 @@ async def _logs(call: Call, args: LogsArgs) -> dict[str, Any]:
         except (ApiError, TimeoutError, OSError) as err:
             entry["unreadable"] = redact(_unreadable(err))
             return entry
+        if len(text) > READ_CHARS:  # a reader that ignores the byte bound: the tail, from a whole line
+            text = text[-READ_CHARS:].partition("\n")[2]
         cut = excerpt(redact(text), grep=args.grep, errors_only=args.errors_only)
         cut["lines"] = [redact(line) for line in cut["lines"]]
         if "fallback" in cut:
