@@ -5,8 +5,8 @@ WARN, and crash markers: exceptions, Python tracebacks with their frames, Go pan
 NCCL errors), or the lines a caller's ``grep`` matches, or every line; it collapses repeats (lines identical once
 times, ids and numbers are normalised) into one marked "(repeated ×N)"; it keeps a head and a tail with an explicit
 omitted count; and when nothing matches it falls back to the last lines, saying so. A ``grep`` pattern is bounded
-(:data:`MAX_GREP` characters, no nested quantifiers) and applied line by line to lines cut to
-:data:`MATCH_CHARS`, so a pattern cannot cost more than a bounded amount per line of a bounded read.
+(:data:`MAX_GREP` characters, no repeated group holding a repetition or an alternation) and applied line by line
+to lines cut to :data:`MATCH_CHARS`, so a pattern cannot cost more than a bounded amount per line of a bounded read.
 
 The tool resolves a workload (Deployment → ReplicaSets → Pods; StatefulSet, DaemonSet, ReplicaSet, Job → Pods;
 the workload's selector when no pod names it as owner) from the redacted snapshot, reads at most
@@ -79,7 +79,41 @@ _NORMALISE: Final = (
     (re.compile(r"\b0x[0-9a-f]+\b|\b[0-9a-f]{12,}\b", re.I), "<hex>"),
     (re.compile(r"\d+"), "#"),
 )
-_NESTED_QUANTIFIER: Final = re.compile(r"\((?:[^()\\]|\\.)*[*+}](?:[^()\\]|\\.)*\)\s*(?:[*+]|\{\d*,)")
+_REPEATS: Final = re.compile(r"[*+]|\{\d*,")
+
+
+def _nests_repetition(pattern: str) -> bool:
+    """Whether ``pattern`` repeats (``*``, ``+``, ``{n,}``) a group that itself holds a repetition or an
+    alternation, at any depth: ``(a+)+``, ``((a+)b)*``, ``(a|aa)+`` (the shapes that backtrack exponentially)."""
+    stack: list[bool] = []  # per open group: does it hold a repetition or an alternation?
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":  # a class: skip to its end ("]" first in it is literal)
+            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
+            j += pattern[j : j + 1] == "]"
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        if ch == "(":
+            stack.append(False)
+        elif ch == ")" and stack:
+            inner = stack.pop()
+            repeated = _REPEATS.match(pattern, i + 1) is not None
+            if inner and repeated:
+                return True
+            if stack and (inner or repeated):
+                stack[-1] = True
+        elif stack and (ch == "|" or _REPEATS.match(pattern, i)):
+            stack[-1] = True
+        i += 1
+    return False
+
+
 WORKLOADS: Final = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job")
 
 
@@ -92,13 +126,18 @@ def normalise(line: str) -> str:
 
 def compile_grep(pattern: str | None) -> re.Pattern[str] | None:
     """``pattern`` compiled (None for none); :class:`BadArgument` naming ``grep`` when it is too long, does not
-    compile, or nests quantifiers (``(a+)+``: exponential on a line that almost matches)."""
+    compile, or repeats a group holding a repetition or an alternation (``(a+)+``, ``(a|aa)*``: exponential on a line
+    that almost matches)."""
     if pattern is None or pattern == "":
         return None
     if len(pattern) > MAX_GREP:
         raise BadArgument("grep", f"at most {MAX_GREP} characters (got {len(pattern)})")
-    if _NESTED_QUANTIFIER.search(pattern):
-        raise BadArgument("grep", "nested quantifiers such as (a+)+ are not accepted; simplify the pattern")
+    if _nests_repetition(pattern):
+        raise BadArgument(
+            "grep",
+            "a repeated group holding a repetition or an alternation, such as (a+)+ or (a|b)*, is not accepted "
+            "(it can take exponential time); simplify the pattern",
+        )
     try:
         return re.compile(pattern)
     except re.error as err:

@@ -117,7 +117,13 @@ def test_grep_keeps_only_matching_lines_and_errors_only_false_keeps_all() -> Non
 
 @pytest.mark.parametrize(
     ("pattern", "says"),
-    [("(unclosed", "not a regular expression"), ("x" * 201, "at most 200"), ("(a+)+$", "nested quantifiers")],
+    [
+        ("(unclosed", "not a regular expression"),
+        ("x" * 201, "at most 200"),
+        ("(a+)+$", "repeated group"),
+        ("(a|aa)+", "repeated group"),
+        ("((a+)b)*", "repeated group"),
+    ],
 )
 def test_a_bad_grep_is_an_argument_error_naming_grep(pattern: str, says: str) -> None:
     with pytest.raises(BadArgument) as err:
@@ -317,3 +323,10 @@ async def test_a_100k_line_log_stays_within_the_budget_and_many_pods_are_capped(
     seen = answer["total"]
     assert seen == 1  # the same excerpt in every pod: one entry naming the others
     assert len(answer["containers"][0]["same_in"]) == MAX_PODS - 1
+
+
+@pytest.mark.parametrize(
+    "pattern", ["(GET|POST) /api", "(a+)?x", "[(+)]+", r"\(a+\)+", "(ab){3}", r"after \d+s"]
+)
+def test_ordinary_patterns_are_accepted(pattern: str) -> None:
+    assert compile_grep(pattern) is not None
