@@ -6,8 +6,8 @@ and taken while their tokens fit, and the answer carries ``next_cursor`` when mo
 ``base64url("<tool>:<offset>:<fingerprint>")``, where the fingerprint is a hash of the query's other arguments, so a
 cursor given to another tool or to a changed query is one clear error (:class:`BadCursor`) instead of a silently
 wrong page. :func:`fit` is the guard every answer passes last: an answer still over its budget loses list items from
-its largest lists (counted in ``omitted``) and then characters from its longest strings, so no answer exceeds its
-budget. :func:`finish` stamps the answer's own token count on it.
+its largest lists (counted in ``omitted``), then characters from its longest strings, then whole members (named in
+``left_out``), so no answer exceeds its budget. :func:`finish` stamps the answer's own token count on it.
 """
 
 from __future__ import annotations
@@ -158,7 +158,10 @@ def fit(answer: dict[str, Any], budget: int) -> dict[str, Any]:
             out["omitted"] = dict(sorted(omitted.items()))
             out["truncated"] = True
             continue
-        if not _shorten_longest_string(out):
+        if _shorten_longest_string(out):
+            out["truncated"] = True
+            continue
+        if not _drop_largest_member(out):
             break
         out["truncated"] = True
     return out
@@ -203,6 +206,21 @@ def _largest_list(answer: dict[str, Any]) -> tuple[str, list[Any]] | None:
     if not candidates:
         return None
     return max(candidates, key=lambda c: (len(dumps(c[1])), c[0]))
+
+
+_KEPT: Final = frozenset({"error", "next_cursor", "total", "omitted", "truncated", "left_out"})
+
+
+def _drop_largest_member(answer: dict[str, Any]) -> bool:
+    """The last resort: the largest top-level member (but the error, the cursor and the cut's own notes) is
+    replaced by nothing and named in ``left_out``."""
+    members = [(len(dumps(v)), k) for k, v in answer.items() if k not in _KEPT]
+    if not members:
+        return False
+    _, key = max(members)
+    del answer[key]
+    answer["left_out"] = sorted({*answer.get("left_out", []), key})
+    return True
 
 
 def _strings(value: Any, parent: Any, key: Any) -> Iterable[tuple[Any, Any, str]]:
