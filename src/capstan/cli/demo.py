@@ -258,6 +258,49 @@ async def diagnosis_step(console: Console, kubeconfig: Path, state_dir: Path) ->
                        "--store", str(state_dir / "history.db"), "--source", "default"], state_dir / "demo.log")  # fmt: skip
 
 
+async def mcp_step(console: Console, kubeconfig: Path, state_dir: Path) -> None:
+    """One MCP session as an agent would hold it: the official SDK's client starts `capstan mcp serve` over stdio
+    with the demo's store, calls `problems` for the demo namespace, then `diagnose` on the top problem's object;
+    each call's answer size (its own token count) and time, and what it names."""
+    import json
+    import sys
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+    from mcp.types import TextContent
+
+    args = ["-m", "capstan.cli.main", "mcp", "serve", "--transport", "stdio", "--kubeconfig", str(kubeconfig),
+            "--store", str(state_dir / "history.db"), "--source", "default", "--namespace", NAMESPACE]  # fmt: skip
+    console.print(f"[dim]$ capstan {' '.join(args[2:])}  (an MCP client on its stdin/stdout)[/]")
+    params = StdioServerParameters(command=sys.executable, args=args)
+    table = Table(title="one MCP session (official SDK client over stdio)")
+    for col in ("call", "tokens", "ms", "answer"):
+        table.add_column(col)
+
+    async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        start = time.perf_counter()
+        result = await client.call_tool(tool, arguments)
+        ms = (time.perf_counter() - start) * 1000
+        block = result.content[0]
+        body: dict[str, Any] = json.loads(block.text) if isinstance(block, TextContent) else {}
+        findings = body.get("findings") or []
+        said = findings[0]["root_cause"] if findings else str(body.get("error") or "no findings")
+        shown = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+        table.add_row(f"{tool}({shown})", str(body.get("tokens", "?")), f"{ms:.0f}", said[:110])
+        return body
+
+    async with Client(params, read_timeout_seconds=120) as client:
+        tools = (await client.list_tools()).tools
+        console.print(f"{len(tools)} read-only tools: {', '.join(t.name for t in tools)}")
+        problems = await call(client, "problems", {"namespace": NAMESPACE})
+        top = (problems.get("findings") or [{}])[0].get("objects") or []
+        if top:
+            subject = top[0]
+            await call(client, "diagnose", {"kind": subject["kind"], "name": subject["name"],
+                                            "namespace": subject["namespace"] or NAMESPACE})  # fmt: skip
+    console.print(table)
+
+
 def _run_cli(console: Console, args: list[str], log: Path) -> None:
     """Runs ``capstan ARGS`` as a child process: its tables on the console, its log lines appended to ``log``."""
     import subprocess
@@ -342,6 +385,10 @@ def demo(
         (
             "diagnosis: root causes with their evidence and the recorded changes before them",
             lambda: diagnosis_step(console, kubeconfig, box.directory),
+        ),
+        (
+            "MCP: an agent's session with the read-only server (problems, then diagnose)",
+            lambda: mcp_step(console, kubeconfig, box.directory),
         ),
         (
             "GPU capacity: the planner against the cluster-autoscaler on the Alibaba trace",
