@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from mcp import Client
 
     from capstan.kube import KubeClient
+    from capstan.store import HistoryReader
 
 Arm = Literal["mcp", "shell"]
 ARMS: tuple[Arm, ...] = ("mcp", "shell")
@@ -394,15 +395,19 @@ class McpToolbox:
 
 
 @contextlib.asynccontextmanager
-async def mcp_toolbox(kube: KubeClient, namespace: str) -> AsyncIterator[McpToolbox]:
-    """The MCP server over the live cluster behind ``kube``, scoped to ``namespace``, built in-process and
-    connected through the SDK's in-memory client."""
+async def mcp_toolbox(
+    kube: KubeClient, namespace: str, history: HistoryReader | None = None
+) -> AsyncIterator[McpToolbox]:
+    """The MCP server over the live cluster behind ``kube``, scoped to ``namespace`` (and the scenario's recorded
+    ``history`` when given), built in-process and connected through the SDK's in-memory client."""
     from mcp import Client
 
     from capstan.mcp import ClusterLogs, LiveSource, create_server
 
     server = create_server(
-        LiveSource(kube, redactor=Redactor(), namespace=namespace), ClusterLogs(kube), redactor=Redactor()
+        LiveSource(kube, redactor=Redactor(), namespace=namespace, history=history),
+        ClusterLogs(kube),
+        redactor=Redactor(),
     )
     async with Client(server) as client:
         yield McpToolbox(client)
@@ -672,7 +677,7 @@ class Evaluation:
 
         async def on_state(scenario: Scenario, namespace: str, kubeconfig: Path) -> None:
             for arm in self.arms:
-                result = await self._arm(arm, scenario, namespace, kubeconfig)
+                result = await self._arm(arm, scenario, namespace, kubeconfig, runner.history)
                 results.append(result)
                 if progress is not None:
                     progress(result)
@@ -695,7 +700,14 @@ class Evaluation:
                         progress(failed)
         return results
 
-    async def _arm(self, arm: Arm, scenario: Scenario, namespace: str, kubeconfig: Path) -> EvalResult:
+    async def _arm(
+        self,
+        arm: Arm,
+        scenario: Scenario,
+        namespace: str,
+        kubeconfig: Path,
+        history: HistoryReader | None = None,
+    ) -> EvalResult:
         prompt = task_prompt(namespace)
         try:
             if arm == "mcp":
@@ -703,7 +715,7 @@ class Evaluation:
 
                 kube = await KubeClient.from_kubeconfig(kubeconfig)
                 try:
-                    async with mcp_toolbox(kube, namespace) as toolbox:
+                    async with mcp_toolbox(kube, namespace, history) as toolbox:
                         run = await self.agent.run(prompt, toolbox)
                 finally:
                     await kube.close()

@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capstan.diagnose import Diagnosis, Snapshot, diagnose, read_snapshot
 from capstan.faults._scenario import (
@@ -49,6 +49,10 @@ from capstan.kube import ApiError, KubeClient, Resource, resources
 from capstan.kube.resources import lookup_kind, resource_for
 from capstan.record import DEFAULT_KINDS
 from capstan.redact import Redactor
+
+if TYPE_CHECKING:
+    from capstan.store import HistoryReader
+
 from capstan.sandbox import (
     KWOK_NODE_ANNOTATION,
     KWOK_NODE_ANNOTATION_VALUE,
@@ -173,6 +177,9 @@ class Runner:
     ) -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
+        self.history: HistoryReader | None = None
+        """While ``on_state`` runs: the history the scenario's recorder writes (what its diagnosis cites); else
+        None."""
         self.on_state = on_state
         self.clock = clock
 
@@ -272,7 +279,11 @@ class _Play:
         self.outcome.diagnosis = diagnosis
         self.outcome.score = score(s.expect, diagnosis, decoys=s.decoy_objects, node_names=self.outcome.nodes)
         if self.runner.on_state is not None:
-            await self.runner.on_state(s, self.ns, self.runner.kubeconfig)
+            self.runner.history = self.store.history
+            try:
+                await self.runner.on_state(s, self.ns, self.runner.kubeconfig)
+            finally:
+                self.runner.history = None
 
     async def _namespace(self) -> None:
         body = {
