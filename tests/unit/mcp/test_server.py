@@ -183,3 +183,21 @@ def test_budget_pick_is_bounded() -> None:
     assert budget.pick(None) == 1000
     assert budget.pick(10_000) == 4000
     assert budget.pick(200) == 200
+
+
+async def test_prompts_steer_through_the_tools_and_resources_are_tool_answers() -> None:
+    async with Client(server_for(snapshot())) as client:
+        prompts = {p.name: p for p in (await client.list_prompts()).prompts}
+        assert set(prompts) == {"troubleshoot_workload", "gpu_pod_pending", "what_changed"}
+        got = await client.get_prompt(
+            "troubleshoot_workload", {"kind": "Deployment", "name": "web", "namespace": "shop"}
+        )
+        text = "".join(getattr(m.content, "text", "") for m in got.messages)
+        assert "Deployment/web" in text and "`diagnose`" in text
+        pending = await client.get_prompt("gpu_pod_pending", {"name": "train-0"})
+        assert "`gpu_capacity`" in "".join(getattr(m.content, "text", "") for m in pending.messages)
+        uris = sorted(str(r.uri) for r in (await client.list_resources()).resources)
+        assert uris == ["capstan://cluster/health", "capstan://cluster/problems"]
+        health = await client.read_resource("capstan://cluster/health")
+        body = json.loads(getattr(health.contents[0], "text", "{}"))
+        assert body["counts"]["pods"]["total"] == 3 and body["tokens"] > 0
