@@ -5,13 +5,13 @@ and a request that does not finish in time (504 or closed)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -38,24 +38,26 @@ INITIALIZE = {
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-def post(url: str, *, body: Any = INITIALIZE, content: bytes | None = None, **headers: str) -> httpx.Response:
-    data = content if content is not None else json.dumps(body).encode()
-    return httpx.post(url, content=data, headers=HEADERS | headers, timeout=30)
+def post(url: str, content: bytes | None = None, headers: dict[str, str] | None = None) -> httpx.Response:
+    """POST ``content`` (default: an initialize request) with the MCP headers and ``headers``."""
+    data = content if content is not None else json.dumps(INITIALIZE).encode()
+    return httpx.post(url, content=data, headers=HEADERS | (headers or {}), timeout=30)
 
 
 def test_host_and_origin_are_checked_against_dns_rebinding(kubeconfig: Path) -> None:
     with http_server("--kubeconfig", str(kubeconfig), "--allowed-origin", "https://agent.example") as server:
         port = urlsplit(server.url).port
         assert post(server.url).status_code == 200  # loopback Host, no Origin (a local agent)
-        assert post(server.url, Host=f"localhost:{port}").status_code == 200
-        rebound = post(
-            server.url, Host=f"evil.example:{port}"
-        )  # a name the attacker's DNS points at 127.0.0.1
+        assert post(server.url, headers={"Host": f"localhost:{port}"}).status_code == 200
+        # a name the attacker's DNS points at 127.0.0.1
+        rebound = post(server.url, headers={"Host": f"evil.example:{port}"})
         assert rebound.status_code == 421, rebound.text
-        assert post(server.url, Origin="http://evil.example").status_code == 403
-        assert post(server.url, Origin=f"http://evil.example:{port}").status_code == 403
-        assert post(server.url, Origin=f"http://127.0.0.1:{port}").status_code == 200
-        assert post(server.url, Origin="https://agent.example").status_code == 200  # --allowed-origin
+        assert post(server.url, headers={"Origin": "http://evil.example"}).status_code == 403
+        assert post(server.url, headers={"Origin": f"http://evil.example:{port}"}).status_code == 403
+        assert post(server.url, headers={"Origin": f"http://127.0.0.1:{port}"}).status_code == 200
+        assert (
+            post(server.url, headers={"Origin": "https://agent.example"}).status_code == 200
+        )  # --allowed-origin
 
 
 def test_a_body_over_the_limit_is_413_declared_or_streamed(kubeconfig: Path) -> None:
@@ -94,12 +96,13 @@ async def test_with_a_token_file_no_or_wrong_token_is_401_and_the_right_one_work
     with http_server("--kubeconfig", str(kubeconfig), "--token-file", str(token_file)) as server:
         assert any("bearer token required" in line for line in server.stderr)
         for headers in ({}, {"Authorization": f"Bearer {secrets.token_hex(32)}"}, {"Authorization": token}):
-            refused = post(server.url, **headers)
+            refused = await asyncio.to_thread(post, server.url, None, headers)
             assert refused.status_code == 401
             assert refused.headers["content-type"] == "application/json"
             assert refused.headers["www-authenticate"] == "Bearer"
             assert "bearer token" in refused.json()["error"] and token not in refused.text
-        assert post(server.url, Authorization=f"Bearer {token}").status_code == 200
+        right = await asyncio.to_thread(post, server.url, None, {"Authorization": f"Bearer {token}"})
+        assert right.status_code == 200
         http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
         async with http, Client(streamable_http_client(server.url, http_client=http)) as client:
             assert [t.name for t in (await client.list_tools()).tools] == [s.name for s in TOOLS]
