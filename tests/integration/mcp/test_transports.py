@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -58,6 +59,13 @@ def test_every_tool_has_a_sample_call_that_its_arguments_accept() -> None:
     for spec, arguments in samples_for(scene):
         spec.args.model_validate(arguments)  # a sample the tool rejects would test nothing
     assert set(SAMPLES) >= {spec.name for spec in TOOLS}
+
+
+def test_the_docs_table_names_every_tool() -> None:
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "mcp.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", docs, flags=re.MULTILINE))
+    missing = [spec.name for spec in TOOLS if spec.name not in documented]
+    assert not missing, f"docs/mcp.md: add {', '.join(missing)} to the tools table"
 
 
 async def test_stdio_every_tool_answers_and_history_tools_name_the_missing_store(
