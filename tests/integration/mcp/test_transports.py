@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,7 +21,6 @@ from capstan.faults import Kubelet
 from capstan.kube import KubeClient
 from capstan.mcp import TOOLS
 from capstan.sandbox import Sandbox
-from capstan.sandbox.build import cache_root
 from capstan.store import open_store
 from tests.integration.mcp.calls import (
     SAMPLES,
@@ -35,7 +35,16 @@ from tests.integration.mcp.calls import (
 
 pytestmark = pytest.mark.integration
 
-INSPECTOR = cache_root() / "npm/node_modules/.bin/inspector"  # scripts/bootstrap.sh installs it
+
+def _cache_root() -> Path:
+    """Where scripts/bootstrap.sh caches tools, as capstan.sandbox's builds do."""
+    if os.environ.get("CAPSTAN_CACHE_DIR"):
+        return Path(os.environ["CAPSTAN_CACHE_DIR"])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "capstan"
+
+
+INSPECTOR = _cache_root() / "npm/node_modules/.bin/inspector"  # scripts/bootstrap.sh installs it
 
 
 def stdio_params(*args: str) -> StdioServerParameters:
