@@ -178,8 +178,11 @@ def inspector(*args: str, tmp_path: Path) -> Any:
     if not INSPECTOR.exists():
         pytest.fail(f"{INSPECTOR} is missing: run scripts/bootstrap.sh (it installs the MCP Inspector)")
     env = server_env(MCP_CATALOG_PATH=str(tmp_path / "inspector-catalog.json"))
+    # the Inspector starts a stdio server with a minimal environment: hand it this checkout's PYTHONPATH, or the
+    # server would run whatever capstan the interpreter finds installed
+    passed = [f"PYTHONPATH={env['PYTHONPATH']}"] if env.get("PYTHONPATH") else []
     proc = subprocess.run(
-        [str(INSPECTOR), "--cli", *args],
+        [str(INSPECTOR), "--cli", *(arg for kv in passed for arg in ("-e", kv)), *args],
         capture_output=True,
         text=True,
         timeout=120,
