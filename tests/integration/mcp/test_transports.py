@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 from pathlib import Path
@@ -221,9 +222,13 @@ async def test_inspector_cli_over_stdio(scene: Scene, kubeconfig: Path, tmp_path
     _check_inspector_answers(listed, called, scene)
 
 
-async def test_inspector_cli_over_http(scene: Scene, kubeconfig: Path, tmp_path: Path) -> None:
-    with http_server("--kubeconfig", str(kubeconfig)) as server:
-        base = (server.url, "--transport", "http")
+async def test_inspector_cli_over_http_with_a_bearer_token(
+    scene: Scene, kubeconfig: Path, tmp_path: Path
+) -> None:
+    token = secrets.token_hex(32)
+    (tmp_path / "token").write_text(token)
+    with http_server("--kubeconfig", str(kubeconfig), "--token-file", str(tmp_path / "token")) as server:
+        base = (server.url, "--transport", "http", "--header", f"Authorization: Bearer {token}")
         listed = await asyncio.to_thread(inspector, *base, "--method", "tools/list", tmp_path=tmp_path)
         called = await asyncio.to_thread(
             inspector,
