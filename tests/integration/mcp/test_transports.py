@@ -242,3 +242,30 @@ async def test_inspector_cli_over_http_with_a_bearer_token(
             tmp_path=tmp_path,
         )
     _check_inspector_answers(listed, called, scene)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--store", "{tmp}/none.db"), "capstan: error: history store '{tmp}/none.db': no such file"),
+        (
+            ("--kubeconfig", "{tmp}/none.kubeconfig"),
+            "capstan: error: kubeconfig {tmp}/none.kubeconfig: file not found",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr_and_nothing_on_stdout(
+    args: tuple[str, ...], message: str, kubeconfig: Path, tmp_path: Path
+) -> None:
+    argv = ["--kubeconfig", str(kubeconfig), *(a.format(tmp=tmp_path) for a in args)]
+    proc = subprocess.run(
+        server_command(*argv),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(),
+    )
+    assert proc.returncode == 2 and proc.stdout == ""  # a stdio client reads no stray bytes
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(message.format(tmp=tmp_path))
