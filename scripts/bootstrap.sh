@@ -2,7 +2,8 @@
 # Idempotent set-up used by both README commands (make demo, make test):
 #   1. a virtual environment in .venv with Capstan and its dev dependencies (re-synced when pyproject.toml changes);
 #   2. PostgreSQL and Redis server packages from Debian when missing (the tests start their own instances);
-#   3. the Kubernetes control plane binaries, built from the Go module proxy and cached outside the work tree.
+#   3. the Kubernetes control plane binaries, built from the Go module proxy and cached outside the work tree;
+#   4. the MCP Inspector CLI from npm (the external client the MCP server's tests use), cached outside the work tree.
 # Every step prints what it does and exits non-zero with a reason when it cannot proceed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,3 +52,20 @@ fi
 
 # 3. Control plane binaries (cached by version; a second run takes seconds).
 .venv/bin/capstan sandbox build
+
+# 4. The MCP Inspector (npm), pinned; installed once into the cache (a second run only checks the version).
+INSPECTOR_VERSION=2.12.0
+npm_prefix="${CAPSTAN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/capstan}/npm"  # as capstan.sandbox.build.cache_root
+installed=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' \
+  "$npm_prefix/node_modules/@modelcontextprotocol/inspector/package.json" 2>/dev/null | head -n1 || true)
+if [ "$installed" != "$INSPECTOR_VERSION" ] || [ ! -x "$npm_prefix/node_modules/.bin/inspector" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    say "npm is missing: install Node.js (>= 20) and npm, then run this again (the MCP tests use the MCP Inspector)"
+    exit 2
+  fi
+  say "installing the MCP Inspector $INSPECTOR_VERSION from npm into $npm_prefix"
+  mkdir -p "$npm_prefix"
+  npm install --prefix "$npm_prefix" --no-audit --no-fund --loglevel=error \
+    "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" >"$npm_prefix/npm.log" 2>&1 || {
+    say "npm install @modelcontextprotocol/inspector@$INSPECTOR_VERSION failed: see $npm_prefix/npm.log"; exit 2; }
+fi
