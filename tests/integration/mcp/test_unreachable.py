@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -36,8 +37,8 @@ def pointing_at(kubeconfig: Path, server: str, out: Path) -> Path:
     return out
 
 
-async def answers(kubeconfig: Path) -> dict[str, dict[str, object]]:
-    out: dict[str, dict[str, object]] = {}
+async def answers(kubeconfig: Path) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
         kube.timeout = 3.0
         server = create_server(
@@ -58,7 +59,7 @@ async def test_an_unreachable_cluster_is_an_answer_not_a_crash(kubeconfig: Path,
     dead = pointing_at(kubeconfig, f"https://127.0.0.1:{closed_port()}", tmp_path / "dead.kubeconfig")
     got = await answers(dead)
     assert set(got) == {s.name for s in TOOLS}
-    assert any("Node" in line for line in got["overview"]["cannot_read"])  # type: ignore[union-attr]
+    assert any("Node" in line for line in got["overview"]["cannot_read"])
     assert got["overview"]["counts"] == {"nodes": {"total": 0, "ready": 0}, "pods": {"total": 0}}
     assert got["problems"]["blind"], "problems says which kinds the analyzers could not read"
 
@@ -67,5 +68,5 @@ async def test_refused_credentials_are_an_answer_not_a_crash(kubeconfig: Path, t
     refused = kubeconfig_with_token(kubeconfig, "not-a-token-the-server-knows-0123456789", tmp_path / "k")
     got = await answers(refused)
     assert set(got) == {s.name for s in TOOLS}
-    reasons = " ".join(got["overview"]["cannot_read"])  # type: ignore[arg-type]
+    reasons = " ".join(got["overview"]["cannot_read"])
     assert "Unauthorized" in reasons or "401" in reasons or "unauthorized" in reasons.lower()
