@@ -10,7 +10,8 @@ while each scenario's state is live (the runner's ``on_state`` hook), MCP sessio
   snapshot the runner read with its own store (so it holds the recorded changes): what a server started with
   ``--store`` answers on that state (the live session above cannot reach the runner's store).
 - **kubernetes-mcp-server** (``--peer-command``), started over stdio with ``--kubeconfig K --read-only`` and driven
-  by :func:`peer_plan`'s fixed, agent-like plan until the expected keywords and evidence have appeared.
+  by :func:`peer_plan`'s fixed, agent-like plan, noting the call at which the expected evidence has appeared and
+  stopping at the one where the expected keywords have too (or at the plan's end).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, Final
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from _mcp_suite import CallFigures, McpRow, peer_found, score_answer
+from _mcp_suite import CallFigures, McpRow, peer_evidence, peer_found, score_answer
 from capstan.faults import Outcome, Runner, Scenario
 from capstan.kube import KubeClient, resources
 from capstan.kube.resources import lookup_kind
@@ -54,11 +55,16 @@ MAX_OBJECTS: Final = 3
 
 @dataclass(frozen=True)
 class PeerRun:
-    found: bool
-    calls: int
-    tokens: int
+    """The peer's plan: the calls made (tool, answer tokens), where the evidence appeared (the 1-based call, None:
+    never) and where the evidence and keywords did (the plan stops there)."""
+
+    log: tuple[tuple[str, int], ...]
+    evidence_at: int | None
+    found_at: int | None
     ms: float
-    plan: tuple[str, ...]
+
+    def tokens_to(self, call: int | None) -> int:
+        return sum(t for _, t in self.log[: len(self.log) if call is None else call])
 
 
 def _text(result: Any) -> str:
@@ -200,19 +206,23 @@ async def peer_session(
         command=command[0], args=[*command[1:], "--kubeconfig", str(config), "--read-only"]
     )
     seen: list[str] = []
-    tokens = 0
+    log: list[tuple[str, int]] = []
+    evidence_at: int | None = None
     t0 = time.perf_counter()
     async with Client(params) as session:
         for i, (tool, args) in enumerate(plan, 1):
             text = _text(await session.call_tool(tool, args))
-            tokens += count_tokens(text)
+            log.append((tool, count_tokens(text)))
             asked = args.get("kind") or ("Event" if tool.startswith("events") else "Pod")
-            seen.append(f"{asked}\n{text}")  # the kind asked for, for peer_found's object rule
-            if peer_found(scenario, "\n".join(seen)):
-                return PeerRun(
-                    True, i, tokens, (time.perf_counter() - t0) * 1000, tuple(t for t, _ in plan[:i])
-                )
-    return PeerRun(False, len(plan), tokens, (time.perf_counter() - t0) * 1000, tuple(t for t, _ in plan))
+            seen.append(
+                f"{asked}\n{text}"
+            )  # the kind asked for, for the object-name rule of evidence_present
+            cumulative = "\n".join(seen)
+            if evidence_at is None and peer_evidence(scenario, cumulative):
+                evidence_at = i
+            if peer_found(scenario, cumulative):
+                return PeerRun(tuple(log), evidence_at, i, (time.perf_counter() - t0) * 1000)
+    return PeerRun(tuple(log), evidence_at, None, (time.perf_counter() - t0) * 1000)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -280,10 +290,16 @@ def _row(
         diagnose=diagnose,
         with_history=history,
         diagnosis_top1=outcome.score.top1 if outcome.score is not None else None,
-        peer_found=None if run is None else run.found,
-        peer_calls=None if run is None else run.calls,
-        peer_tokens=None if run is None else run.tokens,
+        peer_found=None if run is None else run.found_at is not None,
+        peer_calls=None if run is None else (run.found_at or len(run.log)),
+        peer_tokens=None if run is None else run.tokens_to(run.found_at),
         peer_ms=None if run is None else run.ms,
+        peer_evidence_found=None if run is None else run.evidence_at is not None,
+        peer_evidence_calls=None if run is None else run.evidence_at,
+        peer_evidence_tokens=None
+        if run is None or run.evidence_at is None
+        else run.tokens_to(run.evidence_at),
+        peer_log=() if run is None else run.log,
         peer_error=peer if isinstance(peer, str) else "",
         error="; ".join(errors),
     )

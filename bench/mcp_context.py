@@ -58,7 +58,7 @@ from capstan.tokens import ENCODING
 from goals import limit
 
 ROOT = Path(__file__).resolve().parent.parent
-console = Console(width=170)
+console = Console(width=220)
 P95_TOKENS: Final = 4000
 """The p95 half of goal ``mcp.tokens`` (its statement: "median ≤ 1,500 / p95 ≤ 4,000"; the limit is the median)."""
 SMOKE_SCENARIOS: Final = ("crashloop-connection-refused", "node-notready-with-pods")
@@ -306,8 +306,8 @@ def run_suite(args: argparse.Namespace) -> int:
             progress=lambda r: console.print(
                 f"[dim]{r.scenario}: problems {'✓' if r.problems.hit else '✗'} {r.problems.tokens} tokens "
                 f"{r.problems.ms:.0f} ms; peer "
-                f"{'—' if r.peer_found is None else ('found' if r.peer_found else 'not found')} "
-                f"{r.peer_calls or ''} {r.error} {r.peer_error}[/]"
+                f"{'—' if r.peer_found is None else ''}evidence at call {r.peer_evidence_calls}, with keywords at "
+                f"{r.peer_calls if r.peer_found else 'none'} {r.error} {r.peer_error}[/]"
             ),
         )  # fmt: skip
     finally:
@@ -337,14 +337,14 @@ def run_suite(args: argparse.Namespace) -> int:
         s=300,
         label="Capstan: first `problems`",
     )
-    found = [r for r in rows if r.peer_tokens is not None]
-    if found:
+    peer = [r for r in rows if r.peer_tokens is not None]
+    if peer:
         ax.scatter(
-            [r.peer_tokens or 0 for r in found],
-            [0] * len(found),
+            [r.peer_evidence_tokens or r.peer_tokens or 0 for r in peer],
+            [0] * len(peer),
             marker="|",
             s=300,
-            c=["tab:green" if r.peer_found else "tab:red" for r in found],
+            c=["tab:green" if r.peer_evidence_found else "tab:red" for r in peer],
             label="kubernetes-mcp-server: to the evidence (green) / whole plan, not found (red)",
         )
     ax.axvline(limit("mcp.tokens"), color="grey", linewidth=0.8, linestyle="--", label="median goal 1,500")

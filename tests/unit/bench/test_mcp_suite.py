@@ -11,6 +11,8 @@ from bench._mcp_suite import (
     CallFigures,
     McpRow,
     finding_from_json,
+    normalise,
+    peer_evidence,
     peer_found,
     percentile,
     score_answer,
@@ -130,3 +132,10 @@ def test_every_registered_tool_has_a_sample_and_an_unknown_one_fails_loudly() ->
     assert all(isinstance(SAMPLES[n](targets), dict) for n in SAMPLES)
     with pytest.raises(MissingSample, match="brand_new_tool"):
         calls_for([*tool_names(), "brand_new_tool"], targets)
+
+
+def test_peer_evidence_reads_yaml_and_json_fields_as_capstan_writes_them() -> None:
+    assert normalise("exitCode: 139") == normalise('"exitCode":139') == normalise("exitCode=139")
+    yaml_text = "kind: NetworkPolicy\nmetadata:\n  name: default-deny\nspec: {}\n# ingress rules 0"
+    assert peer_evidence(scenario(), yaml_text)  # the evidence is there; Capstan's sentence is not
+    assert not peer_found(scenario(), yaml_text)
