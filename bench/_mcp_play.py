@@ -91,8 +91,9 @@ def _expected(scenario: Scenario, node_names: dict[str, str]) -> tuple[str, str]
 
 async def capstan_session(
     scenario: Scenario, namespace: str, config: Path, node_names: dict[str, str]
-) -> tuple[CallFigures, CallFigures | None]:
-    """``problems`` (and ``diagnose``) on a fresh server over the live namespace, scored."""
+) -> tuple[CallFigures, CallFigures, CallFigures | None]:
+    """``problems`` (and ``diagnose``) on a fresh server over the live namespace, scored; then ``problems`` again
+    without the namespace argument (the state is the same: only the tool's filter differs)."""
     specs = {s.name: s for s in TOOLS}
     redactor = Redactor()
     client = await KubeClient.from_kubeconfig(config)
@@ -103,6 +104,7 @@ async def capstan_session(
             problems = await _scored(
                 session, specs["problems"], {"namespace": namespace}, scenario, node_names
             )
+            unscoped = await _scored(session, specs["problems"], {}, scenario, node_names)
             diagnose = None
             if "diagnose" in specs:
                 kind, name = _expected(scenario, node_names)
@@ -112,7 +114,7 @@ async def capstan_session(
                 if res is None or res.namespaced:
                     args["namespace"] = namespace
                 diagnose = await _scored(session, specs["diagnose"], args, scenario, node_names)
-        return problems, diagnose
+        return problems, unscoped, diagnose
     finally:
         await client.close()
 
@@ -158,8 +160,9 @@ async def _scored(
 async def peer_plan(
     client: KubeClient, scenario: Scenario, namespace: str, node_names: dict[str, str]
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The fixed plan: 1. Events of the namespace; 2. its pods; 3. the expected object(s); 4. the previous log of
-    each pod that has restarted (at most three); 5. the related kinds of :data:`RELATED`."""
+    """The fixed plan: 1. Events of the namespace; 2. its pods; 3. the expected object(s), and when that is not a
+    pod, the namespace's first pods (at most three); 4. the previous log of each container, init containers
+    included, that restarted or failed (at most three); 5. the related kinds of :data:`RELATED`."""
     plan: list[tuple[str, dict[str, Any]]] = [
         ("events_list", {"namespace": namespace}),
         ("pods_list_in_namespace", {"namespace": namespace}),
@@ -175,16 +178,25 @@ async def peer_plan(
                 get["namespace"] = namespace
             plan.append(("resources_get", get))
     pods, _ = await client.list(resources.PODS, namespace=namespace)
-    restarted = sorted(
-        str(p["metadata"]["name"])
+    names = sorted(str(p["metadata"]["name"]) for p in pods)
+    if kind != "Pod":  # the pods behind a Service, a Job, a node: what an agent reads next
+        for pod in names[:MAX_OBJECTS]:
+            plan.append(("pods_get", {"namespace": namespace, "name": pod}))
+    crashed = sorted(
+        (str(p["metadata"]["name"]), str(cs.get("name") or ""))
         for p in pods
-        if any(
-            int(cs.get("restartCount") or 0) > 0 or (cs.get("lastState") or {}).get("terminated")
-            for cs in (p.get("status") or {}).get("containerStatuses") or []
-        )
+        for cs in [
+            *((p.get("status") or {}).get("initContainerStatuses") or []),
+            *((p.get("status") or {}).get("containerStatuses") or []),
+        ]
+        if int(cs.get("restartCount") or 0) > 0
+        or (cs.get("lastState") or {}).get("terminated")
+        or ((cs.get("state") or {}).get("terminated") or {}).get("exitCode") not in (None, 0)
     )
-    for pod in restarted[:MAX_OBJECTS]:
-        plan.append(("pods_log", {"namespace": namespace, "name": pod, "previous": True}))
+    for pod, container in crashed[:MAX_OBJECTS]:
+        plan.append(
+            ("pods_log", {"namespace": namespace, "name": pod, "container": container, "previous": True})
+        )
     for api, k in RELATED:
         args: dict[str, Any] = {"apiVersion": api, "kind": k}
         if k != "Node":
@@ -236,7 +248,7 @@ async def play(
     peer: list[str] | None,
     progress: Callable[[McpRow], None] | None = None,
 ) -> list[McpRow]:
-    live: dict[str, tuple[CallFigures, CallFigures | None] | str] = {}
+    live: dict[str, tuple[CallFigures, CallFigures, CallFigures | None] | str] = {}
     peers: dict[str, PeerRun | str] = {}
 
     async def on_state(scenario: Scenario, namespace: str, config: Path) -> None:
@@ -272,13 +284,13 @@ async def play(
 
 def _row(
     outcome: Outcome,
-    live: tuple[CallFigures, CallFigures | None] | str | None,
+    live: tuple[CallFigures, CallFigures, CallFigures | None] | str | None,
     peer: PeerRun | str | None,
     history: CallFigures | None,
 ) -> McpRow:
     s = outcome.scenario
     errors = [e for e in (outcome.setup_error, live if isinstance(live, str) else None) if e]
-    problems, diagnose = live if isinstance(live, tuple) else (CallFigures(), None)
+    problems, unscoped, diagnose = live if isinstance(live, tuple) else (CallFigures(), None, None)
     run = peer if isinstance(peer, PeerRun) else None
     if live is None and not errors:
         errors.append("the scenario's state was never live")
@@ -289,6 +301,7 @@ def _row(
         problems=problems,
         diagnose=diagnose,
         with_history=history,
+        unscoped=unscoped,
         diagnosis_top1=outcome.score.top1 if outcome.score is not None else None,
         peer_found=None if run is None else run.found_at is not None,
         peer_calls=None if run is None else (run.found_at or len(run.log)),

@@ -200,6 +200,8 @@ class McpRow:
     problems: CallFigures = field(default_factory=CallFigures)
     diagnose: CallFigures | None = None
     with_history: CallFigures | None = None
+    unscoped: CallFigures | None = None
+    """The same live state's ``problems`` without the namespace argument (other namespaces' findings too)."""
     diagnosis_top1: bool | None = None
     peer_found: bool | None = None
     peer_calls: int | None = None
@@ -218,6 +220,7 @@ class McpRow:
         out["problems"] = self.problems.__dict__
         out["diagnose"] = None if self.diagnose is None else self.diagnose.__dict__
         out["with_history"] = None if self.with_history is None else self.with_history.__dict__
+        out["unscoped"] = None if self.unscoped is None else self.unscoped.__dict__
         out["tags"] = list(self.tags)
         out["peer_log"] = [list(c) for c in self.peer_log]
         return out
@@ -249,6 +252,8 @@ class McpSummary:
     either_hits: int
     history_hits: int | None
     history_scenarios: int
+    unscoped_hits: int | None
+    unscoped_scenarios: int
     peer_scenarios: int
     peer_found: int
     peer_median_calls: float | None
@@ -274,6 +279,7 @@ def summarize(rows: Sequence[McpRow]) -> McpSummary:
     ms = [r.problems.ms for r in rows if not r.error]
     diag = [r.diagnose for r in rows if r.diagnose is not None]
     hist = [r.with_history for r in rows if r.with_history is not None]
+    unscoped = [r.unscoped for r in rows if r.unscoped is not None]
     peer = [r for r in rows if r.peer_found is not None]
     peer_found_rows = [r for r in peer if r.peer_found]
     ev_rows = [r for r in peer if r.peer_evidence_found]
@@ -294,6 +300,8 @@ def summarize(rows: Sequence[McpRow]) -> McpSummary:
         either_hits=sum(r.problems.hit or (r.diagnose is not None and r.diagnose.hit) for r in rows),
         history_hits=sum(h.hit for h in hist) if hist else None,
         history_scenarios=len(hist),
+        unscoped_hits=sum(u.hit for u in unscoped) if unscoped else None,
+        unscoped_scenarios=len(unscoped),
         peer_scenarios=len(peer),
         peer_found=len(peer_found_rows),
         peer_median_calls=float(median(r.peer_calls or 0 for r in peer_found_rows))
@@ -380,6 +388,12 @@ def summary_table(s: McpSummary, *, hit_goal: float, median_goal: float, p95_goa
     table.add_row(
         "the same, over the runner's snapshot with its recorded history",
         "—" if s.history_hits is None else f"{s.history_hits}/{s.history_scenarios}",
+        "—",
+        "—",
+    )
+    table.add_row(
+        "the same live state's `problems` without the namespace argument",
+        "—" if s.unscoped_hits is None else f"{s.unscoped_hits}/{s.unscoped_scenarios}",
         "—",
         "—",
     )

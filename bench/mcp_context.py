@@ -149,8 +149,9 @@ async def measure_tools(cluster: Cluster, calls: int, store_dir: Path) -> dict[s
 def tools_table(run: dict[str, Any]) -> Table:
     t = Table(
         title=f"MCP tools at {run['pods']:,} pods ({run['nodes']} nodes, {run['events']:,} Events, "
-        f"{run['changes']:,} changes; {sum(run['store_rows'].values()):,} store rows); "
-        f"first call ({run['first_call']['tool']}, builds the diagnosis) {run['first_call']['ms']:,.0f} ms"
+        f"{run['changes']:,} changes; {sum(run['store_rows'].values()):,} store rows); state redacted once "
+        f"{run['state_s']:.2f} s; first call ({run['first_call']['tool']}, builds the diagnosis) "
+        f"{run['first_call']['ms']:,.0f} ms"
     )
     for col in ("tool", "calls", "p50 ms", "p99 ms", "max tokens", "budget", "over budget", "errors"):
         t.add_column(col, justify="left" if col in ("tool", "errors") else "right")
@@ -337,14 +338,14 @@ def run_suite(args: argparse.Namespace) -> int:
         s=300,
         label="Capstan: first `problems`",
     )
-    peer = [r for r in rows if r.peer_tokens is not None]
-    if peer:
+    peer_rows = [r for r in rows if r.peer_tokens is not None]
+    if peer_rows:
         ax.scatter(
-            [r.peer_evidence_tokens or r.peer_tokens or 0 for r in peer],
-            [0] * len(peer),
+            [r.peer_evidence_tokens or r.peer_tokens or 0 for r in peer_rows],
+            [0] * len(peer_rows),
             marker="|",
             s=300,
-            c=["tab:green" if r.peer_evidence_found else "tab:red" for r in peer],
+            c=["tab:green" if r.peer_evidence_found else "tab:red" for r in peer_rows],
             label="kubernetes-mcp-server: to the evidence (green) / whole plan, not found (red)",
         )
     ax.axvline(limit("mcp.tokens"), color="grey", linewidth=0.8, linestyle="--", label="median goal 1,500")
