@@ -221,6 +221,38 @@ GOALS: tuple[Goal, ...] = (
         1500,
         "tokens",
     ),
+    Goal(
+        "mcp.first_response",
+        "MCP server",
+        "MCP: root cause + evidence in first response ≥ 95 %",
+        "mcp_context.py",
+        0.95,
+        "share",
+    ),
+    Goal(
+        "mcp.tokens",
+        "MCP server",
+        "MCP median tokens ≤ 1,500 / p95 ≤ 4,000",
+        "mcp_context.py",
+        1500,
+        "tokens",
+    ),
+    Goal(
+        "mcp.budget",
+        "MCP server",
+        "no response over its budget",
+        "mcp_context.py",
+        0,
+        "answers",
+    ),
+    Goal(
+        "mcp.tool_p99_10k",
+        "MCP server",
+        "every tool ≤ 300 ms p99 at 10k pods",
+        "mcp_context.py",
+        300,
+        "ms",
+    ),
 )
 """Every goal, in the order of the report's goal table."""
 
