@@ -2,7 +2,8 @@
 while each scenario's state is live (the runner's ``on_state`` hook), MCP sessions against it:
 
 - **Capstan**: :func:`capstan.mcp.create_server` over a fresh :class:`capstan.mcp.LiveSource` (the scenario's
-  namespace; no history store: the runner keeps its store to itself) and :class:`capstan.mcp.ClusterLogs`, through
+  namespace, and the history its recorder wrote: ``Runner.history``, as a server started with ``--store`` reads
+  it) and :class:`capstan.mcp.ClusterLogs`, through
   the SDK's in-memory client. One ``problems`` call (namespace = the scenario's), then ``diagnose`` on the expected
   object when the server has that tool; each scored by bench/_mcp_suite.py. The first call pays for reading the
   namespace and diagnosing it, as an agent's first call does.
@@ -32,6 +33,7 @@ from capstan.kube import KubeClient, resources
 from capstan.kube.resources import lookup_kind
 from capstan.mcp import TOOLS, ClusterLogs, FixedSource, LiveSource, SnapshotLogs, create_server
 from capstan.redact import Redactor
+from capstan.store import HistoryReader
 from capstan.tokens import count_tokens
 
 RELATED: Final = (
@@ -90,7 +92,11 @@ def _expected(scenario: Scenario, node_names: dict[str, str]) -> tuple[str, str]
 
 
 async def capstan_session(
-    scenario: Scenario, namespace: str, config: Path, node_names: dict[str, str]
+    scenario: Scenario,
+    namespace: str,
+    config: Path,
+    node_names: dict[str, str],
+    history: HistoryReader | None = None,
 ) -> tuple[CallFigures, CallFigures, CallFigures | None]:
     """``problems`` (and ``diagnose``) on a fresh server over the live namespace, scored; then ``problems`` again
     without the namespace argument (the state is the same: only the tool's filter differs)."""
@@ -98,7 +104,7 @@ async def capstan_session(
     redactor = Redactor()
     client = await KubeClient.from_kubeconfig(config)
     try:
-        source = LiveSource(client, redactor=redactor, namespace=namespace, max_age_s=300.0)
+        source = LiveSource(client, redactor=redactor, namespace=namespace, history=history, max_age_s=300.0)
         server = create_server(source, ClusterLogs(client), redactor=redactor)
         async with Client(server) as session:
             problems = await _scored(
@@ -254,7 +260,7 @@ async def play(
     async def on_state(scenario: Scenario, namespace: str, config: Path) -> None:
         node_names = {n.name: f"{namespace}-{n.name}" for n in scenario.nodes}
         try:
-            live[scenario.name] = await capstan_session(scenario, namespace, config, node_names)
+            live[scenario.name] = await capstan_session(scenario, namespace, config, node_names, runner.history)
         except Exception as exc:  # one scenario's failure is its row's error; the suite goes on
             live[scenario.name] = f"capstan: {_one_line(exc)}"
         if peer is None:

@@ -92,7 +92,8 @@ class OverviewArgs(ToolArgs):
 async def _overview(call: Call, args: OverviewArgs) -> dict[str, Any]:
     snapshot = call.state.snapshot
     ns = args.namespace
-    findings = [f for f in call.state.diagnosis.findings if _finding_in(f, ns)]
+    hosts = nodes_hosting(snapshot, ns)
+    findings = [f for f in call.state.diagnosis.findings if _finding_in(f, ns, hosts)]
     unhealthy = unhealthy_workloads(snapshot, ns)
     warnings = group_events(
         e
@@ -135,11 +136,24 @@ OVERVIEW = ToolSpec(
 )
 
 
-def _finding_in(finding: Finding, namespace: str | None) -> bool:
+def nodes_hosting(snapshot: Snapshot, namespace: str | None) -> frozenset[str]:
+    """The nodes that run (or were assigned) a pod of ``namespace``."""
+    if namespace is None:
+        return frozenset()
+    return frozenset(
+        str((p.get("spec") or {}).get("nodeName") or "") for p in snapshot.in_namespace("Pod", namespace)
+    ) - {""}
+
+
+def _finding_in(finding: Finding, namespace: str | None, nodes: frozenset[str] = frozenset()) -> bool:
+    """Whether a finding concerns ``namespace``: one of its objects or symptoms is in it, or it is about a Node that
+    runs one of its pods (``nodes``: a node's pressure or lost GPUs is the namespace's problem too)."""
     if namespace is None:
         return True
-    return any(o.namespace == namespace for o in finding.objects) or any(
-        s.object.namespace == namespace for s in finding.symptoms
+    return (
+        any(o.namespace == namespace for o in finding.objects)
+        or any(s.object.namespace == namespace for s in finding.symptoms)
+        or any(o.kind == "Node" and o.name in nodes for o in finding.objects)
     )
 
 
@@ -170,11 +184,12 @@ class ProblemsArgs(ListArgs):
 
 async def _problems(call: Call, args: ProblemsArgs) -> dict[str, Any]:
     diagnosis = call.state.diagnosis
+    hosts = nodes_hosting(call.state.snapshot, args.namespace)
     worst = _SEVERITIES.index(args.severity) if args.severity else len(_SEVERITIES) - 1
     chosen = [
         f
         for f in diagnosis.findings
-        if _finding_in(f, args.namespace)
+        if _finding_in(f, args.namespace, hosts)
         and _SEVERITIES.index(str(f.severity)) <= worst
         and (args.category is None or str(f.category) == args.category)
     ]

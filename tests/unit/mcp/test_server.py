@@ -201,3 +201,36 @@ async def test_prompts_steer_through_the_tools_and_resources_are_tool_answers() 
         health = await client.read_resource("capstan://cluster/health")
         body = json.loads(getattr(health.contents[0], "text", "{}"))
         assert body["counts"]["pods"]["total"] == 3 and body["tokens"] > 0
+
+
+async def test_a_namespace_s_problems_hold_the_nodes_its_pods_run_on() -> None:
+    node = {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {"name": "n1"},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {
+                    "type": "DiskPressure",
+                    "status": "True",
+                    "reason": "KubeletHasDiskPressure",
+                    "message": "imagefs 4%",
+                },
+            ]
+        },
+    }
+    pod = crashing_pod("logs-0")
+    pod["status"] = {
+        "phase": "Running",
+        "containerStatuses": [{"name": "app", "ready": True, "restartCount": 0}],
+    }
+    elsewhere = {"kind": "Pod", "metadata": {"name": "x", "namespace": "other"}, "spec": {"nodeName": "n2"}}
+    snap = Snapshot(objects={"Node": [node], "Pod": [pod, elsewhere]}, observed_at=1.0)
+    async with Client(server_for(snap)) as client:
+        shop = payload(await client.call_tool("problems", {"namespace": "shop"}))
+        other = payload(await client.call_tool("problems", {"namespace": "other"}))
+        overview = payload(await client.call_tool("overview", {"namespace": "shop"}))
+    assert [f["objects"][0] for f in shop["findings"]] == [{"kind": "Node", "namespace": "", "name": "n1"}]
+    assert other["findings"] == []
+    assert overview["top_problems"][0]["subject"] == "Node/n1"
