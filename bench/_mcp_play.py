@@ -260,7 +260,9 @@ async def play(
     async def on_state(scenario: Scenario, namespace: str, config: Path) -> None:
         node_names = {n.name: f"{namespace}-{n.name}" for n in scenario.nodes}
         try:
-            live[scenario.name] = await capstan_session(scenario, namespace, config, node_names, runner.history)
+            live[scenario.name] = await capstan_session(
+                scenario, namespace, config, node_names, runner.history
+            )
         except Exception as exc:  # one scenario's failure is its row's error; the suite goes on
             live[scenario.name] = f"capstan: {_one_line(exc)}"
         if peer is None:
