@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -59,6 +60,25 @@ def redacted_snapshot(snapshot: Snapshot, redactor: Redactor) -> Snapshot:
     )
 
 
+def indexed(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with its lookup indexes (by name, by namespace, Events by subject, changes by object) built now,
+    once per state, rather than inside whichever tool call happens to ask first; and the collector told that the
+    state's objects are long-lived (``gc.freeze``), so the garbage collector's full passes, which a 10k-pod state
+    makes take hundreds of milliseconds, do not walk them during calls (measured: ``diagnose`` p99 637 → 101 ms,
+    ``neighborhood`` 437 → 107 ms at 10k pods, bench/mcp_context.py)."""
+    snapshot.get("", "", "")
+    snapshot.in_namespace("", "")
+    snapshot.events_about("", "", "")
+    snapshot.changes_about(())
+    # what an earlier state froze is handed back first and the garbage collected, so a state that died (in a
+    # cycle or not) is freed and only what is live now is frozen: a server that rereads the cluster every few
+    # seconds does not keep its old states
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    return snapshot
+
+
 class StateSource(Protocol):
     """Where the tools' state comes from."""
 
@@ -93,7 +113,7 @@ class FixedSource:
         namespace: str | None = None,
     ) -> None:
         redactor = redactor or Redactor()
-        self._state = State(redacted_snapshot(snapshot, redactor), redactor, history, namespace)
+        self._state = State(indexed(redacted_snapshot(snapshot, redactor)), redactor, history, namespace)
 
     async def state(self) -> State:
         return self._state
@@ -191,7 +211,7 @@ class LiveSource:
                     window_seconds=self._window,
                 )
                 self._state = State(
-                    redacted_snapshot(snapshot, self._redactor),
+                    indexed(redacted_snapshot(snapshot, self._redactor)),
                     self._redactor,
                     self._history,
                     self._namespace,
