@@ -61,6 +61,18 @@ def configure_logging(level: str = "INFO", *, json_output: bool | None = None) -
     root.propagate = False
 
 
+def redact_root_handlers() -> None:
+    """Put the redacting filter on every handler of the root logger, where third-party libraries' records go (the
+    MCP SDK installs a Rich handler there with ``logging.basicConfig`` when its server is created, and logs
+    exceptions from the transport with their text), and have Rich handlers print the redacted traceback text
+    instead of rendering the live exception, whose message and locals no filter can reach. Idempotent."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
+        if getattr(handler, "rich_tracebacks", False):
+            handler.rich_tracebacks = False  # type: ignore[attr-defined]
+
+
 @contextlib.contextmanager
 def logging_to_file(path: Path) -> Iterator[None]:
     """While the block runs, the ``capstan`` loggers write JSON lines (redacted) to ``path`` instead of their

@@ -30,6 +30,7 @@ from mcp.types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotatio
 from pydantic import ValidationError
 
 from capstan.jsontext import dumps
+from capstan.logs import redact_root_handlers
 from capstan.mcp._shape import BadCursor, finish, fit
 from capstan.mcp._state import LogReader, StateSource
 from capstan.mcp._tool import BadArgument, Call, ToolSpec, Unavailable
@@ -203,6 +204,8 @@ def create_server(
         middleware=[StrictArguments(specs)],
         log_level="WARNING",
     )
+    # the SDK has just put its own (unredacted) handler on the root logger; nothing it logs may carry a secret
+    redact_root_handlers()
     runner = ToolRunner(source, logs, redactor, clock)
     for spec in specs.values():
         server.tool(name=spec.name, title=spec.title, description=spec.description, annotations=_READ_ONLY)(

@@ -234,3 +234,40 @@ async def test_a_namespace_s_problems_hold_the_nodes_its_pods_run_on() -> None:
     assert [f["objects"][0] for f in shop["findings"]] == [{"kind": "Node", "namespace": "", "name": "n1"}]
     assert other["findings"] == []
     assert overview["top_problems"][0]["subject"] == "Node/n1"
+
+
+async def test_log_lines_of_a_failing_tool_carry_no_secret_on_any_root_handler() -> None:
+    """A tool that raises is logged with its exception; the SDK puts its own Rich handler on the root logger, and
+    both it and any other root handler must print the line without the secret the exception held."""
+    import io
+    import logging
+
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    from capstan.mcp._tool import ToolArgs, ToolSpec
+
+    secret = "Pl4ntedL0gSecret99"
+
+    async def boom(call: Any, args: Any) -> dict[str, Any]:
+        raise RuntimeError(f"upstream said Authorization: Bearer {secret}")
+
+    spec = ToolSpec("boom", "Boom", "Always fails.", ToolArgs, boom, Budget(200, 400))
+    plain, rich_out = io.StringIO(), io.StringIO()
+    handlers: list[logging.Handler] = [
+        logging.StreamHandler(plain),
+        RichHandler(console=Console(file=rich_out, width=200), rich_tracebacks=True),
+    ]
+    root = logging.getLogger()
+    root.handlers.extend(handlers)
+    try:
+        server = create_server(FixedSource(snapshot()), SnapshotLogs({}), redactor=Redactor(), tools=[spec])
+        async with Client(server) as client:
+            result = await client.call_tool("boom", {})
+        assert result.is_error and secret not in text_of(result)
+    finally:
+        for h in handlers:
+            root.removeHandler(h)
+    for out in (plain.getvalue(), rich_out.getvalue()):
+        assert "mcp tool boom failed" in out and "RuntimeError" in out
+        assert secret not in out and "[REDACTED" in out
