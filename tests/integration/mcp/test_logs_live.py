@@ -33,7 +33,7 @@ async def running(kube: KubeClient, namespace: str, name: str) -> None:
             "spec": {"containers": [{"name": "app", "image": "example.com/worker:1"}]},
         },
     )
-    for _ in range(400):
+    for _ in range(1200):  # bounded: 60 s (the shared sandbox may be busy with earlier tests' objects)
         pod = await kube.get(resources.PODS, name, namespace)
         if (pod.get("status") or {}).get("phase") == "Running":
             return

@@ -258,7 +258,13 @@ async def test_log_lines_of_a_failing_tool_carry_no_secret_on_any_root_handler()
         logging.StreamHandler(plain),
         RichHandler(console=Console(file=rich_out, width=200), rich_tracebacks=True),
     ]
-    root = logging.getLogger()
+    root, ours = logging.getLogger(), logging.getLogger("capstan")
+    # an earlier test in this process may have run the CLI's logging set-up, which stops the capstan loggers
+    # propagating to the root logger; this test is about the root logger's handlers
+    saved = (root.level, ours.propagate, ours.handlers[:], ours.level)
+    root.setLevel(logging.WARNING)
+    ours.propagate, ours.handlers[:] = True, []
+    ours.setLevel(logging.NOTSET)
     root.handlers.extend(handlers)
     try:
         server = create_server(FixedSource(snapshot()), SnapshotLogs({}), redactor=Redactor(), tools=[spec])
@@ -268,6 +274,9 @@ async def test_log_lines_of_a_failing_tool_carry_no_secret_on_any_root_handler()
     finally:
         for h in handlers:
             root.removeHandler(h)
+        root.setLevel(saved[0])
+        ours.propagate, ours.handlers[:] = saved[1], saved[2]
+        ours.setLevel(saved[3])
     for out in (plain.getvalue(), rich_out.getvalue()):
         assert "mcp tool boom failed" in out and "RuntimeError" in out
         assert secret not in out and "[REDACTED" in out
