@@ -42,10 +42,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str)
 
 
-def configure_logging(level: str = "INFO", *, json_output: bool | None = None) -> None:
-    """Route the ``capstan`` loggers to stderr; JSON unless stderr is a terminal (or as forced)."""
-    use_json = (not sys.stderr.isatty()) if json_output is None else json_output
-    handler = logging.StreamHandler(sys.stderr)
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The stderr handlers :func:`configure_logging` installs (a type of their own, so a second call replaces
+    them and leaves any other handler alone)."""
+
+
+def _stderr_handler(use_json: bool) -> logging.Handler:
+    handler = _StderrHandler(sys.stderr)
     # every record is redacted by shape before it is formatted (capstan.redact): an exception text or a server's
     # reply in a log line may hold a credential
     handler.addFilter(RedactingFilter())
@@ -55,10 +58,23 @@ def configure_logging(level: str = "INFO", *, json_output: bool | None = None) -
         handler.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
         )
-    root = logging.getLogger("capstan")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    return handler
+
+
+def configure_logging(level: str = "INFO", *, json_output: bool | None = None) -> None:
+    """Route the ``capstan`` loggers to stderr at ``level``, and other libraries' warnings too (one format; JSON
+    unless stderr is a terminal, or as forced), every record redacted. A library that would set up logging of
+    its own with ``logging.basicConfig`` (the MCP SDK does) finds the root logger configured and leaves it."""
+    use_json = (not sys.stderr.isatty()) if json_output is None else json_output
+    ours = logging.getLogger("capstan")
+    ours.handlers[:] = [_stderr_handler(use_json)]
+    ours.setLevel(level.upper())
+    ours.propagate = False
+    root = logging.getLogger()
+    others = _stderr_handler(use_json)
+    others.setLevel(logging.WARNING)
+    root.handlers[:] = [h for h in root.handlers if not isinstance(h, _StderrHandler)] + [others]
+    redact_root_handlers()
 
 
 def redact_root_handlers() -> None:

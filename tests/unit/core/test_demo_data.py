@@ -62,3 +62,26 @@ def test_log_lines_go_to_the_file_while_tables_print(
     assert "hunter2" not in log.read_text() and "in a line" in log.read_text()
     err = capsys.readouterr().err
     assert "in a line" not in err and "after the block" in err
+
+
+def test_other_libraries_log_lines_are_redacted_and_a_later_basic_config_adds_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root, ours = logging.getLogger(), logging.getLogger("capstan")
+    saved = (root.handlers[:], ours.handlers[:], ours.level, ours.propagate)
+    try:
+        configure_logging("INFO", json_output=True)
+        handlers = root.handlers[:]
+        logging.basicConfig(
+            handlers=[logging.StreamHandler()]
+        )  # what the MCP SDK does when its server is made
+        assert root.handlers == handlers
+        logging.getLogger("thirdparty.client").warning("retrying with password=Pl4ntedThird0 set")
+        logging.getLogger("thirdparty.client").info("below the others' level")
+    finally:
+        root.handlers[:], ours.handlers[:] = saved[0], saved[1]
+        ours.setLevel(saved[2])
+        ours.propagate = saved[3]
+    err = capsys.readouterr().err
+    assert "retrying with password" in err and "Pl4ntedThird0" not in err
+    assert "below the others' level" not in err

@@ -3,17 +3,22 @@ arguments strict, answers within budget and counted, cursors bound to their quer
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 from typing import Any
 
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
+from rich.console import Console
+from rich.logging import RichHandler
 
 from capstan.diagnose import Snapshot
 from capstan.mcp import TOOLS, FixedSource, SnapshotLogs, create_server
 from capstan.mcp._shape import Budget, decode_cursor, encode_cursor, finish, fit, tokens
+from capstan.mcp._tool import ToolArgs, ToolSpec
 from capstan.redact import Redactor
 from capstan.tokens import count_tokens
 
@@ -239,14 +244,6 @@ async def test_a_namespace_s_problems_hold_the_nodes_its_pods_run_on() -> None:
 async def test_log_lines_of_a_failing_tool_carry_no_secret_on_any_root_handler() -> None:
     """A tool that raises is logged with its exception; the SDK puts its own Rich handler on the root logger, and
     both it and any other root handler must print the line without the secret the exception held."""
-    import io
-    import logging
-
-    from rich.console import Console
-    from rich.logging import RichHandler
-
-    from capstan.mcp._tool import ToolArgs, ToolSpec
-
     secret = "Pl4ntedL0gSecret99"
 
     async def boom(call: Any, args: Any) -> dict[str, Any]:
