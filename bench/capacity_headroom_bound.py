@@ -47,8 +47,8 @@ from rich.table import Table
 from capacity_policies import ratio
 from capacity_seeds import GOALS, jittered, verdicts
 from capstan.capacity import (
-    CapstanPolicy,
     ClusterAutoscalerPolicy,
+    Controller,
     Delay,
     Forecast,
     NodeType,
@@ -266,9 +266,9 @@ def replays(
     policies: list[tuple[str, Policy]] = [
         ("cluster-autoscaler", ClusterAutoscalerPolicy()),
         ("oracle", OraclePolicy()),
-        ("capstan (its forecast)", CapstanPolicy()),
-        ("capstan, no headroom", CapstanPolicy(PlannerConfig(headroom=False))),
-        *((f"capstan, told each {label}", CapstanPolicy(forecaster=f)) for label, f in told),
+        ("capstan (its forecast)", Controller()),
+        ("capstan, no headroom", Controller(PlannerConfig(headroom=False))),
+        *((f"capstan, told each {label}", Controller(forecaster=f)) for label, f in told),
     ]
     out: list[dict[str, object]] = []
     for label, policy in policies:
@@ -304,8 +304,8 @@ def seeded_replays(
     drawn = jittered(types, boot, 0.1)
     ca = summarize(Sim(workload, drawn, ClusterAutoscalerPolicy(), seed=seed).run())
     out: list[dict[str, object]] = []
-    policies = [("capstan (its forecast)", CapstanPolicy())]
-    policies += [(f"capstan, told each {label}", CapstanPolicy(forecaster=f)) for label, f in told]
+    policies = [("capstan (its forecast)", Controller())]
+    policies += [(f"capstan, told each {label}", Controller(forecaster=f)) for label, f in told]
     for label, policy in policies:
         s = summarize(Sim(workload, drawn, policy, seed=seed).run())
         r: dict[str, object] = {

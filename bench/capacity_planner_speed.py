@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from capstan.capacity import (
-    CapstanPolicy,
+    Controller,
     Delay,
     PlanCache,
     PlannerConfig,
@@ -123,7 +123,7 @@ def busy_cluster(task: int, pending: int, repeat: int) -> list[dict[str, object]
     types = read_openb_nodes(OPENB / "openb_node_list_all_node.csv", boot, ready)
     pods = read_openb_pods(OPENB / "openb_pod_list_default.csv").pods
     task = min(max(task, 1), len(pods) - 1)
-    sim = Sim(Workload("openb default", pods), types, CapstanPolicy(), seed=0)
+    sim = Sim(Workload("openb default", pods), types, Controller(), seed=0)
     sim.run(until=pods[task].arrival)
     left = sim.snapshot()
     later = tuple(replace(p, arrival=left.now) for p in pods[task + 1 : task + 1 + pending])

@@ -28,7 +28,7 @@ from rich.table import Table
 from _capacity_traces import grow, grow_node_types
 from capstan.capacity import (
     AgenticSpec,
-    CapstanPolicy,
+    Controller,
     Delay,
     NodeType,
     PlannerConfig,
@@ -232,7 +232,7 @@ def headroom_frontier(
     )
     out = []
     for label, cfg in variants:
-        policy = CapstanPolicy(cfg)
+        policy = Controller(cfg)
         t0, c0 = time.perf_counter(), time.process_time()
         s = summarize(Sim(workload, types, policy, seed=0, record=False).run())
         seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0

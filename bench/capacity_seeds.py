@@ -56,7 +56,7 @@ LABELS = {"idle_vs_ca": "idle GPU-h × CA", "p99_vs_ca": "p99 pending × CA", "c
 
 
 POLICY_SETTINGS = {"review_interval": float, "repack_interval": float}
-"""Settings of the controller loop (:class:`CapstanPolicy`) a variant may set beside the planner's."""
+"""Settings of the controller loop (:class:`Controller`) a variant may set beside the planner's."""
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,15 @@ replays real traces against it and against emulated cluster-autoscaler, Karpente
 Entry points: :func:`plan` (a :class:`Snapshot` and a :class:`PlannerConfig` to a :class:`Plan`; a
 :class:`PlanCache` carries memos between decisions and a :class:`Forecaster`, :class:`SlidingForecast` by
 default), :func:`load_trace` and the readers beside it (a trace to a :class:`Workload`, node types from a file),
-:class:`Sim` (a replay of a workload under a :class:`Policy`, :func:`make_policy` by name), and
+:class:`Controller` (when to plan and at which scope, over any :class:`Cluster`; :func:`apply_plan` carries a
+plan out), :class:`Sim` (a replay of a workload under a :class:`Policy`, :func:`make_policy` by name; it is
+a :class:`Cluster`, so the controller runs there as it runs live), and
 :func:`run_policies` / :func:`summarize` (a replay's figures as a :class:`Summary`) with :func:`write_plots`.
 """
 
 from capstan.capacity._cluster_autoscaler import CAConfig, ClusterAutoscalerPolicy, buffer_size_and_template
+from capstan.capacity._oracle import OraclePolicy
+from capstan.capacity.controller import Activity, Cluster, Controller, apply_plan
 from capstan.capacity.forecast import (
     Forecast,
     Forecaster,
@@ -30,12 +34,7 @@ from capstan.capacity.planner import (
     Snapshot,
     plan,
 )
-from capstan.capacity.policies import (
-    POLICY_NAMES,
-    CapstanPolicy,
-    OraclePolicy,
-    make_policy,
-)
+from capstan.capacity.policies import POLICY_NAMES, make_policy
 from capstan.capacity.report import (
     Summary,
     empty_start_floor,
@@ -58,10 +57,12 @@ __all__ = [
     "OPENB_QOS",
     "POLICY_NAMES",
     "STAGES",
+    "Activity",
     "AgenticSpec",
     "CAConfig",
-    "CapstanPolicy",
+    "Cluster",
     "ClusterAutoscalerPolicy",
+    "Controller",
     "Delay",
     "Drain",
     "Forecast",
@@ -85,6 +86,7 @@ __all__ = [
     "Taint",
     "Toleration",
     "Workload",
+    "apply_plan",
     "buffer_size_and_template",
     "empty_start_floor",
     "forecast_lookback",

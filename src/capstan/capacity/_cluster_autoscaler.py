@@ -135,9 +135,8 @@ class ClusterAutoscalerPolicy:
                 standing.append((n, sp, a))
                 sp = next(todo, None)
         homeless = [] if sp is None else [sp.pod, *(rest.pod for rest in todo)]
-        held = {n.id for n, _, _ in standing if not n.pods}
-        for n in nodes:
-            sim.set_headroom(n.id, n.id in held)
+        # only allocatable nodes ever hold buffer pods, so the others are never headroom
+        sim.hold_headroom({n.id for n, _, _ in standing if not n.pods})
         return standing, homeless
 
     def _upcoming(self, sim: Sim) -> list[SimNode]:

@@ -16,12 +16,10 @@ import bisect
 import heapq
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from capstan.capacity._plan_types import PlannerConfig, Snapshot
 from capstan.capacity.model import NodeType, Pod
-
-if TYPE_CHECKING:  # the planner's input types; the planner imports this module
-    from capstan.capacity.planner import PlannerConfig, Snapshot
 
 
 def headroom_wait(cfg: PlannerConfig, horizon: float) -> float:

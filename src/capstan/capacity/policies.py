@@ -28,161 +28,55 @@ No policy moves a pod that is not safe to evict (:attr:`capstan.capacity.model.P
 neither scaled down, consolidated nor repacked while it runs, as cluster-autoscaler and Karpenter honour their
 annotations.
 
-This module holds Capstan's controller loop (:class:`CapstanPolicy`), the oracle, the static cluster and
-:func:`make_policy`; the incumbents' emulations are modules of their own (``_cluster_autoscaler``,
-``_karpenter``, and ``_scans`` for what both share).
+This module is the registry of those policies by name (:func:`make_policy`). Capstan's controller is
+:class:`capstan.capacity.controller.Controller`, the same code a live cluster runs; the others are modules of their
+own (``_cluster_autoscaler``, ``_karpenter`` and ``_scans`` for what both share, ``_oracle``, ``_static``).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from capstan.capacity._cluster_autoscaler import CAConfig, ClusterAutoscalerPolicy
 from capstan.capacity._karpenter import KarpenterPolicy
-from capstan.capacity.forecast import Forecaster, forecast_lookback, gpu_horizon
-from capstan.capacity.planner import PlanCache, PlannerConfig, Scope, plan
-from capstan.capacity.sim import Policy, Sim
+from capstan.capacity._oracle import OraclePolicy
+from capstan.capacity._static import StaticPolicy
+from capstan.capacity.controller import Controller
+from capstan.capacity.planner import PlannerConfig
+from capstan.capacity.sim import Policy
 from capstan.errors import UserError
 
-POLICY_NAMES = ("capstan", "cluster-autoscaler", "ca-buffer", "karpenter", "static", "oracle")
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """What :func:`make_policy` may pass on: each policy takes the options that concern it."""
+
+    static_counts: dict[str, int] | None = None
+    planner: PlannerConfig | None = None
+    buffer_gpus: int | None = None
+    review_interval: float | None = None
+    repack_interval: float | None = None
 
 
-class CapstanPolicy:
-    """Runs the planner as the live controller would: a placement-only plan ``react`` seconds after pods turn
-    pending; a review (headroom, drains of empty nodes) at most every ``review_interval`` seconds while anything
-    changes, like Karpenter's disruption loop; and every ``repack_interval`` seconds a review that may also
-    move long-running pods.
-
-    NOTE: with the planner's ``repack_both_orders`` a full plan may be made twice, so full plans come every
-    900 s by default: across seeds that costs what every 300 or 600 s does, for about the work of one plan
-    every 300 s (docs/benchmarks.md, "Repacking in both orders")."""
-
-    name = "capstan"
-    steers_placement = True
-
-    def __init__(
-        self,
-        config: PlannerConfig | None = None,
-        react: float = 1.0,
-        name: str = "capstan",
-        review_interval: float = 60.0,
-        repack_interval: float = 900.0,
-        forecaster: Forecaster | None = None,
-    ) -> None:
-        """``forecaster``: what headroom is held for, if not the planner's own forecast of recent arrivals."""
-        self.config = config or PlannerConfig()
-        self.react = react
-        self.review_interval = review_interval
-        self.repack_interval = repack_interval
-        self._last_repack = -math.inf
-        self.name = name
-        self.plans = {"place": 0, "review": 0, "full": 0, "skipped": 0}
-        """Plans made per scope, and reviews skipped because nothing they look at had changed."""
-        self.room_moves = 0
-        """Running pods moved to free an allocatable node for a pending pod (:attr:`Plan.room_moves`)."""
-        self._place_at: float | None = None
-        self._review_at: float | None = None
-        self._last_review = -math.inf
-        self._reviewed: tuple[object, ...] = ()
-        self._forced = False
-        self._cache = PlanCache(forecaster=forecaster)
-        self._horizon = 0.0
-
-    def start(self, sim: Sim) -> None:
-        self._horizon = gpu_horizon(sim.node_types)
-        sim.recent_window = max(forecast_lookback(self.config, self._horizon), 1.0)
-
-    def on_change(self, sim: Sim, now: float) -> None:
-        if sim.pending and (self._place_at is None or self._place_at < now):
-            self._place_at = now + self.react
-            sim.wake(self._place_at, "place")
-        if self._review_at is None or self._review_at < now:
-            self._review_at = max(now + self.react, self._last_review + self.review_interval)
-            sim.wake(self._review_at, "review")
-
-    @staticmethod
-    def _review_inputs(sim: Sim) -> tuple[object, ...]:
-        empty = tuple(n.id for n in sim.active.values() if n.live and n.allocatable and not n.pods)
-        return (sim.arrivals, sim.launches, sim.drains, empty)
-
-    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
-        if tag == "recheck":  # a timer a plan asked for: review then, within the review interval
-            self._forced = True
-            if self._review_at is None or self._review_at < now:
-                self._review_at = max(now, self._last_review + self.review_interval)
-                sim.wake(self._review_at, "review")
-            return
-        scope: Scope = "place"
-        if tag != "place":
-            if self._review_at is not None and self._review_at <= now:
-                self._review_at = None
-            self._last_review = now
-            scope = "review"
-            if now >= self._last_repack + self.repack_interval or any(
-                n.purpose == "repack" and n.allocatable and not n.pods for n in sim.active.values()
-            ):
-                scope = "full"
-                self._last_repack = now
-            else:
-                # a review only acts on arrivals (the forecast), launches, drains and empty nodes: when none
-                # of them changed and no timer asked for it, it would decide what the last one did
-                seen = self._review_inputs(sim)
-                if seen == self._reviewed and not self._forced:
-                    self.plans["skipped"] += 1
-                    return
-                self._reviewed = seen
-            self._forced = False
-        elif self._place_at is not None and self._place_at <= now:
-            self._place_at = None
-        self.plans[scope] += 1
-        p = plan(sim.snapshot(), self.config, self._cache, scope=scope)
-        for launch in p.launches:
-            node = sim.launch(launch.type, purpose=launch.purpose, node_id=launch.node)
-            for pod in launch.pods:
-                sim.promise(pod, node.id)
-        for move in p.room_moves:
-            self.room_moves += sim.move(move.pod, move.node)
-        for nom in p.nominations:
-            sim.promise(nom.pod, nom.node)
-        if p.scope == "place":
-            return
-        held = set(p.headroom)
-        for n in sim.active.values():
-            if n.live:
-                sim.set_headroom(n.id, n.id in held)
-        for d in p.drains:
-            sim.drain(d.node)
-        for move in p.moves:
-            sim.promise(move.pod, move.node)
-        if p.recheck_at is not None:
-            sim.wake(p.recheck_at, "recheck")
+def _controller(o: PolicyOptions) -> Policy:
+    c = Controller(o.planner)
+    if o.review_interval is not None:
+        c.review_interval = o.review_interval
+    if o.repack_interval is not None:
+        c.repack_interval = o.repack_interval
+    return c
 
 
-class OraclePolicy(CapstanPolicy):
-    zero_delay = True
-
-    def __init__(self) -> None:
-        # its nodes are up at once and it holds no headroom: it repacks every 300 s, which on openb default
-        # cost less than 600 or 900 s (101,069 against 101,282 and 101,307)
-        super().__init__(PlannerConfig(headroom=False), react=0.0, name="oracle", repack_interval=300.0)
-
-
-class StaticPolicy:
-    name = "static"
-
-    def __init__(self, counts: dict[str, int]) -> None:
-        self.counts = counts
-
-    def start(self, sim: Sim) -> None:
-        for nt in sim.node_types:
-            for _ in range(self.counts.get(nt.name, 0)):
-                sim.launch(nt.name, purpose="static")
-
-    def on_change(self, sim: Sim, now: float) -> None:
-        return None
-
-    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
-        return None
+_POLICIES: dict[str, Callable[[PolicyOptions], Policy]] = {
+    "capstan": _controller,
+    "cluster-autoscaler": lambda o: ClusterAutoscalerPolicy(),
+    "ca-buffer": lambda o: ClusterAutoscalerPolicy(CAConfig(buffer_gpus=o.buffer_gpus), name="ca-buffer"),
+    "karpenter": lambda o: KarpenterPolicy(),
+    "static": lambda o: StaticPolicy(o.static_counts or {}),
+    "oracle": lambda o: OraclePolicy(),
+}
+POLICY_NAMES = tuple(_POLICIES)
 
 
 def make_policy(
@@ -196,21 +90,7 @@ def make_policy(
     """The policy called ``name``; ``planner`` configures Capstan's planner (the oracle keeps its own),
     ``buffer_gpus`` the size of ``ca-buffer``'s CapacityBuffer (None: the trace's peak burst), and the two
     intervals Capstan's controller loop (None: its defaults)."""
-    if name == "capstan":
-        capstan = CapstanPolicy(planner)
-        if review_interval is not None:
-            capstan.review_interval = review_interval
-        if repack_interval is not None:
-            capstan.repack_interval = repack_interval
-        return capstan
-    if name == "cluster-autoscaler":
-        return ClusterAutoscalerPolicy()
-    if name == "ca-buffer":
-        return ClusterAutoscalerPolicy(CAConfig(buffer_gpus=buffer_gpus), name="ca-buffer")
-    if name == "karpenter":
-        return KarpenterPolicy()
-    if name == "oracle":
-        return OraclePolicy()
-    if name == "static":
-        return StaticPolicy(static_counts or {})
-    raise UserError(f"--policy {name}: unknown policy; choose from {', '.join(POLICY_NAMES)}")
+    factory = _POLICIES.get(name)
+    if factory is None:
+        raise UserError(f"--policy {name}: unknown policy; choose from {', '.join(POLICY_NAMES)}")
+    return factory(PolicyOptions(static_counts, planner, buffer_gpus, review_interval, repack_interval))

@@ -28,10 +28,12 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from capstan.capacity._plan_types import NodeView, Snapshot
+from capstan.capacity.controller import Activity
 from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, PodShape, Workload
 from capstan.capacity.placement import (
     Assignment,
@@ -43,7 +45,6 @@ from capstan.capacity.placement import (
     take,
     why_incompatible,
 )
-from capstan.capacity.planner import NodeView, Snapshot
 
 IDLE_CAUSES = ("booting", "unallocated", "empty", "headroom", "duplicate")
 STAGES = ("reaction", "boot", "gpu_ready", "scheduling")
@@ -375,11 +376,26 @@ class Sim:
             n.idle_since = self.now
         self._retry_pending([n])
 
-    def set_headroom(self, nid: str, held: bool) -> None:
-        n = self.nodes[nid]
-        if n.headroom != held and n.live:
-            self._account(n)
-            n.headroom = held
+    def hold_headroom(self, nids: Collection[str]) -> None:
+        """Hold exactly ``nids`` of the live nodes empty for forecast demand (idle time on them is headroom)."""
+        for n in self.active.values():
+            held = n.id in nids
+            if n.headroom != held and n.live:
+                self._account(n)
+                n.headroom = held
+
+    # ----- what a controller reads -----
+    def has_pending(self) -> bool:
+        return bool(self.pending)
+
+    def activity(self) -> Activity:
+        empty = []
+        repack_waiting = False
+        for n in self.active.values():
+            if n.allocatable and not n.pods:
+                empty.append(n.id)
+                repack_waiting = repack_waiting or n.purpose == "repack"
+        return Activity(self.arrivals, self.launches, self.drains, tuple(empty), repack_waiting)
 
     def cordon(self, nid: str) -> None:
         """Take no new pods on ``nid`` (its pods stay); a later :meth:`drain` evicts them."""

@@ -41,14 +41,14 @@ def test_a_bad_buffer_size_names_the_option(text: str) -> None:
 
 
 def test_capstan_takes_the_controller_intervals_and_keeps_its_defaults_for_those_left_out() -> None:
-    from capstan.capacity import CapstanPolicy, make_policy
+    from capstan.capacity import Controller, make_policy
 
-    default = CapstanPolicy()
+    default = Controller()
     set_both = make_policy("capstan", review_interval=30.0, repack_interval=300.0)
-    assert isinstance(set_both, CapstanPolicy)
+    assert isinstance(set_both, Controller)
     assert (set_both.review_interval, set_both.repack_interval) == (30.0, 300.0)
     only_repack = make_policy("capstan", repack_interval=600.0)
-    assert isinstance(only_repack, CapstanPolicy)
+    assert isinstance(only_repack, Controller)
     assert (only_repack.review_interval, only_repack.repack_interval) == (default.review_interval, 600.0)
 
 

@@ -11,8 +11,8 @@ from capstan.capacity import (
     POLICY_NAMES,
     AgenticSpec,
     CAConfig,
-    CapstanPolicy,
     ClusterAutoscalerPolicy,
+    Controller,
     Delay,
     NodeType,
     PlannerConfig,
@@ -319,7 +319,7 @@ def test_a_run_stopped_at_a_time_leaves_the_cluster_as_it_was_then() -> None:
     second runs on a second node, the third (arriving at 400 s) has not arrived, nothing has ended and nothing
     is marked as left pending; the snapshot shows the two nodes and no pending pod."""
     pods = (gpu_pod("a", 0.0, 500.0), gpu_pod("b", 100.0, 500.0), gpu_pod("c", 400.0, 500.0))
-    sim = Sim(Workload("w", pods), (GPU1,), CapstanPolicy(PlannerConfig(headroom=False)), seed=0)
+    sim = Sim(Workload("w", pods), (GPU1,), Controller(PlannerConfig(headroom=False)), seed=0)
     result = sim.run(until=300.0)
     assert result.end == 300.0
     states = {p.pod.name: p.state for p in result.pods}
@@ -464,8 +464,8 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
     """Capstan's policy keeps one PlanCache across a replay (forecast windows, phantoms, type choices, repack
     searches that found nothing); every plan it makes must be the plan a fresh cache makes from the same
     snapshot."""
+    import capstan.capacity.controller as controller
     import capstan.capacity.planner as planner
-    import capstan.capacity.policies as policies
     from capstan.capacity import Plan, PlanCache, Snapshot
     from capstan.capacity.planner import Scope
 
@@ -479,12 +479,12 @@ def test_the_plan_cache_never_changes_a_plan(trace: str, monkeypatch: pytest.Mon
         checked.append(scope)
         return got
 
-    monkeypatch.setattr(policies, "plan", both)
+    monkeypatch.setattr(controller, "plan", both)
     # the default wait (a share of the horizon) and a fixed one: either way the forecast's windows are shorter
     # than the horizon the cache keeps
     fixed = PlannerConfig(headroom_wait_s=60.0, headroom_wait_share=0.0)
     config = fixed if trace == "openb-wait" else PlannerConfig()
-    Sim(workload, types, policies.CapstanPolicy(config), seed=0, record=False).run()
+    Sim(workload, types, Controller(config), seed=0, record=False).run()
     assert {"place", "review", "full"} <= set(checked)
 
 
@@ -513,8 +513,8 @@ def test_capstan_makes_room_on_openb_and_every_gpu_second_still_adds_up() -> Non
     get one freed by moving pods; with that turned off no pod is moved for room, and both replays pass the
     conservation checks."""
     workload, types = replay_inputs("openb", openb_tasks=2900)
-    made = CapstanPolicy()
-    off = CapstanPolicy(PlannerConfig(make_room_moves=0))
+    made = Controller()
+    off = Controller(PlannerConfig(make_room_moves=0))
     with_room = Sim(workload, types, made, seed=0).run()
     without = Sim(workload, types, off, seed=0).run()
     assert made.room_moves > 0 and off.room_moves == 0
