@@ -73,6 +73,10 @@ class Snapshot:
     promised: tuple[tuple[str, str], ...] = ()
     recent: tuple[Pod, ...] = ()
     next_id: int = 0
+    """Nodes a plan launches are named ``{node_prefix}{next_id}``, ``{node_prefix}{next_id + 1}``, …"""
+    node_prefix: str = "n"
+    """A live cluster names its launches after the controller (``capstan-n12``), so they are valid, unique Node
+    names; the simulator keeps ``n``."""
 
 
 @dataclass(frozen=True)

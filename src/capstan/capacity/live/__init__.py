@@ -1,0 +1,48 @@
+"""Capstan's capacity controller on a live cluster: the same :class:`capstan.capacity.Controller` the simulator
+replays, over the Node and Pod informers, acting through a :class:`Provider`.
+
+Entry points: :func:`run_controller` (the loop; until its ``stop`` event), :class:`LiveCluster` (the informers'
+view as a :class:`capstan.capacity.Cluster`), :class:`KwokProvider` (nodes for the sandbox), :func:`live_config`
+(the planner's settings for a live cluster) and the names pods and nodes carry (:data:`GATE`,
+:data:`PROMISED_ANNOTATION`, :data:`PURPOSE_LABEL`, the taints). docs/capacity.md, "Live", says how pods are
+handed to Capstan and what each decision does in Kubernetes.
+"""
+
+from dataclasses import replace
+
+from capstan.capacity.live._cluster import FORGET_AFTER_S, NODE_PREFIX, ActionLog, LiveCluster, Provider
+from capstan.capacity.live._kwok import KwokProvider
+from capstan.capacity.live._loop import RunStats, run_controller
+from capstan.capacity.live._objects import (
+    BOOTING_TAINT,
+    DRAINING_TAINT,
+    GATE,
+    PROMISED_ANNOTATION,
+    PURPOSE_LABEL,
+    pod_from_object,
+)
+from capstan.capacity.planner import PlannerConfig
+
+__all__ = [
+    "BOOTING_TAINT",
+    "DRAINING_TAINT",
+    "FORGET_AFTER_S",
+    "GATE",
+    "NODE_PREFIX",
+    "PROMISED_ANNOTATION",
+    "PURPOSE_LABEL",
+    "ActionLog",
+    "KwokProvider",
+    "LiveCluster",
+    "Provider",
+    "RunStats",
+    "live_config",
+    "pod_from_object",
+    "run_controller",
+]
+
+
+def live_config(config: PlannerConfig | None = None) -> PlannerConfig:
+    """``config`` (default: the planner's defaults) with what the live cluster does not carry out yet turned
+    off: moving running pods (repacks, room moves)."""
+    return replace(config or PlannerConfig(), consolidate=False, make_room_moves=0)

@@ -1,0 +1,475 @@
+"""A live cluster behind :class:`capstan.capacity.Cluster`: the informers' view in, the plan's actions out.
+
+The controller is synchronous and pure of I/O, as in the simulator: it reads :meth:`LiveCluster.snapshot` (built
+from the Node and Pod informers' state) and calls the action methods, which only *record* what to do. The loop
+then awaits :meth:`LiveCluster.carry_out`, which makes the API calls (through the provider for nodes), each
+retried on the next pass if it fails. Until the informers show an action's result, the cluster remembers it (a
+node launched, a pod promised), so the next plan does not launch a second node for the same pods; a remembered
+action that never shows up within :data:`FORGET_AFTER_S` is forgotten and planned again.
+
+What the live cluster does not do yet (the simulator does): move running pods (room moves, repacks) and hold
+headroom with placeholder pods; a live plan is made with ``consolidate`` and ``make_room_moves`` off, and the
+nodes it holds as headroom are simply not drained.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import deque
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from capstan.capacity.controller import Activity
+from capstan.capacity.live._objects import (
+    GATE,
+    GPU_AT_ANNOTATION,
+    PROMISED_ANNOTATION,
+    PURPOSE_LABEL,
+    epoch,
+    free_resources,
+    is_managed,
+    is_running_on,
+    node_state,
+    node_type_of,
+    pod_from_object,
+    pod_key,
+)
+from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod
+from capstan.capacity.planner import NodeView, Snapshot
+from capstan.kube import ApiError, KubeClient, resources
+
+log = logging.getLogger(__name__)
+
+FORGET_AFTER_S = 60.0
+"""A launch or promise the informers have not shown after this long is forgotten (and planned again)."""
+NODE_PREFIX = "capstan-n"
+
+
+class Provider(Protocol):
+    """What launches and removes nodes: kwok in the sandbox, Karpenter NodeClaims on a cloud."""
+
+    name: str
+
+    async def check(self) -> None:
+        """Raise :class:`capstan.errors.UserError` (one line) if this provider cannot run on the cluster."""
+        ...
+
+    async def launch(self, nt: NodeType, name: str, purpose: str, now: float) -> None: ...
+
+    async def drain(self, name: str, node: Mapping[str, Any]) -> None: ...
+
+    async def advance(self, nodes: Collection[Mapping[str, Any]], busy: set[str], now: float) -> int:
+        """The provider's own progress (boot, GPUs, deleting drained nodes); returns how many nodes changed."""
+        ...
+
+
+@dataclass
+class _Launch:
+    type: NodeType
+    purpose: Literal["pods", "headroom", "repack"]
+    at: float
+    sent: bool = False
+
+
+@dataclass
+class ActionLog:
+    """What the controller asked for, counted (the dry run logs these and does nothing else)."""
+
+    launches: list[tuple[str, str, str]] = field(default_factory=list)
+    promises: list[tuple[str, str]] = field(default_factory=list)
+    drains: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    """Actions the live cluster does not carry out (a move, a drain of a node Capstan did not launch)."""
+    headroom: tuple[str, ...] = ()
+    reported: tuple[int, int, int] = (0, 0, 0)
+    """How many launches, promises and drains have been logged."""
+
+
+class LiveCluster:
+    """The cluster as the controller sees it: ``nodes`` and ``pods`` are the informers' state (key → object),
+    read, never written; ``namespace`` limits the managed pods to one namespace (None: all)."""
+
+    def __init__(
+        self,
+        node_types: tuple[NodeType, ...],
+        nodes: Mapping[str, Mapping[str, Any]],
+        pods: Mapping[str, Mapping[str, Any]],
+        *,
+        clock: Callable[[], float],
+        namespace: str | None = None,
+    ) -> None:
+        self.node_types = node_types
+        self.types = {t.name: t for t in node_types}
+        self.recent_window = 3600.0
+        self.nodes = nodes
+        self.pods = pods
+        self.namespace = namespace
+        self.clock = clock
+        self.log = ActionLog()
+        self.arrivals = 0
+        self.launches = 0
+        self.drains = 0
+        self._seen: set[str] = set()
+        self._recent: deque[Pod] = deque()
+        self._idle: dict[str, float] = {}
+        self._launched: dict[str, _Launch] = {}
+        self._promised: dict[str, tuple[str, float]] = {}
+        """pod → (node, when): promises made and not yet seen in the pod's annotations (or its binding)."""
+        self._to_drain: list[str] = []
+        self._held: frozenset[str] = frozenset()
+        self._wakes: list[tuple[float, str]] = []
+        self._wake_set: set[tuple[float, str]] = set()
+        self._next_id = 0
+
+    # ----- what the informers show -----
+    def _managed(self) -> list[Mapping[str, Any]]:
+        out = []
+        for obj in self.pods.values():
+            if self.namespace is not None and (obj.get("metadata") or {}).get("namespace") != self.namespace:
+                continue
+            if is_managed(obj):
+                out.append(obj)
+        return out
+
+    def _promise_of(self, obj: Mapping[str, Any]) -> str:
+        annotated = str(((obj.get("metadata") or {}).get("annotations") or {}).get(PROMISED_ANNOTATION, ""))
+        mine = self._promised.get(pod_key(obj))
+        return mine[0] if mine is not None else annotated
+
+    def observe(self) -> None:
+        """Fold what the informers show into the counters: new managed pods are arrivals; actions the
+        informers now show (or that never showed within :data:`FORGET_AFTER_S`) are forgotten."""
+        now = self.clock()
+        for obj in self._managed():
+            key = pod_key(obj)
+            if key not in self._seen:
+                self._seen.add(key)
+                self.arrivals += 1
+                self._recent.append(pod_from_object(obj))
+        for name, launch in list(self._launched.items()):
+            if name in self.nodes or (launch.sent and now - launch.at > FORGET_AFTER_S):
+                del self._launched[name]
+        for key, (node, at) in list(self._promised.items()):
+            current = self.pods.get(key)
+            shown = current is not None and self._annotated(current) == node
+            if current is None or not is_managed(current) or shown or now - at > FORGET_AFTER_S:
+                del self._promised[key]
+        for name in self.nodes:
+            self._next_id = max(self._next_id, _id_num(name) + 1)
+
+    @staticmethod
+    def _annotated(obj: Mapping[str, Any]) -> str:
+        return str(((obj.get("metadata") or {}).get("annotations") or {}).get(PROMISED_ANNOTATION, ""))
+
+    def has_pending(self) -> bool:
+        return any(not self._live_promise(obj) for obj in self._managed())
+
+    def _live_promise(self, obj: Mapping[str, Any]) -> str:
+        """The node a managed pod is promised to, if that node is still there and not draining."""
+        node = self._promise_of(obj)
+        if not node:
+            return ""
+        if node in self._launched:
+            return node
+        n = self.nodes.get(node)
+        if n is None or node_state(n) is NodeState.DRAINING:
+            return ""
+        return node
+
+    def _running(self) -> dict[str, list[Pod]]:
+        """Pods holding resources per node: bound and not finished, or released to a node by Capstan (gate off,
+        pinned to it) and not yet bound by the scheduler."""
+        out: dict[str, list[Pod]] = {}
+        for obj in self.pods.values():
+            node = is_running_on(obj) or _released_to(obj)
+            if node:
+                out.setdefault(node, []).append(pod_from_object(obj))
+        return out
+
+    def activity(self) -> Activity:
+        running = self._running()
+        empty = []
+        repack_waiting = False
+        for name, node in self.nodes.items():
+            if node_type_of(node, self.types) is None or node_state(node) is not NodeState.GPU_ALLOCATABLE:
+                continue
+            if not running.get(name):
+                empty.append(name)
+                labels = (node.get("metadata") or {}).get("labels") or {}
+                repack_waiting = repack_waiting or labels.get(PURPOSE_LABEL) == "repack"
+        return Activity(self.arrivals, self.launches, self.drains, tuple(sorted(empty)), repack_waiting)
+
+    def snapshot(self) -> Snapshot:
+        now = self.clock()
+        while self._recent and self._recent[0].arrival < now - self.recent_window:
+            self._recent.popleft()
+        running = self._running()
+        pending: list[Pod] = []
+        promised: list[tuple[str, str]] = []
+        waiting_on: dict[str, list[Pod]] = {}
+        for obj in sorted(self._managed(), key=pod_key):
+            pod = pod_from_object(obj)
+            node = self._live_promise(obj)
+            if node:
+                promised.append((pod.name, node))
+                waiting_on.setdefault(node, []).append(pod)
+            else:
+                pending.append(pod)
+        views: list[NodeView] = []
+        for name in sorted(self.nodes):
+            node_obj = self.nodes[name]
+            nt = node_type_of(node_obj, self.types)
+            state = node_state(node_obj)
+            if nt is None or state is NodeState.DRAINING:
+                continue
+            views.append(
+                self._view(name, node_obj, nt, state, running.get(name, []), waiting_on.get(name, []), now)
+            )
+        for name, launch in sorted(self._launched.items()):
+            if name in self.nodes:
+                continue
+            nt = launch.type
+            taken = waiting_on.get(name, [])
+            avail = launch.at + nt.boot_delay.mean() + (nt.gpu_ready_delay.mean() if nt.gpu else 0.0)
+            views.append(
+                NodeView(
+                    name,
+                    nt.name,
+                    NodeState.REQUESTED,
+                    nt.cpu_milli - sum(p.cpu_milli for p in taken),
+                    nt.memory_mib - sum(p.memory_mib for p in taken),
+                    _devices(nt, sum(p.num_gpu for p in taken)),
+                    len(taken),
+                    avail,
+                    None,
+                    (),
+                    launch.purpose,
+                )
+            )
+        return Snapshot(
+            now=now,
+            node_types=self.node_types,
+            nodes=tuple(views),
+            pending=tuple(pending),
+            promised=tuple(promised),
+            recent=tuple(self._recent),
+            next_id=self._next_id,
+            node_prefix=NODE_PREFIX,
+        )
+
+    def _view(
+        self,
+        name: str,
+        node: Mapping[str, Any],
+        nt: NodeType,
+        state: NodeState,
+        bound: list[Pod],
+        waiting: list[Pod],
+        now: float,
+    ) -> NodeView:
+        meta = node.get("metadata") or {}
+        cpu, mem, devs = free_resources(node, nt, [*bound, *waiting])
+        if bound or waiting:
+            self._idle.pop(name, None)
+            idle_since = None
+        else:
+            idle_since = self._idle.setdefault(name, now)
+        annotations = meta.get("annotations") or {}
+        created = epoch(meta.get("creationTimestamp"), now)
+        try:
+            avail = float(annotations.get(GPU_AT_ANNOTATION, created))
+        except ValueError:
+            avail = created
+        purpose = str((meta.get("labels") or {}).get(PURPOSE_LABEL, "static"))
+        return NodeView(
+            name,
+            nt.name,
+            state,
+            cpu,
+            mem,
+            devs,
+            len(bound) + len(waiting),
+            avail,
+            idle_since,
+            tuple(bound),
+            purpose,
+        )
+
+    # ----- what the controller asks for (recorded; carried out by carry_out) -----
+    def launch(
+        self, type_name: str, *, purpose: Literal["pods", "headroom", "repack"], node_id: str
+    ) -> object:
+        nt = self.types[type_name]
+        self._launched[node_id] = _Launch(nt, purpose, self.clock())
+        self._next_id = max(self._next_id, _id_num(node_id) + 1)
+        self.launches += 1
+        self.log.launches.append((node_id, type_name, purpose))
+        return node_id
+
+    def promise(self, pod_name: str, nid: str) -> bool:
+        obj = self.pods.get(pod_name)
+        if obj is None or not is_managed(obj):
+            return False
+        if nid not in self._launched and nid not in self.nodes:
+            return False
+        self._promised[pod_name] = (nid, self.clock())
+        self.log.promises.append((pod_name, nid))
+        return True
+
+    def move(self, pod_name: str, nid: str) -> bool:
+        self.log.refused.append(f"move {pod_name} to {nid}: moving running pods is not done live yet")
+        return False
+
+    def drain(self, nid: str) -> None:
+        node = self.nodes.get(nid)
+        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        if node is None or PURPOSE_LABEL not in labels:
+            self.log.refused.append(f"drain {nid}: not a node Capstan launched")
+            return
+        if nid not in self._to_drain:
+            self._to_drain.append(nid)
+            self.drains += 1
+            self.log.drains.append(nid)
+
+    def hold_headroom(self, nids: Collection[str]) -> None:
+        self._held = frozenset(nids)
+        self.log.headroom = tuple(sorted(self._held))
+
+    def wake(self, t: float, tag: str) -> None:
+        t = max(t, self.clock())
+        if (t, tag) not in self._wake_set:
+            self._wake_set.add((t, tag))
+            heapq.heappush(self._wakes, (t, tag))
+
+    def due(self, now: float) -> list[str]:
+        """The wake-up tags whose time has come, in time order (removed)."""
+        out = []
+        while self._wakes and self._wakes[0][0] <= now:
+            t, tag = heapq.heappop(self._wakes)
+            self._wake_set.discard((t, tag))
+            out.append(tag)
+        return out
+
+    def next_wake(self) -> float | None:
+        return self._wakes[0][0] if self._wakes else None
+
+    # ----- carrying it out -----
+    async def carry_out(self, client: KubeClient, provider: Provider, *, dry_run: bool = False) -> list[str]:
+        """Make the API calls the recorded actions need; returns one line per call that failed (each is tried
+        again on the next pass). A dry run makes no call."""
+        if dry_run:
+            self._to_drain.clear()
+            for launch in self._launched.values():
+                launch.sent = True
+            return []
+        failed: list[str] = []
+        now = self.clock()
+        for name, launch in sorted(self._launched.items()):
+            if launch.sent or name in self.nodes:
+                continue
+            try:
+                await provider.launch(launch.type, name, launch.purpose, now)
+                launch.sent = True
+                launch.at = now
+            except ApiError as exc:
+                if exc.conflict:  # already there (an earlier attempt went through)
+                    launch.sent = True
+                else:
+                    failed.append(f"launch {name}: {exc}")
+        for key, (node, _) in sorted(self._promised.items()):
+            obj = self.pods.get(key)
+            if obj is None or self._annotated(obj) == node or self._takes_pods(node):
+                continue  # a node that takes pods gets the pod released to it at once (below)
+            namespace, name = key.split("/", 1)
+            try:
+                await client.patch(
+                    resources.PODS,
+                    name,
+                    {"metadata": {"annotations": {PROMISED_ANNOTATION: node}}},
+                    namespace=namespace,
+                )
+            except ApiError as exc:
+                failed.append(f"promise {key} to {node}: {exc}")
+        for name in list(self._to_drain):
+            node_obj = self.nodes.get(name)
+            if node_obj is None:
+                self._to_drain.remove(name)
+                continue
+            try:
+                await provider.drain(name, node_obj)
+                self._to_drain.remove(name)
+            except ApiError as exc:
+                failed.append(f"drain {name}: {exc}")
+        failed += await self._release(client)
+        return failed
+
+    async def _release(self, client: KubeClient) -> list[str]:
+        """Promised pods whose node now takes pods: required node affinity to it, and the gate removed (one
+        patch: the API server allows adding node affinity to a pod while it is gated)."""
+        failed = []
+        for obj in self._managed():
+            node = self._live_promise(obj)
+            if not node or not self._takes_pods(node):
+                continue
+            meta = obj.get("metadata") or {}
+            spec = obj.get("spec") or {}
+            gates = [g for g in spec.get("schedulingGates") or [] if (g or {}).get("name") != GATE]
+            affinity = dict(spec.get("affinity") or {})
+            node_affinity = dict(affinity.get("nodeAffinity") or {})
+            required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+            pin = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+            terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+            for t in terms:  # terms are ORed: the pin goes into each
+                t["matchExpressions"] = [*(t.get("matchExpressions") or []), pin]
+            required["nodeSelectorTerms"] = terms
+            node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+            affinity["nodeAffinity"] = node_affinity
+            body = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    **meta,
+                    "annotations": {**(meta.get("annotations") or {}), PROMISED_ANNOTATION: node},
+                },
+                "spec": {**spec, "schedulingGates": gates, "affinity": affinity},
+            }
+            try:
+                await client.replace(resources.PODS, body)
+            except ApiError as exc:
+                failed.append(f"release {pod_key(obj)} to {node}: {exc}")
+        return failed
+
+    def _takes_pods(self, name: str) -> bool:
+        n = self.nodes.get(name)
+        return n is not None and node_state(n) is NodeState.GPU_ALLOCATABLE
+
+    def busy_nodes(self) -> set[str]:
+        return {n for obj in self.pods.values() if (n := is_running_on(obj))}
+
+
+def _released_to(obj: Mapping[str, Any]) -> str:
+    """The node Capstan released an unbound pod to ('' if it did not, or the pod is bound, gated or done)."""
+    spec = obj.get("spec") or {}
+    if (
+        spec.get("nodeName")
+        or is_managed(obj)
+        or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    ):
+        return ""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return ""
+    return str(((obj.get("metadata") or {}).get("annotations") or {}).get(PROMISED_ANNOTATION, ""))
+
+
+def _devices(nt: NodeType, used: int) -> tuple[int, ...]:
+    free = max(0, nt.gpu - used)
+    return tuple([GPU_MILLI] * free + [0] * (nt.gpu - free))
+
+
+def _id_num(name: str) -> int:
+    if not name.startswith(NODE_PREFIX):
+        return -1
+    digits = name[len(NODE_PREFIX) :]
+    return int(digits) if digits.isdigit() else -1

@@ -1,0 +1,154 @@
+"""The controller's loop on a live cluster: informers in, the same :class:`Controller` the simulator replays, and
+the plan's actions out through a :class:`Provider`.
+
+One pass: fold what the informers show into the cluster (:meth:`LiveCluster.observe`), tell the controller what
+changed and which of its timers are due (it plans, and the cluster records the actions), carry the actions out,
+and let the provider move its nodes on. Then wait for the next change, timer or tick. A pass whose calls fail
+waits with backoff before the next one, and the plan is made again from what the cluster then shows; nothing of
+the plan lives only in memory that a restart would need (promises are pod annotations, launches are Nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from capstan.backoff import Backoff
+from capstan.capacity.controller import Controller
+from capstan.capacity.live._cluster import LiveCluster, Provider
+from capstan.capacity.model import NodeType
+from capstan.kube import Informer, KubeClient, resources
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunStats:
+    """What one run of the loop did (the dry run's plans are in :attr:`LiveCluster.log`)."""
+
+    passes: int = 0
+    decisions: int = 0
+    decision_s: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
+    """Seconds each decision (a plan and recording its actions) took, the last 1,000."""
+    failures: list[str] = field(default_factory=list)
+    provider_changes: int = 0
+
+
+async def run_controller(
+    client: KubeClient,
+    provider: Provider,
+    controller: Controller,
+    node_types: tuple[NodeType, ...],
+    *,
+    stop: asyncio.Event,
+    namespace: str | None = None,
+    dry_run: bool = False,
+    tick_s: float = 1.0,
+    clock: Callable[[], float] = time.time,
+    on_pass: Callable[[LiveCluster, RunStats], None] | None = None,
+) -> RunStats:
+    """Run until ``stop`` is set; ``namespace`` limits the pods Capstan places (nodes are cluster-wide)."""
+    await provider.check()
+    nodes_inf = Informer(client, resources.NODES)
+    pods_inf = Informer(client, resources.PODS)
+    changed = asyncio.Event()
+    synced = {"nodes": asyncio.Event(), "pods": asyncio.Event()}
+
+    async def follow(name: str, inf: Informer) -> None:
+        async for delta in inf.deltas():
+            if delta.type == "synced":
+                synced[name].set()
+            changed.set()
+
+    tasks = [asyncio.create_task(follow("nodes", nodes_inf)), asyncio.create_task(follow("pods", pods_inf))]
+    cluster = LiveCluster(node_types, nodes_inf.state, pods_inf.state, clock=clock, namespace=namespace)
+    stats = RunStats()
+    backoff = Backoff(base=0.5, cap=30.0)
+    try:
+        for ev in synced.values():
+            waiter = asyncio.create_task(ev.wait())
+            stopper = asyncio.create_task(stop.wait())
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            stopper.cancel()
+            if stop.is_set():
+                return stats
+        controller.start(cluster)
+        while not stop.is_set():
+            stats.passes += 1
+            cluster.observe()
+            now = clock()
+            if changed.is_set():
+                changed.clear()
+                controller.on_change(cluster, now)
+            for tag in cluster.due(now):
+                started = time.perf_counter()
+                before = sum(controller.plans.values())
+                controller.on_wake(cluster, now, tag)
+                if sum(controller.plans.values()) != before:
+                    stats.decisions += 1
+                    stats.decision_s.append(time.perf_counter() - started)
+            _log_new_actions(cluster, dry_run)
+            failed = await cluster.carry_out(client, provider, dry_run=dry_run)
+            if not dry_run:
+                try:
+                    stats.provider_changes += await provider.advance(
+                        list(cluster.nodes.values()), cluster.busy_nodes(), clock()
+                    )
+                except Exception as exc:
+                    failed.append(f"{provider.name} provider: {exc}")
+            if on_pass is not None:
+                on_pass(cluster, stats)
+            wait = tick_s
+            if failed:
+                stats.failures.extend(failed)
+                del stats.failures[:-100]
+                wait = backoff.next()
+                for line in failed:
+                    log.warning(
+                        "capacity action failed; retrying", extra={"error": line, "retry_in": round(wait, 2)}
+                    )
+            else:
+                backoff.reset()
+            nxt = cluster.next_wake()
+            if nxt is not None:
+                wait = min(wait, max(0.0, nxt - clock()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_either(changed, stop), timeout=wait)
+    finally:
+        nodes_inf.stop()
+        pods_inf.stop()
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+    return stats
+
+
+async def _either(a: asyncio.Event, b: asyncio.Event) -> None:
+    ta, tb = asyncio.create_task(a.wait()), asyncio.create_task(b.wait())
+    try:
+        await asyncio.wait({ta, tb}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ta.cancel()
+        tb.cancel()
+
+
+def _log_new_actions(cluster: LiveCluster, dry_run: bool) -> None:
+    """One log line per action decided since the last pass (``dry run:`` in front when nothing is done)."""
+    book = cluster.log
+    launches, promises, drains = book.reported
+    prefix = "dry run: " if dry_run else ""
+    for node, type_name, purpose in book.launches[launches:]:
+        log.info(f"{prefix}launch {type_name} as {node} for {purpose}")
+    for pod, node in book.promises[promises:]:
+        log.info(f"{prefix}promise {pod} to {node}")
+    for node in book.drains[drains:]:
+        log.info(f"{prefix}drain {node}")
+    book.reported = (len(book.launches), len(book.promises), len(book.drains))

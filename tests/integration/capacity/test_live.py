@@ -1,0 +1,152 @@
+"""The capacity controller on the real sandbox: gated GPU pods get kwok nodes launched for them, kube-scheduler
+binds them where the plan said, a restarted controller launches nothing twice, and the nodes are drained and
+deleted once their pods are gone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from capstan.capacity import Controller, Delay, NodeType, PlannerConfig, Taint
+from capstan.capacity.live import GATE, PURPOSE_LABEL, KwokProvider, RunStats, live_config, run_controller
+from capstan.kube import KubeClient, resources
+
+pytestmark = pytest.mark.integration
+
+TEST_LABEL = "capstan.io/test"
+
+
+def node_type(namespace: str) -> NodeType:
+    return NodeType(
+        f"t-{namespace}"[:63],
+        8000,
+        32768,
+        2,
+        "NVIDIA-L4",
+        1.6,
+        boot_delay=Delay("fixed", 2.0),
+        gpu_ready_delay=Delay("fixed", 1.0),
+        taints=(Taint("nvidia.com/gpu", "present", "NoSchedule"),),
+        labels=((TEST_LABEL, namespace),),
+    )
+
+
+def gated_pod(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "schedulingGates": [{"name": GATE}],
+            "nodeSelector": {TEST_LABEL: namespace},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"},
+            ],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "fake",
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def labelled_nodes(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
+    items, _ = await kube.list(resources.NODES, label_selector=f"{TEST_LABEL}={namespace}")
+    return [n for n in items if not (n.get("metadata") or {}).get("deletionTimestamp")]
+
+
+async def until(what: str, check: Callable[[], Awaitable[bool]], tries: int = 600) -> None:
+    for _ in range(tries):  # bounded: 600 × 0.1 s
+        if await check():
+            return
+        await asyncio.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+class Running:
+    """A controller running in the background until :meth:`stop`."""
+
+    def __init__(self, kube: KubeClient, namespace: str, nt: NodeType) -> None:
+        self.stop_event = asyncio.Event()
+        config = live_config(PlannerConfig(headroom=False, min_idle_s=1.0))
+        controller = Controller(config, react=0.2, review_interval=1.0)
+        self.task: asyncio.Task[RunStats] = asyncio.create_task(
+            run_controller(
+                kube,
+                KwokProvider(kube),
+                controller,
+                (nt,),
+                stop=self.stop_event,
+                namespace=namespace,
+                tick_s=0.2,
+            )
+        )
+
+    async def stop(self) -> RunStats:
+        self.stop_event.set()
+        return await asyncio.wait_for(self.task, 30)
+
+
+@pytest.fixture
+async def cleanup_nodes(kube: KubeClient, namespace: str) -> AsyncIterator[None]:
+    yield
+    items, _ = await kube.list(resources.NODES, label_selector=f"{TEST_LABEL}={namespace}")
+    for n in items:
+        await kube.delete(resources.NODES, n["metadata"]["name"])
+
+
+async def test_gated_gpu_pods_get_nodes_launched_and_bound_then_drained(
+    kube: KubeClient, namespace: str, cleanup_nodes: None
+) -> None:
+    nt = node_type(namespace)
+    for i in range(3):
+        await kube.create(resources.PODS, gated_pod(f"gpu-{i}", namespace))
+    run = Running(kube, namespace, nt)
+
+    async def all_bound() -> bool:
+        pods, _ = await kube.list(resources.PODS, namespace=namespace)
+        return len(pods) == 3 and all(p["spec"].get("nodeName") for p in pods)
+
+    await until("the three GPU pods to be bound", all_bound)
+    nodes = await labelled_nodes(kube, namespace)
+    # three one-GPU pods on two-GPU nodes: two nodes, no more
+    assert len(nodes) == 2
+    names = {n["metadata"]["name"] for n in nodes}
+    assert all(n["metadata"]["labels"][PURPOSE_LABEL] == "pods" for n in nodes)
+    pods, _ = await kube.list(resources.PODS, namespace=namespace)
+    assert {p["spec"]["nodeName"] for p in pods} == names
+    assert all(not p["spec"].get("schedulingGates") for p in pods)
+    first = await run.stop()
+    assert first.decisions > 0 and not first.failures
+
+    # a second controller (a restart) reads the cluster and launches nothing more
+    await kube.create(resources.PODS, gated_pod("gpu-3", namespace))  # fits the free GPU of one node
+    again = Running(kube, namespace, nt)
+
+    async def fourth_bound() -> bool:
+        pod = await kube.get(resources.PODS, "gpu-3", namespace)
+        return bool(pod["spec"].get("nodeName"))
+
+    await until("the fourth pod to be bound on the node with a free GPU", fourth_bound)
+    assert {n["metadata"]["name"] for n in await labelled_nodes(kube, namespace)} == names
+
+    # the pods go; the empty nodes are drained and kwok's nodes deleted
+    for i in range(4):
+        await kube.delete(resources.PODS, f"gpu-{i}", namespace, grace_seconds=0)
+
+    async def nodes_gone() -> bool:
+        return not await labelled_nodes(kube, namespace)
+
+    await until("the empty nodes to be drained and deleted", nodes_gone)
+    second = await again.stop()
+    assert second.decisions > 0

@@ -1,0 +1,155 @@
+"""Kubernetes objects read as the planner's pods and nodes (pure functions), and the live cluster's snapshot and
+recorded actions over plain informer state (no API server: the sandbox test drives the same code for real)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from capstan.capacity import Controller, Delay, NodeState, NodeType, PlannerConfig
+from capstan.capacity.live import (
+    GATE,
+    PROMISED_ANNOTATION,
+    PURPOSE_LABEL,
+    LiveCluster,
+    live_config,
+    pod_from_object,
+)
+from capstan.capacity.live._objects import BOOTING_TAINT, DRAINING_TAINT, epoch, is_managed, node_state
+
+pytestmark = pytest.mark.unit
+
+L4X2 = NodeType("l4x2", 8000, 32768, 2, "NVIDIA-L4", 1.6, boot_delay=Delay("fixed", 60.0))
+
+
+def pod(name: str, *, gpus: int = 1, gated: bool = True, node: str = "", **extra: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "a",
+                "resources": {"requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": str(gpus)}},
+            },
+            {"name": "b", "resources": {"limits": {"cpu": "1", "memory": "512Mi"}}},
+        ],
+        "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "4", "memory": "64Mi"}}}],
+        **extra,
+    }
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-12-03T12:00:00Z"},
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def node(
+    name: str, *, taints: tuple[str, ...] = (), gpus_ready: bool = True, ready: bool = True
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"node.kubernetes.io/instance-type": "l4x2", PURPOSE_LABEL: "pods"},
+            "creationTimestamp": "2026-12-03T11:00:00Z",
+        },
+        "spec": {"taints": [{"key": k, "effect": "NoSchedule"} for k in taints]},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"},
+            "allocatable": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2" if gpus_ready else "0"},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def test_a_pod_reads_as_the_scheduler_sums_its_requests() -> None:
+    p = pod_from_object(
+        pod(
+            "p",
+            gpus=2,
+            nodeSelector={"pool": "a"},
+            priority=7,
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "nvidia.com/gpu.product",
+                                        "operator": "In",
+                                        "values": ["NVIDIA-L4"],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+        )
+    )
+    assert p.name == "ns/p"
+    assert p.arrival == epoch("2026-12-03T12:00:00Z") > 0
+    # app containers add up (500m + 1 CPU, 1Gi + 512Mi); the init container alone asks for more CPU
+    assert (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli) == (4000, 1536, 2, 1000)
+    assert p.node_selector == (("pool", "a"),) and p.priority == 7
+    assert p.gpu_models == frozenset({"NVIDIA-L4"})
+    assert p.tolerations[0].operator == "Exists"
+
+
+def test_a_pod_is_managed_only_while_gated_and_unbound() -> None:
+    assert is_managed(pod("p"))
+    assert not is_managed(pod("p", gated=False))
+    assert not is_managed(pod("p", node="n1"))
+
+
+def test_node_states_follow_capstans_taints_readiness_and_allocatable_gpus() -> None:
+    assert node_state(node("n", taints=(BOOTING_TAINT,))) is NodeState.BOOTING
+    assert node_state(node("n", ready=False)) is NodeState.BOOTING
+    assert node_state(node("n", gpus_ready=False)) is NodeState.READY
+    assert node_state(node("n")) is NodeState.GPU_ALLOCATABLE
+    assert node_state(node("n", taints=(DRAINING_TAINT,))) is NodeState.DRAINING
+
+
+def test_the_snapshot_counts_promised_and_running_pods_against_their_nodes() -> None:
+    nodes = {"capstan-n3": node("capstan-n3", gpus_ready=False)}
+    promised = pod("a")
+    promised["metadata"]["annotations"] = {PROMISED_ANNOTATION: "capstan-n3"}
+    pods = {"ns/a": promised, "ns/b": pod("b"), "ns/c": pod("c", gated=False, node="capstan-n3")}
+    live = LiveCluster((L4X2,), nodes, pods, clock=lambda: 1e9)
+    live.observe()
+    snap = live.snapshot()
+    assert [p.name for p in snap.pending] == ["ns/b"]
+    assert snap.promised == (("ns/a", "capstan-n3"),)
+    (view,) = snap.nodes
+    assert view.state is NodeState.READY and view.devs == (0, 0)  # one GPU running, one promised
+    assert snap.next_id == 4 and snap.node_prefix == "capstan-n"
+    assert live.has_pending()
+
+
+def test_a_plan_over_the_live_cluster_records_one_launch_and_forgets_nothing_until_the_node_shows() -> None:
+    pods = {"ns/a": pod("a"), "ns/b": pod("b")}
+    nodes: dict[str, Any] = {}
+    now = [1e9]
+    live = LiveCluster((L4X2,), nodes, pods, clock=lambda: now[0])
+    controller = Controller(live_config(PlannerConfig(headroom=False)))
+    controller.start(live)
+    live.observe()
+    controller.on_wake(live, now[0], "place")
+    assert live.log.launches == [("capstan-n0", "l4x2", "pods")]
+    assert sorted(live.log.promises) == [("ns/a", "capstan-n0"), ("ns/b", "capstan-n0")]
+    # the informers have not shown the node yet: the next plan sees it in flight and launches nothing more
+    now[0] += 5
+    live.observe()
+    assert not live.has_pending()
+    controller.on_wake(live, now[0], "place")
+    assert len(live.log.launches) == 1
+    # moving running pods and draining a node Capstan did not launch are refused, and said so
+    assert not live.move("ns/a", "capstan-n0")
+    nodes["other"] = node("other")
+    nodes["other"]["metadata"]["labels"].pop(PURPOSE_LABEL)
+    live.drain("other")
+    assert len(live.log.refused) == 2 and not live.log.drains
