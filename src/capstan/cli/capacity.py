@@ -467,3 +467,94 @@ def simulate(
         paths.append(write_sweep_plot(rows, out, workload.name))
     for p in paths:
         console.print(f"wrote {p}")
+
+
+PROVIDERS = ("kwok",)
+
+
+@app.command()
+def run(
+    node_types: Path = typer.Option(
+        ...,
+        "--node-types",
+        help="YAML node-type file: the types Capstan may launch (instance-type label = name).",
+    ),
+    kubeconfig: Path | None = typer.Option(
+        None,
+        "--kubeconfig",
+        help="Cluster to act on (default: the local sandbox started by `capstan sandbox up`).",
+    ),
+    provider: str = typer.Option("kwok", "--provider", help=f"What launches nodes: {', '.join(PROVIDERS)}."),
+    namespace: str | None = typer.Option(
+        None, "--namespace", "-n", help="Place only this namespace's pods (default: every namespace)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Plan and log each decision; write nothing."),
+    duration: str = typer.Option(
+        "0", "--duration", help="Stop after this long, e.g. 10m (0: until SIGINT/SIGTERM)."
+    ),
+    boot_delay: str = typer.Option("5m", "--boot-delay", help="Boot delay of types that do not give one."),
+    gpu_ready_delay: str = typer.Option(
+        "90s", "--gpu-ready-delay", help="GPU-ready delay of types without one."
+    ),
+    review_interval: str = typer.Option(
+        "60s", "--review-interval", help="Reviews (headroom, drains) at most this often."
+    ),
+    no_headroom: bool = typer.Option(False, "--no-headroom", help="Hold no forecast headroom."),
+) -> None:
+    """Run Capstan's capacity controller on a cluster: pods gated by `capstan.io/capacity` are placed by the same
+    planner the simulator replays; nodes are launched and drained through the provider. Prints what it did."""
+    import asyncio
+    import signal
+
+    from capstan.capacity import Controller, Delay, PlannerConfig, load_node_type_file
+    from capstan.capacity.live import KwokProvider, live_config, run_controller
+    from capstan.cli._cluster import cluster_kubeconfig
+    from capstan.kube import KubeClient
+    from capstan.percentile import percentile
+
+    if provider not in PROVIDERS:
+        raise UserError(f"--provider {provider}: unknown provider; choose from {', '.join(PROVIDERS)}")
+    stop_after = parse_duration(duration, "--duration")
+    types = load_node_type_file(
+        node_types,
+        Delay("fixed", parse_duration(boot_delay, "--boot-delay")),
+        Delay("fixed", parse_duration(gpu_ready_delay, "--gpu-ready-delay")),
+    )
+    review = parse_interval(review_interval, "--review-interval")
+    path = cluster_kubeconfig(kubeconfig)
+    controller = Controller(live_config(PlannerConfig(headroom=not no_headroom)), review_interval=review)
+
+    async def main() -> None:
+        client = await KubeClient.from_kubeconfig(path)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if stop_after > 0:
+            loop.call_later(stop_after, stop.set)
+        try:
+            stats = await run_controller(
+                client,
+                KwokProvider(client),
+                controller,
+                types,
+                stop=stop,
+                namespace=namespace,
+                dry_run=dry_run,
+            )
+        finally:
+            await client.close()
+        decided = sorted(stats.decision_s)
+        done = stats.actions
+        console = Console()
+        console.print(
+            f"{'dry run, nothing written: ' if dry_run else ''}{stats.decisions} decisions "
+            f"(p50 {percentile(decided, 50, empty=0.0) * 1000:.0f} ms, "
+            f"p99 {percentile(decided, 99, empty=0.0) * 1000:.0f} ms); {len(done.launches)} launches, "
+            f"{len(done.promises)} pods placed, {len(done.drains)} drains, {len(done.refused)} refused, "
+            f"{len(stats.failures)} failed calls (retried)",
+            markup=False,
+            soft_wrap=True,
+        )
+
+    asyncio.run(main())

@@ -5,18 +5,30 @@ deleted once their pods are gone."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from capstan.capacity import Controller, Delay, NodeType, PlannerConfig, Taint
-from capstan.capacity.live import GATE, PURPOSE_LABEL, KwokProvider, RunStats, live_config, run_controller
+from capstan.capacity.live import (
+    GATE,
+    PROMISED_ANNOTATION,
+    PURPOSE_LABEL,
+    KwokProvider,
+    RunStats,
+    live_config,
+    run_controller,
+)
 from capstan.kube import KubeClient, resources
 
 pytestmark = pytest.mark.integration
 
 TEST_LABEL = "capstan.io/test"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def node_type(namespace: str) -> NodeType:
@@ -150,3 +162,78 @@ async def test_gated_gpu_pods_get_nodes_launched_and_bound_then_drained(
     await until("the empty nodes to be drained and deleted", nodes_gone)
     second = await again.stop()
     assert second.decisions > 0
+
+
+def capstan_run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from capstan.cli.main import main; main()", "capacity", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+def write_node_types(path: Path, namespace: str) -> Path:
+    nt = node_type(namespace)
+    path.write_text(
+        "node_types:\n"
+        f"  - name: {nt.name}\n    cpu_milli: 8000\n    memory_mib: 32768\n    gpu: 2\n    gpu_model: NVIDIA-L4\n"
+        "    boot_delay: {kind: fixed, seconds: 2}\n    gpu_ready_delay: {kind: fixed, seconds: 1}\n"
+        "    taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]\n"
+        f"    labels: {{{TEST_LABEL}: {namespace}}}\n"
+    )
+    return path
+
+
+async def test_capacity_run_dry_run_logs_its_plan_and_writes_nothing(
+    kube: KubeClient, namespace: str, kubeconfig: Path, tmp_path: Path, cleanup_nodes: None
+) -> None:
+    await kube.create(resources.PODS, gated_pod("gpu-0", namespace))
+    types = write_node_types(tmp_path / "types.yaml", namespace)
+    r = await asyncio.to_thread(
+        capstan_run,
+        "--node-types",
+        str(types),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--namespace",
+        namespace,
+        "--dry-run",
+        "--duration",
+        "4s",
+        "--no-headroom",
+        "--review-interval",
+        "1s",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "dry run, nothing written:" in r.stdout and "1 launches, 1 pods placed" in r.stdout
+    assert not await labelled_nodes(kube, namespace)
+    pod = await kube.get(resources.PODS, "gpu-0", namespace)
+    assert pod["spec"].get("schedulingGates") and not pod["spec"].get("nodeName")
+    assert PROMISED_ANNOTATION not in (pod["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--provider", "gce"), "--provider gce: unknown provider"),
+        (("--duration", "soon"), "--duration 'soon'"),
+        (("--review-interval", "0s"), "--review-interval '0s': must be longer than 0 s"),
+    ],
+)
+def test_capacity_run_bad_options_are_one_line_and_exit_2(
+    args: tuple[str, ...], message: str, tmp_path: Path
+) -> None:
+    types = write_node_types(tmp_path / "types.yaml", "ns")
+    r = capstan_run("--node-types", str(types), "--kubeconfig", str(tmp_path / "none"), *args)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert message in r.stderr
+
+
+def test_capacity_run_with_a_broken_node_type_file_names_it(tmp_path: Path) -> None:
+    bad = tmp_path / "types.yaml"
+    bad.write_text("node_types:\n  - name: x\n    cpu_milli: -1\n    memory_mib: 1\n")
+    r = capstan_run("--node-types", str(bad), "--kubeconfig", str(tmp_path / "none"))
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert str(bad) in r.stderr

@@ -426,17 +426,16 @@ class LiveCluster:
             required["nodeSelectorTerms"] = terms
             node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
             affinity["nodeAffinity"] = node_affinity
+            # a merge patch (no resourceVersion): lists are replaced whole, so the gate list and the terms are
+            # exactly these, whatever else changed on the pod meanwhile
             body = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    **meta,
-                    "annotations": {**(meta.get("annotations") or {}), PROMISED_ANNOTATION: node},
-                },
-                "spec": {**spec, "schedulingGates": gates, "affinity": affinity},
+                "metadata": {"annotations": {PROMISED_ANNOTATION: node}},
+                "spec": {"schedulingGates": gates, "affinity": affinity},
             }
             try:
-                await client.replace(resources.PODS, body)
+                await client.patch(
+                    resources.PODS, str(meta.get("name")), body, namespace=meta.get("namespace")
+                )
             except ApiError as exc:
                 failed.append(f"release {pod_key(obj)} to {node}: {exc}")
         return failed

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from capstan.backoff import Backoff
 from capstan.capacity.controller import Controller
-from capstan.capacity.live._cluster import LiveCluster, Provider
+from capstan.capacity.live._cluster import ActionLog, LiveCluster, Provider
 from capstan.capacity.model import NodeType
 from capstan.kube import Informer, KubeClient, resources
 
@@ -37,6 +37,8 @@ class RunStats:
     """Seconds each decision (a plan and recording its actions) took, the last 1,000."""
     failures: list[str] = field(default_factory=list)
     provider_changes: int = 0
+    actions: ActionLog = field(default_factory=ActionLog)
+    """Every action the controller decided (what a dry run would have done)."""
 
 
 async def run_controller(
@@ -67,7 +69,7 @@ async def run_controller(
 
     tasks = [asyncio.create_task(follow("nodes", nodes_inf)), asyncio.create_task(follow("pods", pods_inf))]
     cluster = LiveCluster(node_types, nodes_inf.state, pods_inf.state, clock=clock, namespace=namespace)
-    stats = RunStats()
+    stats = RunStats(actions=cluster.log)
     backoff = Backoff(base=0.5, cap=30.0)
     try:
         for ev in synced.values():
