@@ -500,16 +500,28 @@ def run(
         "60s", "--review-interval", help="Reviews (headroom, drains) at most this often."
     ),
     no_headroom: bool = typer.Option(False, "--no-headroom", help="Hold no forecast headroom."),
+    leader_elect: bool = typer.Option(
+        True, "--leader-elect/--no-leader-elect", help="Act only while holding the Lease (not in a dry run)."
+    ),
+    lease_namespace: str = typer.Option("kube-system", "--lease-namespace", help="Namespace of the Lease."),
+    lease_name: str = typer.Option("capstan-capacity", "--lease-name", help="Name of the Lease."),
+    lease_duration: str = typer.Option(
+        "15s",
+        "--lease-duration",
+        help="A leader that has not renewed for this long is replaced (renews every 2/15 of it).",
+    ),
 ) -> None:
     """Run Capstan's capacity controller on a cluster: pods gated by `capstan.io/capacity` are placed by the same
     planner the simulator replays; nodes are launched and drained through the provider. Prints what it did."""
     import asyncio
+    import os
     import signal
+    import socket
 
     from capstan.capacity import Controller, Delay, PlannerConfig, load_node_type_file
     from capstan.capacity.live import KwokProvider, live_config, run_controller
     from capstan.cli._cluster import cluster_kubeconfig
-    from capstan.kube import KubeClient
+    from capstan.kube import KubeClient, LeaderElection
     from capstan.percentile import percentile
 
     if provider not in PROVIDERS:
@@ -521,6 +533,9 @@ def run(
         Delay("fixed", parse_duration(gpu_ready_delay, "--gpu-ready-delay")),
     )
     review = parse_interval(review_interval, "--review-interval")
+    lease_s = parse_interval(lease_duration, "--lease-duration")
+    if lease_s < 3:
+        raise UserError(f"--lease-duration {lease_duration!r}: must be at least 3 s")
     path = cluster_kubeconfig(kubeconfig)
     controller = Controller(live_config(PlannerConfig(headroom=not no_headroom)), review_interval=review)
 
@@ -532,6 +547,18 @@ def run(
             loop.add_signal_handler(sig, stop.set)
         if stop_after > 0:
             loop.call_later(stop_after, stop.set)
+        election = None
+        if leader_elect and not dry_run:
+            identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
+            election = LeaderElection(
+                client,
+                lease_name,
+                lease_namespace,
+                identity,
+                lease_duration_s=lease_s,
+                renew_deadline_s=lease_s * 2 / 3,
+                retry_period_s=lease_s * 2 / 15,
+            )
         try:
             stats = await run_controller(
                 client,
@@ -541,6 +568,7 @@ def run(
                 stop=stop,
                 namespace=namespace,
                 dry_run=dry_run,
+                election=election,
             )
         finally:
             await client.close()
@@ -556,5 +584,13 @@ def run(
             markup=False,
             soft_wrap=True,
         )
+        if stats.lost_leadership:
+            Console(stderr=True).print(
+                f"capstan capacity run: lost the leader Lease {lease_namespace}/{lease_name}; stopping "
+                "(restart it to campaign again)",
+                markup=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(1)
 
     asyncio.run(main())

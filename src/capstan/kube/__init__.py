@@ -5,7 +5,7 @@ one reading of Kubernetes timestamps (:func:`parse_timestamp`, :func:`event_time
 Entry points: :meth:`KubeClient.from_kubeconfig` (a :data:`KubeConnect` opens one for a component that owns its
 client) and an :class:`Informer` over a :class:`Resource`, which keeps its objects and yields :class:`Delta`
 values. Every package that reads the cluster (recorder, restart detector, router endpoint discovery, diagnosis,
-capacity controller) goes through these names; none of them talks HTTP to the API server itself.
+capacity controller) goes through these names, and singletons elect a leader on a Lease (:class:`LeaderElection`); none of them talks HTTP to the API server itself.
 """
 
 from typing import TYPE_CHECKING
@@ -27,6 +27,8 @@ _LAZY = {
     "InformerStats": "capstan.kube.informer",
     "diff_states": "capstan.kube.informer",
     "object_key": "capstan.kube.informer",
+    "LeaderElection": "capstan.kube.lease",
+    "lease_verdict": "capstan.kube.lease",
 }
 
 __getattr__ = lazy_attributes("capstan.kube", _LAZY)
@@ -34,6 +36,7 @@ __getattr__ = lazy_attributes("capstan.kube", _LAZY)
 if TYPE_CHECKING:
     from capstan.kube.client import ApiError, KubeClient, KubeConnect
     from capstan.kube.informer import Delta, Informer, InformerStats, diff_states, object_key
+    from capstan.kube.lease import LeaderElection, lease_verdict
 
 __all__ = [
     "ApiError",
@@ -42,10 +45,12 @@ __all__ = [
     "InformerStats",
     "KubeClient",
     "KubeConnect",
+    "LeaderElection",
     "Requirement",
     "Resource",
     "diff_states",
     "event_time",
+    "lease_verdict",
     "object_key",
     "parse_label_selector",
     "parse_timestamp",

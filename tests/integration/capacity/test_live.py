@@ -23,7 +23,7 @@ from capstan.capacity.live import (
     live_config,
     run_controller,
 )
-from capstan.kube import KubeClient, resources
+from capstan.kube import KubeClient, LeaderElection, resources
 
 pytestmark = pytest.mark.integration
 
@@ -237,3 +237,88 @@ def test_capacity_run_with_a_broken_node_type_file_names_it(tmp_path: Path) -> N
     r = capstan_run("--node-types", str(bad), "--kubeconfig", str(tmp_path / "none"))
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert str(bad) in r.stderr
+
+
+async def test_a_candidate_takes_over_when_the_leader_is_killed_and_launches_nothing_twice(
+    kube: KubeClient, namespace: str, kubeconfig: Path, tmp_path: Path, cleanup_nodes: None
+) -> None:
+    types = write_node_types(tmp_path / "types.yaml", namespace)
+    nt = node_type(namespace)
+    await kube.create(resources.PODS, gated_pod("gpu-0", namespace))
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from capstan.cli.main import main; main()",
+            "capacity",
+            "run",
+            "--node-types",
+            str(types),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            namespace,
+            "--no-headroom",
+            "--review-interval",
+            "1s",
+            "--lease-namespace",
+            namespace,
+            "--lease-duration",
+            "3s",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "leader.log").open("w"),
+    )
+    try:
+
+        async def bound(name: str) -> bool:
+            pod = await kube.get(resources.PODS, name, namespace)
+            return bool(pod["spec"].get("nodeName"))
+
+        await until("the leader to place the first pod", lambda: bound("gpu-0"))
+        stop = asyncio.Event()
+        election = LeaderElection(
+            kube,
+            "capstan-capacity",
+            namespace,
+            "candidate-b",
+            lease_duration_s=3.0,
+            renew_deadline_s=2.0,
+            retry_period_s=0.4,
+        )
+        controller = Controller(
+            live_config(PlannerConfig(headroom=False, min_idle_s=1.0)), react=0.2, review_interval=1.0
+        )
+        candidate = asyncio.create_task(
+            run_controller(
+                kube,
+                KwokProvider(kube),
+                controller,
+                (nt,),
+                stop=stop,
+                namespace=namespace,
+                tick_s=0.2,
+                election=election,
+            )
+        )
+        await asyncio.sleep(1.5)
+        assert leader.poll() is None, (tmp_path / "leader.log").read_text()[-3000:]
+        lease_now = await kube.get(resources.LEASES, "capstan-capacity", namespace)
+        assert not election.leading.is_set(), (lease_now, (tmp_path / "leader.log").read_text()[-3000:])
+        assert sum(controller.plans.values()) == 0
+        leader.kill()  # kill -9: the Lease is not released, it must expire
+        leader.wait(10)
+        await kube.create(resources.PODS, gated_pod("gpu-1", namespace))  # fits the first node's free GPU
+        await until("the candidate to take the Lease and place the second pod", lambda: bound("gpu-1"))
+        assert election.leading.is_set() and election.transitions == 1
+        assert len(await labelled_nodes(kube, namespace)) == 1
+        stop.set()
+        stats = await asyncio.wait_for(candidate, 30)
+        assert stats.led and not stats.lost_leadership
+        lease = await kube.get(resources.LEASES, "capstan-capacity", namespace)
+        assert lease["spec"]["holderIdentity"] == ""  # released on a clean stop
+    finally:
+        if leader.poll() is None:
+            leader.kill()
+            leader.wait(10)

@@ -22,7 +22,7 @@ from capstan.backoff import Backoff
 from capstan.capacity.controller import Controller
 from capstan.capacity.live._cluster import ActionLog, LiveCluster, Provider
 from capstan.capacity.model import NodeType
-from capstan.kube import Informer, KubeClient, resources
+from capstan.kube import Informer, KubeClient, LeaderElection, resources
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,10 @@ class RunStats:
     provider_changes: int = 0
     actions: ActionLog = field(default_factory=ActionLog)
     """Every action the controller decided (what a dry run would have done)."""
+    led: bool = False
+    """This run held the leader Lease (always True without leader election)."""
+    lost_leadership: bool = False
+    """It stopped because another candidate took the Lease or it could not renew it."""
 
 
 async def run_controller(
@@ -53,9 +57,54 @@ async def run_controller(
     tick_s: float = 1.0,
     clock: Callable[[], float] = time.time,
     on_pass: Callable[[LiveCluster, RunStats], None] | None = None,
+    election: LeaderElection | None = None,
 ) -> RunStats:
-    """Run until ``stop`` is set; ``namespace`` limits the pods Capstan places (nodes are cluster-wide)."""
+    """Run until ``stop`` is set; ``namespace`` limits the pods Capstan places (nodes are cluster-wide). With
+    ``election`` the loop acts only while it holds the Lease: it waits as a candidate, and stops (with
+    :attr:`RunStats.lost_leadership`) the moment leadership is lost; a clean stop releases the Lease."""
     await provider.check()
+    if election is None:
+        return await _run(
+            client, provider, controller, node_types, stop, namespace, dry_run, tick_s, clock, on_pass
+        )
+    campaign_stop = asyncio.Event()
+    campaign = asyncio.create_task(election.run(campaign_stop))
+    acting = asyncio.Event()
+
+    async def watch() -> None:
+        await _either(stop, election.lost)
+        acting.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await _either(election.leading, acting)
+        if acting.is_set() or not election.leading.is_set():
+            return RunStats(lost_leadership=election.lost.is_set())
+        stats = await _run(
+            client, provider, controller, node_types, acting, namespace, dry_run, tick_s, clock, on_pass
+        )
+        stats.lost_leadership = election.lost.is_set()
+        return stats
+    finally:
+        campaign_stop.set()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await campaign
+
+
+async def _run(
+    client: KubeClient,
+    provider: Provider,
+    controller: Controller,
+    node_types: tuple[NodeType, ...],
+    stop: asyncio.Event,
+    namespace: str | None,
+    dry_run: bool,
+    tick_s: float,
+    clock: Callable[[], float],
+    on_pass: Callable[[LiveCluster, RunStats], None] | None,
+) -> RunStats:
     nodes_inf = Informer(client, resources.NODES)
     pods_inf = Informer(client, resources.PODS)
     changed = asyncio.Event()
@@ -69,7 +118,7 @@ async def run_controller(
 
     tasks = [asyncio.create_task(follow("nodes", nodes_inf)), asyncio.create_task(follow("pods", pods_inf))]
     cluster = LiveCluster(node_types, nodes_inf.state, pods_inf.state, clock=clock, namespace=namespace)
-    stats = RunStats(actions=cluster.log)
+    stats = RunStats(actions=cluster.log, led=True)
     backoff = Backoff(base=0.5, cap=30.0)
     try:
         for ev in synced.values():

@@ -15,8 +15,6 @@ What the live cluster reads and writes, in one place:
 
 from __future__ import annotations
 
-import calendar
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,6 +22,7 @@ from lightkube.utils.quantity import parse_quantity
 
 from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, Toleration
 from capstan.capacity.placement import GPU_PRODUCT_LABEL, INSTANCE_TYPE_LABEL
+from capstan.kube import parse_timestamp
 
 GATE = "capstan.io/capacity"
 """The scheduling gate that hands a pod's placement to Capstan."""
@@ -43,14 +42,10 @@ GANG_SIZE_LABEL = "capstan.io/gang-size"
 SAFE_TO_EVICT = ("cluster-autoscaler.kubernetes.io/safe-to-evict", "karpenter.sh/do-not-disrupt")
 
 
-def epoch(timestamp: str | None, default: float = 0.0) -> float:
-    """An RFC 3339 timestamp as the API server writes them (``2026-12-03T12:00:00Z``) in epoch seconds."""
-    if not timestamp:
-        return default
-    try:
-        return float(calendar.timegm(time.strptime(timestamp[:19], "%Y-%m-%dT%H:%M:%S")))
-    except ValueError:
-        return default
+def epoch(timestamp: Any, default: float = 0.0) -> float:
+    """A Kubernetes timestamp in epoch seconds (:func:`capstan.kube.parse_timestamp`), ``default`` if unreadable."""
+    at = parse_timestamp(timestamp)
+    return default if at is None else at
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
