@@ -104,6 +104,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "Replica",
         "ReplicaSpec",
         "RequestRejected",
+        "admission_problem",
         "get_preset",
         "port_conflict",
         "preset_names",
