@@ -331,6 +331,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "from_replay_requests",
         "mooncake_requests",
         "pooled_cache_reference",
+        "recommended_scheduler",
         "serving_problem",
         "simulate",
         "upstream_for",
