@@ -117,6 +117,27 @@ def test_route_http_bench_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "route_http_ttft_p90.png").stat().st_size > 0
 
 
+def test_route_http_bench_replays_any_trace(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "my-sessions.jsonl", huge=False)
+    out = tmp_path / "out"
+    proc = run_smoke("route_http.py", out, "--trace", str(trace))
+    assert "my-sessions.jsonl, 12 requests" in proc.stdout
+    data = json.loads((out / "route_http.json").read_text())
+    assert data["workload"] == {"trace": "my-sessions.jsonl", "requests": 12}
+    (row,) = data["rows"]
+    assert row["policy"] == "capstan-precise" and row["ok"] == 12 and row["errors"] == 0
+    assert row["backend_hit_ratio"] > 0  # the trace's shared prefixes reached the replicas as shared text
+
+
+def test_route_http_bench_names_a_bad_trace_line(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.jsonl", huge=False)
+    trace.write_text('{"timestamp": 0, "input_length": 2000, "output_length": 1, "hash_ids": [1]}\n')
+    proc = run_bench("route_http.py", "--smoke", "--out", str(tmp_path / "out"), "--trace", str(trace))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and f"{trace}:1: input_length 2000 needs more" in lines[0]
+    assert not (tmp_path / "out").exists()  # nothing started
+
+
 def test_route_index_bench_smoke(tmp_path: Path) -> None:
     run_smoke("route_index.py", tmp_path)
     data = json.loads((tmp_path / "route_index.json").read_text())
