@@ -227,6 +227,7 @@ def simulate_cmd(
         rows.append(
             ["pooled reference", f"{pooled:.3f}", "1.00", *(["—"] * (len(cols) - 4)), f"{ref.rejected:,}"]
         )
+    console = Console()
     table = _sim_table(
         f"{trace.name}: {len(reqs):,} requests, {replicas} × {blocks * DEFAULT_BLOCK_SIZE:,} KV tokens, "
         f"preset {preset}",
@@ -235,8 +236,8 @@ def simulate_cmd(
         + "; rejected: requests the engines refuse",
         cols,
         rows,
+        console.width,
     )
-    console = Console()
     console.print(table)
     console.print(f"pooled-cache reference {pooled:.3f}, infinite-cache bound {bound:.3f}")
     if ref.rejected:
@@ -246,20 +247,22 @@ def simulate_cmd(
         )
 
 
-def _sim_table(title: str, caption: str, cols: list[str], rows: list[list[str]]) -> object:
-    """The simulation's table. NOTE: fits 80 columns (Rich's width for pipes and logs) for policy names of up to
-    19 characters: each column exactly as wide as its longest value or header word (headers wrap between words),
-    no cell padding, units in the headers and the caption. Policy names are never cut."""
+def _sim_table(title: str, caption: str, cols: list[str], rows: list[list[str]], width: int) -> object:
+    """The simulation's table. NOTE: fits ``width`` (80: Rich's width for pipes and logs) with policy names of up to
+    19 characters on one line: each number column exactly as wide as its longest value or header word (headers
+    wrap between words), no cell padding, units in the headers and the caption. A policy name is never cut: a longer
+    one is folded onto more lines of its cell."""
     from rich import box
     from rich.table import Table
 
     table = Table(title=title, caption=caption, box=box.HEAVY_HEAD, padding=(0, 0))
-    for i, col in enumerate(cols):
-        width = max([len(w) for w in col.split()] + [len(row[i]) for row in rows])
-        if i == 0:
-            table.add_column(col, no_wrap=True, min_width=width)
-        else:
-            table.add_column(col, justify="right", width=width)
+    widths = [
+        max([len(w) for w in col.split()] + [len(row[i]) for row in rows]) for i, col in enumerate(cols)
+    ]
+    room = width - sum(widths[1:]) - (len(cols) + 1)  # what the numbers and the borders leave for the names
+    table.add_column(cols[0], width=max(8, min(widths[0], room)), overflow="fold")
+    for col, w in zip(cols[1:], widths[1:], strict=True):
+        table.add_column(col, justify="right", width=w)
     for row in rows:
         table.add_row(*row)
     return table

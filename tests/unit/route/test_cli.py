@@ -130,6 +130,21 @@ def test_simulate_names_configs_apart_in_full(
     assert set(_rows(capsys.readouterr().out)) == {"capstan-weights-a #1", "capstan-weights-a #2"}
 
 
+def test_simulate_folds_a_long_policy_name_rather_than_cutting_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    name = "a-very-long-experiment-name-for-the-weights-of-x"
+    config = tmp_path / f"{name}.yaml"
+    config.write_text("scheduler: {prefix: {kind: approximate}}\n")
+    main([*SIM, "--trace", str(_trace(tmp_path)), "-c", str(config)])
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    cells = [line.strip("│").split("│")[0].strip() for line in out.splitlines() if line.startswith("│")]
+    assert "".join(cells).startswith(name + "round-robin")  # folded over lines of its cell, whole
+    assert all(n in out for n in ("0.", "rejected"))
+
+
 def test_simulate_counts_what_the_engines_reject(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
