@@ -10,6 +10,11 @@ The peers are installed by this program into a separate venv (``bench/out/peers-
 never the project venv). Also measured: proxy overhead (the same tiny request direct and through each router),
 router RSS, and httpx against aiohttp as the proxy's upstream client at the target concurrency.
 
+The workload: synthetic agentic sessions, or with ``--trace`` any Mooncake-format file (``--trace-limit`` first
+requests, arrivals at ``--load`` × the recorded rate), each request sent as one chat message holding the trace's
+fixed text for its ``hash_ids`` (sglang-router's openai backend serves only the chat endpoint; every policy gets
+the same requests). A bad trace line is one line naming the file and the line (exit 2), before anything starts.
+
 Prints Rich tables, writes a PNG plot and JSON under bench/out/. ``--smoke`` runs Capstan only, in seconds.
 """
 
@@ -41,23 +46,39 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from capstan.kvcache import DEFAULT_BLOCK_SIZE
-from capstan.replay import AgenticConfig, ReplayConfig, ReplayRequest, agentic_requests, replay
+from capstan.errors import UserError
+from capstan.kvcache import DEFAULT_BLOCK_SIZE, MooncakeText
+from capstan.replay import (
+    AgenticConfig,
+    ReplayConfig,
+    ReplayRequest,
+    agentic_requests,
+    expand_body,
+    mooncake_requests,
+    replay,
+)
+from capstan.route import recommended_scheduler
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_VENV = ROOT / "bench/out/peers-venv"
 PEER_PACKAGES = ["sglang-router==0.3.2", "vllm-router==0.1.17", "aiohttp>=3.9,<4", "httpx>=0.27,<1"]
 MODEL = "sim-model"
+CAPSTAN = [sys.executable, "-m", "capstan.cli.main"]  # the Capstan this bench runs with (any checkout)
 console = Console(width=200)
 
-CAPSTAN_SCORERS = [{"type": "prefix", "weight": 3}, {"type": "prefill-cost", "weight": 1}]
-CAPSTAN_POLICIES: dict[str, dict[str, Any]] = {
-    "capstan-precise": {"prefix": {"kind": "precise"}, "scorers": CAPSTAN_SCORERS},
-    "capstan-approx": {"prefix": {"kind": "approximate"}, "scorers": CAPSTAN_SCORERS},
-    "capstan-round-robin": {"prefix": {"kind": "none"}, "picker": {"type": "round-robin"}},
-    "capstan-least-loaded": {"prefix": {"kind": "none"}, "scorers": [{"type": "in-flight", "weight": 1}]},
-    "capstan-random": {"prefix": {"kind": "none"}, "picker": {"type": "random"}},
-}
+
+def capstan_policies() -> dict[str, dict[str, Any]]:
+    """Capstan's policies; ``capstan-precise`` is its recommended scheduler (capstan.route.recommended_scheduler)."""
+    recommended = recommended_scheduler().model_dump(mode="json")
+    return {
+        "capstan-precise": recommended,
+        "capstan-approx": {**recommended, "prefix": {"kind": "approximate"}},
+        "capstan-round-robin": {"prefix": {"kind": "none"}, "picker": {"type": "round-robin"}},
+        "capstan-least-loaded": {"prefix": {"kind": "none"}, "scorers": [{"type": "in-flight", "weight": 1}]},
+        "capstan-random": {"prefix": {"kind": "none"}, "picker": {"type": "random"}},
+    }
+
+
 PEER_POLICIES = [
     "sglang-cache_aware",
     "sglang-round_robin",
@@ -92,7 +113,7 @@ def ensure_peers_venv() -> Path:
     marker = PEERS_VENV / ".capstan-peers"
     if marker.exists() and marker.read_text() == "\n".join(PEER_PACKAGES):
         return py
-    uv = ROOT / ".venv/bin/uv"
+    uv = Path(sys.executable).parent / "uv"
     console.print(f"installing peers into {PEERS_VENV} (once)")
     subprocess.run(
         [str(uv), "venv", "-q", "--allow-existing", "--python", "3.11", str(PEERS_VENV)], check=True
@@ -108,15 +129,16 @@ class Child:
     """A child process in its own process group, stopped by its pid."""
 
     def __init__(self, argv: Sequence[str], log: Path) -> None:
+        self.argv = list(argv)
         self.log = log.open("w")
         self.proc = subprocess.Popen(
-            list(argv), stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+            self.argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
         )
 
     def rss_mib(self) -> float:
         try:
             p = psutil.Process(self.proc.pid)
-            return sum(c.memory_info().rss for c in [p, *p.children(recursive=True)]) / 2**20
+            return float(sum(c.memory_info().rss for c in [p, *p.children(recursive=True)])) / 2**20
         except psutil.Error:
             return math.nan
 
@@ -135,7 +157,7 @@ def wait_http(url: str, child: Child, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # bounded by the deadline
         if child.proc.poll() is not None:
-            raise RuntimeError(f"{child.proc.args[:3]} exited; see {child.log.name}")
+            raise RuntimeError(f"{' '.join(child.argv[:6])} … exited; see {child.log.name}")
         try:
             if httpx.get(url, timeout=2).status_code == 200:
                 return
@@ -150,7 +172,7 @@ def start_engines(args: argparse.Namespace, out: Path, tag: str) -> tuple[Child,
     kv = free_ports(args.replicas)
     child = Child(
         [
-            str(ROOT / ".venv/bin/capstan"),
+            *CAPSTAN,
             "enginesim",
             "serve",
             "--replicas",
@@ -186,12 +208,12 @@ def start_router(
             "endpoints": [
                 {"name": f"r{i}", "url": u, "models": [MODEL], "kv_events": kv[i]} for i, u in enumerate(urls)
             ],
-            "scheduler": CAPSTAN_POLICIES[policy],
+            "scheduler": capstan_policies()[policy],
             "proxy": {"upstream_client": upstream_client},
         }
         path = out / f"route_http_{policy}.yaml"
         path.write_text(yaml.safe_dump(cfg))
-        argv = [str(ROOT / ".venv/bin/capstan"), "route", "serve", "--config", str(path), "--port", str(port)]
+        argv = [*CAPSTAN, "route", "serve", "--config", str(path), "--port", str(port)]
         child = Child(argv, log)
         wait_http(f"http://127.0.0.1:{port}/health", child)
         return child, f"http://127.0.0.1:{port}"
@@ -229,6 +251,22 @@ def openai_strict(requests: list[ReplayRequest]) -> list[ReplayRequest]:
             body["messages"] = [{**m, "role": "user"} if m.get("role") == "tool" else m for m in msgs]
             r = dataclasses.replace(r, body=body)
         out.append(r)
+    return out
+
+
+def trace_requests(path: Path, limit: int, load: float) -> list[ReplayRequest]:
+    """The first ``limit`` requests of a Mooncake-format trace (``capstan.replay``'s reader: a bad line is a
+    UserError naming ``path:line``), arrivals at ``load`` × the recorded rate, each as one chat message holding
+    the trace's fixed text for its ``hash_ids``."""
+    text = MooncakeText(DEFAULT_BLOCK_SIZE)
+    out = []
+    for r in mooncake_requests(path, model=MODEL, limit=limit, time_scale=load):
+        body = expand_body(r, text)
+        prompt = body.pop("prompt")
+        body["messages"] = [{"role": "user", "content": prompt}]
+        out.append(dataclasses.replace(r, api="chat", prompt_ref=None, body=body))
+    if not out:
+        raise UserError(f"{path}: no requests")
     return out
 
 
@@ -315,12 +353,25 @@ def compare_clients(args: argparse.Namespace, out: Path, peers_py: Path) -> dict
 
 
 def main() -> None:
+    try:
+        run()
+    except UserError as exc:  # bad input: one line, exit 2
+        print(f"route_http.py: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="Capstan policies only, tiny workload")
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--preset", default="llama-3.1-8b-h100")
     ap.add_argument("--kv-blocks", type=int, default=4096, help="per replica (64k tokens: scaled-down run)")
     ap.add_argument("--time-scale", type=float, default=4.0, help="model seconds per wall second")
+    ap.add_argument(
+        "--trace", type=Path, default=None, help="a Mooncake-format JSONL trace instead of sessions"
+    )
+    ap.add_argument("--trace-limit", type=int, default=300, help="--trace: its first N requests")
+    ap.add_argument("--load", type=float, default=1.0, help="--trace: arrival rate over the recorded one")
     ap.add_argument("--sessions", type=int, default=40)
     ap.add_argument("--session-rate", type=float, default=1.0)
     ap.add_argument("--concurrency", type=int, default=64, help="for the httpx/aiohttp comparison")
@@ -331,27 +382,37 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
     args = ap.parse_args()
     out: Path = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
     if args.smoke:
         args.replicas, args.sessions, args.probes, args.time_scale = 2, 4, 5, 10.0
-    policies = args.policies or (["capstan-precise"] if args.smoke else [*CAPSTAN_POLICIES, *PEER_POLICIES])
+        args.trace_limit = min(args.trace_limit, 12)
+    if args.trace_limit < 1:
+        raise UserError(f"--trace-limit {args.trace_limit}: must be at least 1")
+    if not args.load > 0 or args.load == math.inf:
+        raise UserError(f"--load {args.load}: must be a positive factor")
+    if args.trace is not None:  # read (and checked) before anything starts
+        requests = trace_requests(args.trace, args.trace_limit, args.load)
+        workload = f"{args.trace.name}, {len(requests)} requests at load {args.load:g}"
+    else:
+        acfg = AgenticConfig(
+            model=MODEL,
+            sessions=args.sessions,
+            session_rate=args.session_rate,
+            system_tokens=1500,
+            tools=6,
+            tool_schema_tokens=200,
+            tool_output_tokens=400,
+            answer_tokens=60,
+            turns_min=3,
+            turns_max=8,
+            think_time_s=2.0,
+        )
+        requests = openai_strict(agentic_requests(acfg))
+        workload = f"{len(requests)} agentic requests, {args.sessions} sessions"
+    out.mkdir(parents=True, exist_ok=True)
+    policies = args.policies or (["capstan-precise"] if args.smoke else [*capstan_policies(), *PEER_POLICIES])
     peers_py = ensure_peers_venv() if any(not p.startswith("capstan-") for p in policies) else None
-    acfg = AgenticConfig(
-        model=MODEL,
-        sessions=args.sessions,
-        session_rate=args.session_rate,
-        system_tokens=1500,
-        tools=6,
-        tool_schema_tokens=200,
-        tool_output_tokens=400,
-        answer_tokens=60,
-        turns_min=3,
-        turns_max=8,
-        think_time_s=2.0,
-    )
-    requests = openai_strict(agentic_requests(acfg))
     console.print(
-        f"workload: {len(requests)} agentic requests, {args.sessions} sessions; {args.replicas} replicas × "
+        f"workload: {workload}; {args.replicas} replicas × "
         f"{args.kv_blocks * DEFAULT_BLOCK_SIZE:,} KV tokens, time scale {args.time_scale}"
     )
     rows: list[dict[str, Any]] = []
@@ -411,7 +472,7 @@ def main() -> None:
             if router is not None:
                 router.stop()
             engines.stop()
-    table = Table(title="End to end over loopback HTTP (model-time figures; time scale applied)")
+    table = Table(title=f"{workload}: end to end over loopback HTTP (model-time figures; time scale applied)")
     cols = [
         ("policy", "policy", "{}"),
         ("ok", "ok", "{:.0f}"),
@@ -447,6 +508,7 @@ def main() -> None:
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "args": {k: str(v) for k, v in vars(args).items()},
+        "workload": {"trace": args.trace.name if args.trace else None, "requests": len(requests)},
         "rows": rows,
     }
     (out / "route_http.json").write_text(json.dumps(results, indent=1, default=str))
@@ -474,7 +536,7 @@ def main() -> None:
         ax.bar(range(len(ok)), [r["ttft_p90"] for r in ok])
         ax.set_xticks(range(len(ok)), [r["policy"] for r in ok], rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("TTFT p90 (model s)")
-        ax.set_title("Agentic sessions over loopback HTTP")
+        ax.set_title(f"{args.trace.name if args.trace else 'Agentic sessions'} over loopback HTTP")
         fig.tight_layout()
         fig.savefig(out / "route_http_ttft_p90.png", dpi=120)
         plt.close(fig)

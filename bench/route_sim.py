@@ -3,9 +3,13 @@
 The router's scheduler (the same code the HTTP gateway runs) drives ``--replicas`` simulated vLLM engines
 (``capstan.enginesim``) through whole workloads in seconds, with no HTTP:
 
-1. Mooncake conversation trace: a sweep of the per-replica KV capacity from ~300k tokens up to where the replicas
-   together hold the trace's working set, each policy next to the pooled-cache reference (one LRU holding all
-   replicas' blocks) and the infinite-cache bound.
+1. A Mooncake-format trace (``--trace``, default the shared conversation trace): every policy at every point of
+   per-replica KV capacity (``--kv-tokens``, default a sweep from ~300k tokens up to where the replicas together
+   hold the trace's working set) × load factor (``--load``: arrival rate over the recorded one, 0.5 = half the rate,
+   timestamps stretched by 2), each next to the pooled-cache reference (one LRU holding all replicas' blocks) and
+   the infinite-cache bound. Requests the engines reject (longer than the context, or than one replica's cache)
+   are counted and left out of both references, by the engine's own rule. Tables are titled with the trace's file
+   name.
 2. Synthetic agentic sessions (closed loop: a turn follows the previous answer after a think time).
 
 Figures: prefix-cache hit ratio from the engines' counters, TTFT p50/p90/p99, output throughput, GPU-seconds per
@@ -20,7 +24,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,7 @@ from rich.table import Table
 
 from capstan.config import load_model
 from capstan.enginesim import EngineConfig, get_preset
+from capstan.errors import UserError
 from capstan.kvcache import DEFAULT_BLOCK_SIZE
 from capstan.percentile import percentile
 from capstan.replay import AgenticConfig, agentic_requests
@@ -43,6 +51,7 @@ from capstan.route import (
     from_replay_requests,
     mooncake_requests,
     pooled_cache_reference,
+    recommended_scheduler,
     simulate,
 )
 
@@ -50,23 +59,29 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT.parent / "shared/data/traces/mooncake-fast25/conversation_trace.jsonl"
 console = Console(width=200)
 
-# The policies compared. Capstan's defaults: the tuning runs in docs/benchmarks.md and benchmarks-history.md.
-CAPSTAN_SCORERS = [{"type": "prefix", "weight": 3}, {"type": "prefill-cost", "weight": 1}]
+# The policies compared. Capstan's: its recommended scheduler (capstan.route.recommended_scheduler, the tuning runs
+# in docs/benchmarks.md and benchmarks-history.md) and the same scorers over the approximate index.
 LLMD_SCORERS = [
     {"type": "prefix", "weight": 3},
     {"type": "queue", "weight": 2},
     {"type": "kv-utilization", "weight": 2},
 ]
-POLICIES: dict[str, dict[str, Any]] = {
-    "capstan-precise": {"prefix": {"kind": "precise"}, "scorers": CAPSTAN_SCORERS},
-    "capstan-approx": {"prefix": {"kind": "approximate"}, "scorers": CAPSTAN_SCORERS},
-    "llmd-weights-precise": {"prefix": {"kind": "precise"}, "scorers": LLMD_SCORERS},
-    "llmd-weights-approx": {"prefix": {"kind": "approximate"}, "scorers": LLMD_SCORERS},
-    "least-loaded": {"prefix": {"kind": "none"}, "scorers": [{"type": "in-flight", "weight": 1}]},
-    "round-robin": {"prefix": {"kind": "none"}, "picker": {"type": "round-robin"}},
-    "random": {"prefix": {"kind": "none"}, "picker": {"type": "random"}},
-}
-SWEEP_POLICIES = ["capstan-precise", "capstan-approx", "llmd-weights-precise", "round-robin"]
+
+
+def policies() -> dict[str, dict[str, Any]]:
+    recommended = recommended_scheduler().model_dump(mode="json")
+    return {
+        "capstan-precise": recommended,
+        "capstan-approx": {**recommended, "prefix": {"kind": "approximate"}},
+        "llmd-weights-precise": {"prefix": {"kind": "precise"}, "scorers": LLMD_SCORERS},
+        "llmd-weights-approx": {"prefix": {"kind": "approximate"}, "scorers": LLMD_SCORERS},
+        "least-loaded": {"prefix": {"kind": "none"}, "scorers": [{"type": "in-flight", "weight": 1}]},
+        "round-robin": {"prefix": {"kind": "none"}, "picker": {"type": "round-robin"}},
+        "random": {"prefix": {"kind": "none"}, "picker": {"type": "random"}},
+    }
+
+
+SWEEP_POLICIES = ["capstan-precise", "capstan-approx", "llmd-weights-precise", "round-robin"]  # plotted
 
 # Agentic shapes. "chat": short tool-using sessions on three shared agent prompts (AgenticConfig's defaults).
 # "coding": llm-d-benchmark's agentic_code_generation profile (shared system prompt 3,000 tokens, a per-session
@@ -92,7 +107,7 @@ AGENTIC_SHAPES: dict[str, dict[str, Any]] = {
 def run_policy(
     reqs: list[SimRequest], name: str, engine: EngineConfig, replicas: int
 ) -> tuple[SimResult, float]:
-    cfg = load_model(SchedulerConfig, POLICIES[name], name)
+    cfg = load_model(SchedulerConfig, policies()[name], name)
     gc.collect()
     t0 = time.perf_counter()
     res = simulate(reqs, cfg, engine, replicas, name=name, quiet_decisions=300)
@@ -122,7 +137,17 @@ def row(res: SimResult, pooled: float, wall: float) -> dict[str, Any]:
     }
 
 
-def print_table(title: str, rows: list[dict[str, Any]], pooled: float, bound: float) -> None:
+def against_round_robin(rows: list[dict[str, Any]]) -> None:
+    """Each row's prefill work and GPU time as ratios to round-robin's (in the same point)."""
+    rr = next(r for r in rows if r["policy"] == "round-robin")
+    for r in rows:
+        r["gpu_s_vs_round_robin"] = (
+            r["gpu_s_per_req"] / rr["gpu_s_per_req"] if rr["gpu_s_per_req"] else float("nan")
+        )
+        r["prefill_vs_round_robin"] = r["prefill_tokens_per_req"] / max(1e-9, rr["prefill_tokens_per_req"])
+
+
+def print_table(title: str, rows: list[dict[str, Any]], pooled: float, bound: float, rejected: int) -> None:
     t = Table(title=title)
     cols = [
         ("policy", "policy", "{}"),
@@ -139,14 +164,19 @@ def print_table(title: str, rows: list[dict[str, Any]], pooled: float, bound: fl
         ("quiet p50 µs", "quiet_decision_p50_us", "{:.0f}"),
         ("quiet p99 µs", "quiet_decision_p99_us", "{:.0f}"),
         ("busiest prefill/mean", "busiest_prefill_over_mean", "{:.2f}"),
+        ("prefill ÷ RR", "prefill_vs_round_robin", "{:.2f}"),
         ("index entries", "index_entries", "{:,}"),
+        ("rejected", "rejected", "{:,}"),
     ]
     for label, _, _ in cols:
-        t.add_column(label, justify="right" if label != "policy" else "left")
+        t.add_column(label, justify="right" if label != "policy" else "left", no_wrap=label == "policy")
     for r in rows:
         t.add_row(*(fmt.format(r[key]) for _, key, fmt in cols))
     console.print(t)
-    console.print(f"  pooled-cache reference hit {pooled:.3f}; infinite-cache bound {bound:.3f}")
+    console.print(
+        f"  pooled-cache reference hit {pooled:.3f}; infinite-cache bound {bound:.3f}"
+        + (f"; {rejected:,} requests the engines reject, left out of both" if rejected else "")
+    )
 
 
 def working_set_blocks(reqs: list[SimRequest]) -> int:
@@ -156,7 +186,32 @@ def working_set_blocks(reqs: list[SimRequest]) -> int:
     return len(seen)
 
 
+def parse_list(text: str, option: str, convert: Callable[[str], float], what: str) -> list[float]:
+    """A comma-separated list of positive numbers, or a UserError naming the option."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise UserError(f"{option} {text!r}: give at least one {what}")
+    out = []
+    for item in items:
+        try:
+            value = convert(item)
+        except ValueError:
+            raise UserError(f"{option} {text!r}: {item!r} is not a number") from None
+        if not value > 0 or value == float("inf"):
+            raise UserError(f"{option} {text!r}: {item!r} must be a positive {what}")
+        out.append(value)
+    return out
+
+
 def main() -> None:
+    try:
+        run()
+    except UserError as exc:  # bad input: one line, exit 2
+        print(f"route_sim.py: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="seconds-long run")
     ap.add_argument("--replicas", type=int, default=8)
@@ -168,7 +223,20 @@ def main() -> None:
         help="a Mooncake-format JSONL trace (default: the shared conversation trace)",
     )
     ap.add_argument("--mooncake-limit", type=int, default=3000, help="first N requests of the trace")
-    ap.add_argument("--mooncake-time-scale", type=float, default=0.5, help="> 1 compresses arrivals")
+    ap.add_argument(
+        "--load",
+        "--mooncake-time-scale",
+        dest="load",
+        default="0.5",
+        help="load factors, comma-separated: arrival rate over the trace's (0.5: half the rate, timestamps "
+        "stretched by 2; 2: twice the rate)",
+    )
+    ap.add_argument(
+        "--kv-tokens",
+        default=None,
+        help="KV capacities per replica in tokens, comma-separated (default: --sweep-points from 300k tokens "
+        "up to the trace's working set / replicas)",
+    )
     ap.add_argument("--sweep-points", type=int, default=4)
     ap.add_argument("--agentic-sessions", type=int, default=300)
     ap.add_argument("--agentic-rate", type=float, default=4.0, help="new sessions per second")
@@ -182,7 +250,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
     args = ap.parse_args()
     if args.agentic_answer_tokens is not None and args.agentic_answer_tokens < 1:
-        ap.error("--agentic-answer-tokens must be at least 1")
+        raise UserError("--agentic-answer-tokens must be at least 1")
+    loads = parse_list(args.load, "--load", float, "load factor")
+    kv_tokens = None if args.kv_tokens is None else parse_list(args.kv_tokens, "--kv-tokens", int, "capacity")
+    for tokens in kv_tokens or []:
+        if tokens < DEFAULT_BLOCK_SIZE:
+            raise UserError(
+                f"--kv-tokens: {tokens:g} is less than one KV block ({DEFAULT_BLOCK_SIZE} tokens)"
+            )
     if args.smoke:
         args.replicas, args.mooncake_limit, args.sweep_points = 4, 150, 2
         args.agentic_sessions = 12 if args.agentic_shape == "chat" else 2
@@ -193,43 +268,90 @@ def main() -> None:
         "args": {k: str(v) for k, v in vars(args).items()},
     }
 
-    # ---- 1. Mooncake capacity sweep ----------------------------------------------------------------------
-    reqs = mooncake_requests(args.trace, limit=args.mooncake_limit, time_scale=args.mooncake_time_scale)
-    ws = working_set_blocks(reqs)
-    bound = pooled_cache_reference(reqs, None).hit_ratio
-    lo = 18_750  # 300k tokens per replica, an H100-realistic size
-    hi = max(lo, -(-ws // args.replicas))
-    points = args.sweep_points
-    caps = sorted({round(lo * (hi / lo) ** (i / max(1, points - 1))) for i in range(points)})
+    # ---- 1. The trace: every policy at every (capacity, load) point ---------------------------------------
+    name = args.trace.name
+    base = mooncake_requests(args.trace, limit=args.mooncake_limit)
+    if not base:
+        raise UserError(f"{args.trace}: no requests")
+    ws = working_set_blocks(base)
+    if kv_tokens is not None:
+        caps = sorted({int(t) // DEFAULT_BLOCK_SIZE for t in kv_tokens})
+    else:
+        lo = 18_750  # 300k tokens per replica, an H100-realistic size
+        hi = max(lo, -(-ws // args.replicas))
+        points = args.sweep_points
+        caps = sorted({round(lo * (hi / lo) ** (i / max(1, points - 1))) for i in range(points)})
     console.print(
-        f"Mooncake: {len(reqs)} requests over {reqs[-1].arrival:.0f} s, working set {ws:,} blocks "
-        f"({ws * DEFAULT_BLOCK_SIZE:,} tokens); per-replica capacity sweep "
-        f"{[c * DEFAULT_BLOCK_SIZE for c in caps]} tokens"
+        f"{name}: {len(base)} requests over {base[-1].arrival - base[0].arrival:.0f} s as recorded, working set "
+        f"{ws:,} blocks ({ws * DEFAULT_BLOCK_SIZE:,} tokens); per-replica capacity "
+        f"{[c * DEFAULT_BLOCK_SIZE for c in caps]} tokens × load {loads}"
     )
     sweep: list[dict[str, Any]] = []
-    for cap in caps:
-        engine = EngineConfig(latency=preset.latency, num_gpu_blocks=cap, max_num_seqs=preset.max_num_seqs)
-        pooled = pooled_cache_reference(reqs, cap * args.replicas).hit_ratio
-        names = list(POLICIES) if cap == caps[0] else SWEEP_POLICIES
-        rows = []
-        for name in names:
-            res, wall = run_policy(reqs, name, engine, args.replicas)
-            rows.append(row(res, pooled, wall))
-        print_table(
-            f"Mooncake conversation, {args.replicas} replicas × {cap * DEFAULT_BLOCK_SIZE:,} KV tokens",
-            rows,
-            pooled,
-            bound,
-        )
-        sweep.append(
-            {
-                "kv_tokens_per_replica": cap * DEFAULT_BLOCK_SIZE,
-                "pooled": pooled,
-                "bound": bound,
-                "rows": rows,
-            }
-        )
-    results["mooncake"] = {"requests": len(reqs), "working_set_blocks": ws, "sweep": sweep}
+    for load in loads:
+        reqs = [replace(r, arrival=r.arrival / load) for r in base]
+        for cap in caps:
+            engine = EngineConfig(
+                latency=preset.latency, num_gpu_blocks=cap, max_num_seqs=preset.max_num_seqs
+            )
+            ref = pooled_cache_reference(reqs, cap * args.replicas, engine=engine)
+            bound = pooled_cache_reference(reqs, None, engine=engine).hit_ratio
+            rows = []
+            for policy in policies():
+                res, wall = run_policy(reqs, policy, engine, args.replicas)
+                rows.append(row(res, ref.hit_ratio, wall))
+            against_round_robin(rows)
+            print_table(
+                f"{name}, load {load:g}, {args.replicas} replicas × {cap * DEFAULT_BLOCK_SIZE:,} KV tokens",
+                rows,
+                ref.hit_ratio,
+                bound,
+                ref.rejected,
+            )
+            sweep.append(
+                {
+                    "kv_tokens_per_replica": cap * DEFAULT_BLOCK_SIZE,
+                    "load": load,
+                    "arrival_span_s": reqs[-1].arrival - reqs[0].arrival,
+                    "pooled": ref.hit_ratio,
+                    "bound": bound,
+                    "rejected": ref.rejected,
+                    "rows": rows,
+                }
+            )
+    summary = Table(title=f"{name}: every point, {args.replicas} replicas")
+    for label in (
+        "KV tokens/replica",
+        "load",
+        "policy",
+        "hit",
+        "hit/pooled",
+        "TTFT p90",
+        "prefill ÷ RR",
+        "rejected",
+    ):
+        summary.add_column(label, justify="left" if label == "policy" else "right", no_wrap=label == "policy")
+    for point in sweep:
+        for r in point["rows"]:
+            summary.add_row(
+                f"{point['kv_tokens_per_replica']:,}",
+                f"{point['load']:g}",
+                r["policy"],
+                f"{r['hit']:.3f}",
+                f"{r['hit_vs_pooled']:.3f}",
+                f"{r['ttft_p90']:.3f}",
+                f"{r['prefill_vs_round_robin']:.2f}",
+                f"{r['rejected']:,}",
+            )
+    console.print(summary)
+    results["trace"] = {
+        "name": name,
+        "path": str(args.trace),
+        "requests": len(base),
+        "working_set_blocks": ws,
+        "loads": loads,
+        "kv_tokens_per_replica": [c * DEFAULT_BLOCK_SIZE for c in caps],
+        "points": sweep,
+    }
 
     # ---- 2. Agentic sessions -------------------------------------------------------------------------------
     acfg = AgenticConfig(
@@ -244,12 +366,14 @@ def main() -> None:
     engine = EngineConfig(
         latency=preset.latency, num_gpu_blocks=preset.num_gpu_blocks, max_num_seqs=preset.max_num_seqs
     )
-    pooled = pooled_cache_reference(areqs, preset.num_gpu_blocks * args.replicas).hit_ratio
-    abound = pooled_cache_reference(areqs, None).hit_ratio
+    aref = pooled_cache_reference(areqs, preset.num_gpu_blocks * args.replicas, engine=engine)
+    pooled = aref.hit_ratio
+    abound = pooled_cache_reference(areqs, None, engine=engine).hit_ratio
     rows = []
-    for name in POLICIES:
-        res, wall = run_policy(areqs, name, engine, args.replicas)
+    for policy in policies():
+        res, wall = run_policy(areqs, policy, engine, args.replicas)
         rows.append(row(res, pooled, wall))
+    against_round_robin(rows)
     print_table(
         f"Agentic sessions, {args.agentic_shape}, {acfg.answer_tokens} output tokens per turn "
         f"({len(areqs)} requests, {args.agentic_sessions} sessions), "
@@ -258,11 +382,9 @@ def main() -> None:
         rows,
         pooled,
         abound,
+        aref.rejected,
     )
-    rr = next(r for r in rows if r["policy"] == "round-robin")
     for r in rows:
-        r["gpu_s_vs_round_robin"] = r["gpu_s_per_req"] / rr["gpu_s_per_req"]
-        r["prefill_vs_round_robin"] = r["prefill_tokens_per_req"] / max(1e-9, rr["prefill_tokens_per_req"])
         r["reuse_vs_bound"] = r["hit"] / abound if abound else float("nan")
     console.print(
         "  GPU-s/request vs round-robin: "
@@ -276,17 +398,20 @@ def main() -> None:
 
     # ---- plots ----------------------------------------------------------------------------------------------
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    xs = [s["kv_tokens_per_replica"] / 1000 for s in sweep]
-    ax.plot(xs, [s["pooled"] for s in sweep], "k--", label="pooled-cache reference")
-    ax.plot(xs, [s["bound"] for s in sweep], "k:", label="infinite-cache bound")
-    for name in SWEEP_POLICIES:
-        ys = [next(r["hit"] for r in s["rows"] if r["policy"] == name) for s in sweep]
-        ax.plot(xs, ys, marker="o", label=name)
+    for load in loads:
+        at = [p for p in sweep if p["load"] == load]
+        xs = [p["kv_tokens_per_replica"] / 1000 for p in at]
+        tag = f" (load {load:g})" if len(loads) > 1 else ""
+        ax.plot(xs, [p["pooled"] for p in at], "k--", label=f"pooled-cache reference{tag}")
+        ax.plot(xs, [p["bound"] for p in at], "k:", label=f"infinite-cache bound{tag}")
+        for policy in SWEEP_POLICIES:
+            ys = [next(r["hit"] for r in p["rows"] if r["policy"] == policy) for p in at]
+            ax.plot(xs, ys, marker="o", label=f"{policy}{tag}")
     ax.set_xscale("log")
     ax.set_xlabel("KV capacity per replica (k tokens)")
     ax.set_ylabel("prefix-cache hit ratio (tokens)")
-    ax.set_title(f"Mooncake conversation, {args.replicas} replicas")
-    ax.legend(fontsize=8)
+    ax.set_title(f"{name}, {args.replicas} replicas")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(args.out / "route_sim_hit_vs_capacity.png", dpi=120)
     plt.close(fig)
@@ -294,7 +419,7 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     first = sweep[0]["rows"]
     names = [r["policy"] for r in first]
-    ax.bar([i - 0.2 for i in range(len(names))], [r["ttft_p90"] for r in first], 0.4, label="Mooncake")
+    ax.bar([i - 0.2 for i in range(len(names))], [r["ttft_p90"] for r in first], 0.4, label=name)
     ax.bar(
         [i + 0.2 for i in range(len(names))],
         [next(r["ttft_p90"] for r in rows if r["policy"] == n) for n in names],

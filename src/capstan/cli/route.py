@@ -101,11 +101,37 @@ def check(config: Path = typer.Argument(..., help="Router YAML to validate.")) -
     )
 
 
+def _policy_names(paths: list[Path], reserved: set[str]) -> list[str]:
+    """Shortest names telling the configurations apart: each file's stem, else as much more of its path as tells
+    it from the others (never one of ``reserved``, the baselines' rows); the same file given twice is numbered."""
+
+    def tail(path: Path, depth: int) -> str:
+        return "/".join([*path.parts[-depth:-1], path.stem])
+
+    names = []
+    for i, path in enumerate(paths):
+        name = tail(path, len(path.parts))
+        for depth in range(1, len(path.parts) + 1):  # bounded by the path's length
+            candidate = tail(path, depth)
+            others = {tail(q, depth) for j, q in enumerate(paths) if j != i}
+            if candidate not in reserved and candidate not in others:
+                name = candidate
+                break
+        names.append(name)
+    if len(set(names)) < len(names) or set(names) & reserved:
+        return [f"{path.stem} #{i + 1}" for i, path in enumerate(paths)]
+    return names
+
+
 @app.command("simulate")
 def simulate_cmd(
     trace: Path = typer.Option(..., "--trace", help="Mooncake-format JSONL trace."),
     config: list[Path] | None = typer.Option(
-        None, "--config", "-c", help="Router YAML whose scheduler section is simulated (repeatable)."
+        None,
+        "--config",
+        "-c",
+        help="Router YAML whose scheduler section is simulated (repeatable). Without it: Capstan's recommended "
+        "scheduler (precise prefix index, scorers prefix 3 + prefill-cost 1; docs/route.md, Tuning).",
     ),
     replicas: int = typer.Option(8, "--replicas", min=1, max=256),
     preset: str = typer.Option("llama-3.1-8b-h100", "--preset", help="Engine preset (capstan enginesim)."),
@@ -120,7 +146,6 @@ def simulate_cmd(
 ) -> None:
     """Replay a trace through the scheduler and simulated engines on a virtual clock; print a table."""
     from rich.console import Console
-    from rich.table import Table
 
     from capstan.config import load_file
     from capstan.enginesim import EngineConfig, get_preset
@@ -129,23 +154,34 @@ def simulate_cmd(
     from capstan.route import (
         RouteConfig,
         SchedulerConfig,
+        SimResult,
         mooncake_requests,
         pooled_cache_reference,
+        recommended_scheduler,
         simulate,
     )
 
     if time_scale <= 0:
         raise UserError("--time-scale must be positive")
+    if kv_tokens is not None and kv_tokens < DEFAULT_BLOCK_SIZE:
+        raise UserError(f"--kv-tokens {kv_tokens}: must be at least {DEFAULT_BLOCK_SIZE} (one KV block)")
     p = get_preset(preset)
-    blocks = p.num_gpu_blocks if kv_tokens is None else max(1, kv_tokens // DEFAULT_BLOCK_SIZE)
+    blocks = p.num_gpu_blocks if kv_tokens is None else kv_tokens // DEFAULT_BLOCK_SIZE
     engine = EngineConfig(latency=p.latency, num_gpu_blocks=blocks, max_num_seqs=p.max_num_seqs)
     reqs = mooncake_requests(trace, limit=limit, time_scale=time_scale)
     if not reqs:
         raise UserError(f"{trace}: no requests")
+    reserved = {"round-robin", "pooled reference"}
     policies: list[tuple[str, SchedulerConfig]] = (
-        [(str(c), load_file(RouteConfig, c).scheduler) for c in config]
+        list(
+            zip(
+                _policy_names(config, reserved),
+                [load_file(RouteConfig, c).scheduler for c in config],
+                strict=True,
+            )
+        )
         if config
-        else [("default", SchedulerConfig())]
+        else [("recommended", recommended_scheduler())]
     )
     if baseline:
         policies.append(
@@ -156,38 +192,77 @@ def simulate_cmd(
                 ),
             )
         )
-    pooled = pooled_cache_reference(reqs, blocks * replicas).hit_ratio
-    bound = pooled_cache_reference(reqs, None).hit_ratio
+    ref = pooled_cache_reference(reqs, blocks * replicas, engine=engine)
+    pooled = ref.hit_ratio
+    bound = pooled_cache_reference(reqs, None, engine=engine).hit_ratio
     results = [(name, simulate(reqs, sched_cfg, engine, replicas, name=name)) for name, sched_cfg in policies]
     rr = results[-1][1] if baseline else None
-    table = Table(
-        title=f"{len(reqs)} requests, {replicas} × {blocks * DEFAULT_BLOCK_SIZE:,} KV tokens, preset {preset}"
-    )
-    cols = ["policy", "hit", "÷ pooled", "TTFT p50", "TTFT p90", "prefill max/mean", "GPU-s/req"]
-    for col in cols + (["÷ round-robin"] if rr else []):
-        if col == "policy":
-            table.add_column(col, no_wrap=True)
-        else:
-            table.add_column(col, justify="right")
+    cols = ["policy", "hit", "÷ pooled", "TTFT p50", "TTFT p90", "prefill max/mean"]
+    cols += ["prefill ÷ RR", "GPU-s ÷ RR"] if rr is not None else ["GPU-s /req"]
+    cols += ["rejected"]
+
+    def prefill(r: SimResult) -> int:
+        return sum(x.prefill_tokens for x in r.replicas)
+
+    rows: list[list[str]] = []
     for name, r in results:
         row = [
             name,
             f"{r.hit_ratio:.3f}",
             f"{r.hit_ratio / pooled:.2f}" if pooled else "-",
-            f"{percentile(r.ttft, 50):.2f}s",
-            f"{percentile(r.ttft, 90):.2f}s",
+            f"{percentile(r.ttft, 50):.2f}",
+            f"{percentile(r.ttft, 90):.2f}",
             f"{r.prefill_imbalance:.2f}",
-            f"{r.gpu_seconds_per_request:.2f}",
         ]
         if rr is not None:
+            row.append(f"{prefill(r) / prefill(rr):.2f}" if prefill(rr) else "-")
             gpu_rr = rr.gpu_seconds_per_request
-            row.append(f"{r.gpu_seconds_per_request / gpu_rr:.2f}×" if gpu_rr else "-")
-        table.add_row(*row)
+            row.append(f"{r.gpu_seconds_per_request / gpu_rr:.2f}" if gpu_rr else "-")
+        else:
+            row.append(f"{r.gpu_seconds_per_request:.2f}")
+        row.append(f"{r.rejected:,}")
+        rows.append(row)
     if baseline:
         # what one cache shared by every replica (same total size, LRU in arrival order) would reuse
-        table.add_row("pooled reference", f"{pooled:.3f}", "1.00", *(["—"] * (len(cols) - 3 + 1)))
+        rows.append(
+            ["pooled reference", f"{pooled:.3f}", "1.00", *(["—"] * (len(cols) - 4)), f"{ref.rejected:,}"]
+        )
     console = Console()
-    if not console.is_terminal:
-        console = Console(width=120)  # readable in logs and pipes, where Rich would assume 80 columns
+    table = _sim_table(
+        f"{trace.name}: {len(reqs):,} requests, {replicas} × {blocks * DEFAULT_BLOCK_SIZE:,} KV tokens, "
+        f"preset {preset}",
+        "TTFT in model seconds; prefill max/mean: the busiest replica's prefill work over the mean"
+        + ("; ÷ RR: against round-robin" if rr is not None else "")
+        + "; rejected: requests the engines refuse",
+        cols,
+        rows,
+        console.width,
+    )
     console.print(table)
     console.print(f"pooled-cache reference {pooled:.3f}, infinite-cache bound {bound:.3f}")
+    if ref.rejected:
+        console.print(
+            f"{ref.rejected:,} of {len(reqs):,} requests are longer than the context ({engine.max_model_len:,} "
+            f"tokens) or than one replica's cache: the engines reject them, the references leave them out"
+        )
+
+
+def _sim_table(title: str, caption: str, cols: list[str], rows: list[list[str]], width: int) -> object:
+    """The simulation's table. NOTE: fits ``width`` (80: Rich's width for pipes and logs) with policy names of up to
+    19 characters on one line: each number column exactly as wide as its longest value or header word (headers
+    wrap between words), no cell padding, units in the headers and the caption. A policy name is never cut: a longer
+    one is folded onto more lines of its cell."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption, box=box.HEAVY_HEAD, padding=(0, 0))
+    widths = [
+        max([len(w) for w in col.split()] + [len(row[i]) for row in rows]) for i, col in enumerate(cols)
+    ]
+    room = width - sum(widths[1:]) - (len(cols) + 1)  # what the numbers and the borders leave for the names
+    table.add_column(cols[0], width=max(8, min(widths[0], room)), overflow="fold")
+    for col, w in zip(cols[1:], widths[1:], strict=True):
+        table.add_column(col, justify="right", width=w)
+    for row in rows:
+        table.add_row(*row)
+    return table

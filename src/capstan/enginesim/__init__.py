@@ -4,7 +4,8 @@ Core (pure, clock-injected, used by the in-process discrete-event harness and by
 
 * :class:`Engine` with :class:`EngineConfig` and a :class:`LatencyModel` (or a :class:`Preset`):
   ``submit(EngineRequest, now)``, ``advance(now) -> list[Completion]``, ``next_event_time()``, ``load()``,
-  ``counters``, ``drain_kv_events()`` (``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared``).
+  ``counters``, ``drain_kv_events()`` (``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared``);
+  :func:`admission_problem` is the rule by which ``submit`` raises :class:`RequestRejected`.
 * Requests carry the prompt's full-block hashes, and KV events use the types and wire format, of the shared
   contract in :mod:`capstan.kvcache`.
 
@@ -27,6 +28,7 @@ from capstan.enginesim._engine import (
     EngineRequest,
     Progress,
     RequestRejected,
+    admission_problem,
 )
 from capstan.enginesim._latency import LatencyModel, Preset, get_preset, preset_names
 from capstan.lazy import lazy_attributes
@@ -60,6 +62,7 @@ __all__ = [
     "Replica",
     "ReplicaSpec",
     "RequestRejected",
+    "admission_problem",
     "get_preset",
     "port_conflict",
     "preset_names",

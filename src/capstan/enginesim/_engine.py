@@ -131,6 +131,26 @@ class RequestRejected(ValueError):
     """The request can never run on this engine (too long for the model or for the whole KV cache)."""
 
 
+def admission_problem(config: EngineConfig, prompt_len: int, max_tokens: int) -> str | None:
+    """Why an engine of ``config`` can never run a request of ``prompt_len`` + ``max_tokens`` tokens, or None.
+
+    NOTE: the one admission rule: :meth:`Engine.submit` raises :class:`RequestRejected` with this text, and the
+    routing harness's cache references (``capstan.route.pooled_cache_reference``) leave out the same requests.
+    """
+    if prompt_len <= 0 or max_tokens <= 0:
+        return "prompt and max_tokens must each be at least 1 token"
+    total = prompt_len + max_tokens
+    if total > config.max_model_len:
+        return (
+            f"prompt ({prompt_len}) + max_tokens ({max_tokens}) = {total} tokens exceeds "
+            f"max_model_len {config.max_model_len}"
+        )
+    blocks = -(-total // config.block_size)
+    if blocks > config.num_gpu_blocks:
+        return f"{total} tokens need {blocks} KV blocks; the cache has {config.num_gpu_blocks}"
+    return None
+
+
 @dataclass
 class _Seq:
     req: EngineRequest
@@ -224,18 +244,9 @@ class Engine:
         c = self.config
         if req.request_id in self._ids:
             raise ValueError(f"duplicate request id {req.request_id!r}")
-        if req.prompt_len <= 0 or req.max_tokens <= 0:
-            raise RequestRejected("prompt and max_tokens must each be at least 1 token")
-        total = req.prompt_len + req.max_tokens
-        if total > c.max_model_len:
-            raise RequestRejected(
-                f"prompt ({req.prompt_len}) + max_tokens ({req.max_tokens}) = {total} tokens exceeds "
-                f"max_model_len {c.max_model_len}"
-            )
-        if self._blocks_for(total) > c.num_gpu_blocks:
-            raise RequestRejected(
-                f"{total} tokens need {self._blocks_for(total)} KV blocks; the cache has {c.num_gpu_blocks}"
-            )
+        problem = admission_problem(c, req.prompt_len, req.max_tokens)
+        if problem is not None:
+            raise RequestRejected(problem)
         self._advance_to(now)
         self._ids.add(req.request_id)
         self._waiting.append(_Seq(req=req, arrival=now))

@@ -1,7 +1,7 @@
 """Cache-aware OpenAI-compatible routing: a scheduling core (filters → scorers → picker) and its shells.
 
 The core (:class:`Scheduler` over :class:`EndpointState` snapshots, the prefix indexes, the plugins chosen by
-``type`` in :class:`SchedulerConfig`) is pure and runs unchanged in two shells:
+``type`` in :class:`SchedulerConfig`; :func:`recommended_scheduler` is Capstan's tuned one) is pure and runs unchanged in two shells:
 
 * :class:`Router`, the HTTP gateway (``capstan route serve``): give it a :class:`RouteConfig`, an
   :class:`EndpointSource` (default: the configured endpoints; :class:`KubernetesEndpointSource` discovers serving
@@ -21,6 +21,7 @@ from capstan.route._config import (
     ProxyConfig,
     RouteConfig,
     SchedulerConfig,
+    recommended_scheduler,
     serving_problem,
 )
 from capstan.route._index import ApproximatePrefixIndex, PreciseKVIndex
@@ -82,6 +83,7 @@ __all__ = [
     "from_replay_requests",
     "mooncake_requests",
     "pooled_cache_reference",
+    "recommended_scheduler",
     "serving_problem",
     "simulate",
     "upstream_for",

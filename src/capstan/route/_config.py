@@ -348,6 +348,22 @@ class SchedulerConfig(StrictModel):
     picker: PickerConfig = PickerConfig()
 
 
+def recommended_scheduler() -> SchedulerConfig:
+    """Capstan's recommended scheduler: the precise prefix index (fed by the engines' KV events) scored by
+    prefix 3 + prefill-cost 1, the tuning of docs/route.md ("Tuning"). A bare :class:`SchedulerConfig` keeps
+    llm-d's weights over the approximate index, so that a file without scorers behaves like that baseline.
+
+    NOTE: the one definition: ``capstan route simulate`` without ``--config`` and the benches' ``capstan-precise``
+    policy use it."""
+    return SchedulerConfig(
+        prefix=PrefixIndexConfig(kind="precise"),
+        scorers=[
+            PrefixScorerConfig(type="prefix", weight=3),
+            PrefillCostScorerConfig(type="prefill-cost", weight=1),
+        ],
+    )
+
+
 class ProxyConfig(StrictModel):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     connect_timeout_s: float = Field(default=2.0, gt=0, allow_inf_nan=False)

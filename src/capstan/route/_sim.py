@@ -9,7 +9,8 @@ would take, because it is the same scheduler code.
 
 :func:`pooled_cache_reference` is the yardstick for hit ratios: one LRU cache holding ``total_blocks`` (all
 replicas' capacity), fed the requests in arrival order: what routing without duplicated blocks could reach.
-With ``total_blocks=None`` it is the infinite-cache bound.
+With ``total_blocks=None`` it is the infinite-cache bound. Given the engines' configuration it leaves out the
+requests they reject, by the engine's own rule, as the simulated engines' counters do.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from capstan.enginesim import Engine, EngineConfig, EngineRequest, RequestRejected
+from capstan.enginesim import Engine, EngineConfig, EngineRequest, RequestRejected, admission_problem
 from capstan.kvcache import DEFAULT_BLOCK_SIZE
 from capstan.percentile import percentile
 from capstan.route._config import SchedulerConfig
@@ -306,6 +307,8 @@ def simulate(
 class ReferenceResult:
     hits: int
     queries: int
+    rejected: int = 0
+    """Requests left out: the engine would reject them (:func:`capstan.enginesim.admission_problem`)."""
 
     @property
     def hit_ratio(self) -> float:
@@ -313,17 +316,31 @@ class ReferenceResult:
 
 
 def pooled_cache_reference(
-    requests: Sequence[SimRequest], total_blocks: int | None, block_size: int = DEFAULT_BLOCK_SIZE
+    requests: Sequence[SimRequest],
+    total_blocks: int | None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    *,
+    engine: EngineConfig | None = None,
 ) -> ReferenceResult:
     """Hit ratio of one LRU cache of ``total_blocks`` (None: infinite) fed the requests in arrival order.
 
     Hits follow the engine's rule: the longest cached run of leading blocks, at most ``(prompt - 1) // block_size``
     blocks (the last token is always recomputed). After each request its blocks are touched tail first, so the head
     of a prompt is the most recently used, as the engine's release order does.
+
+    ``engine``: the replicas' configuration. The requests one of its engines would reject (the engine's own
+    :func:`~capstan.enginesim.admission_problem`: longer than the context, or than one replica's whole cache) reach
+    no cache in :func:`simulate` and count in none of its hit ratios, so they are left out here too (counted in
+    ``rejected``). None: every request counts.
     """
+    if engine is not None and engine.block_size != block_size:
+        raise ValueError(f"block_size {block_size} is not the engine's {engine.block_size}")
     lru: OrderedDict[int, None] = OrderedDict()
-    hits = queries = 0
+    hits = queries = rejected = 0
     for req in requests:
+        if engine is not None and admission_problem(engine, req.prompt_tokens, req.output_tokens) is not None:
+            rejected += 1
+            continue
         limit = min(len(req.block_hashes), (req.prompt_tokens - 1) // block_size)
         n = 0
         while n < limit and req.block_hashes[n] in lru:
@@ -338,4 +355,4 @@ def pooled_cache_reference(
         if total_blocks is not None:
             while len(lru) > total_blocks:
                 lru.popitem(last=False)
-    return ReferenceResult(hits, queries)
+    return ReferenceResult(hits, queries, rejected)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.benches import run_smoke
+from tests.fixtures.benches import run_bench, run_smoke
 
 pytestmark = pytest.mark.integration
 
@@ -29,12 +29,113 @@ def test_route_sim_bench_smoke(tmp_path: Path, shape: str, extra: tuple[str, ...
         assert "50 output tokens per turn" in proc.stdout.replace("\n", " ")
 
 
+def _trace(path: Path, *, huge: bool = True) -> Path:
+    """30 requests of 2,000 tokens on 4 shared prefixes, and (``huge``) one of 30,000 tokens."""
+    lines = [
+        json.dumps(
+            {
+                "timestamp": i * 500,
+                "input_length": 2000,
+                "output_length": 10,
+                "hash_ids": [0, i % 4 + 1, 100 + i, 200 + i],
+            }
+        )
+        for i in range(30)
+    ]
+    if huge:
+        lines.insert(
+            10,
+            json.dumps(
+                {
+                    "timestamp": 4800,
+                    "input_length": 30000,
+                    "output_length": 10,
+                    "hash_ids": list(range(1000, 1059)),
+                }
+            ),
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_route_sim_bench_takes_any_trace_and_any_point(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "my-sessions.jsonl")
+    out = tmp_path / "out"
+    proc = run_smoke(
+        "route_sim.py", out, "--trace", str(trace), "--kv-tokens", "20000,40000", "--load", "0.5,2"
+    )
+    assert "my-sessions.jsonl" in proc.stdout and "Mooncake" not in proc.stdout
+    data = json.loads((out / "route_sim.json").read_text())["trace"]
+    assert data["name"] == "my-sessions.jsonl" and data["requests"] == 31
+    points = {(p["kv_tokens_per_replica"], p["load"]): p for p in data["points"]}
+    assert set(points) == {(20000, 0.5), (20000, 2.0), (40000, 0.5), (40000, 2.0)}
+    policies = {"capstan-precise", "capstan-approx", "llmd-weights-precise", "llmd-weights-approx"}
+    policies |= {"least-loaded", "round-robin", "random"}
+    for (kv, _), p in points.items():
+        assert {r["policy"] for r in p["rows"]} == policies  # every policy at every point
+        # 30,010 tokens need 1,876 KV blocks: a replica of 20,000 tokens has 1,250, one of 40,000 has 2,500
+        assert p["rejected"] == (1 if kv == 20000 else 0)
+        assert {r["rejected"] for r in p["rows"]} == {p["rejected"]}
+        assert all(r["hit_vs_pooled"] > 0 for r in p["rows"] if r["policy"] != "random")
+    # load 0.5 stretches the recorded arrivals by 2, load 2 compresses them by 2
+    assert points[(20000, 0.5)]["arrival_span_s"] == 4 * points[(20000, 2.0)]["arrival_span_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (("--kv-tokens", ""), "--kv-tokens '': give at least one capacity"),
+        (("--kv-tokens", "8"), "--kv-tokens: 8 is less than one KV block"),
+        (("--load=0.5,0",), "--load '0.5,0': '0' must be a positive load factor"),
+        (("--load=-1",), "'-1' must be a positive load factor"),
+        (("--load", "fast"), "'fast' is not a number"),
+    ],
+)
+def test_route_sim_bench_bad_points_are_one_line(tmp_path: Path, args: tuple[str, ...], problem: str) -> None:
+    proc = run_bench(
+        "route_sim.py", "--smoke", "--out", str(tmp_path), "--trace", str(_trace(tmp_path / "t.jsonl")), *args
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and problem in lines[0], proc.stderr
+
+
+def test_route_sim_bench_names_a_bad_trace_line(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.jsonl", huge=False)
+    trace.write_text(trace.read_text() + '{"timestamp": 1}\n')
+    proc = run_bench("route_sim.py", "--smoke", "--out", str(tmp_path), "--trace", str(trace))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and f"{trace}:31: bad Mooncake record" in lines[0], (
+        proc.stderr
+    )
+
+
 def test_route_http_bench_smoke(tmp_path: Path) -> None:
     run_smoke("route_http.py", tmp_path)
     data = json.loads((tmp_path / "route_http.json").read_text())
     (row,) = data["rows"]
     assert row["policy"] == "capstan-precise" and row["ok"] > 0 and row["errors"] == 0
     assert (tmp_path / "route_http_ttft_p90.png").stat().st_size > 0
+
+
+def test_route_http_bench_replays_any_trace(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "my-sessions.jsonl", huge=False)
+    out = tmp_path / "out"
+    proc = run_smoke("route_http.py", out, "--trace", str(trace))
+    assert "my-sessions.jsonl, 12 requests" in proc.stdout
+    data = json.loads((out / "route_http.json").read_text())
+    assert data["workload"] == {"trace": "my-sessions.jsonl", "requests": 12}
+    (row,) = data["rows"]
+    assert row["policy"] == "capstan-precise" and row["ok"] == 12 and row["errors"] == 0
+    assert row["backend_hit_ratio"] > 0  # the trace's shared prefixes reached the replicas as shared text
+
+
+def test_route_http_bench_names_a_bad_trace_line(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.jsonl", huge=False)
+    trace.write_text('{"timestamp": 0, "input_length": 2000, "output_length": 1, "hash_ids": [1]}\n')
+    proc = run_bench("route_http.py", "--smoke", "--out", str(tmp_path / "out"), "--trace", str(trace))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and f"{trace}:1: input_length 2000 needs more" in lines[0]
+    assert not (tmp_path / "out").exists()  # nothing started
 
 
 def test_route_index_bench_smoke(tmp_path: Path) -> None:

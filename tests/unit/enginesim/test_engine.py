@@ -13,6 +13,7 @@ from capstan.enginesim import (
     EngineRequest,
     LatencyModel,
     RequestRejected,
+    admission_problem,
 )
 from capstan.kvcache import AllBlocksCleared, BlockRemoved, BlockStored, block_hashes
 
@@ -218,9 +219,29 @@ def test_rejects_impossible_requests_and_time_travel() -> None:
         e.submit(req("a", list(range(95)), out=10), 0.0)
     with pytest.raises(RequestRejected, match="KV blocks"):
         e.submit(req("a", list(range(60)), out=10), 0.0)
+    with pytest.raises(RequestRejected, match="at least 1 token"):
+        e.submit(req("a", list(range(10)), out=0), 0.0)
     e.advance(5.0)
     with pytest.raises(ValueError, match="backwards"):
         e.advance(4.0)
+
+
+def test_submit_rejects_by_the_shared_admission_rule() -> None:
+    """`admission_problem` is what `submit` raises, word for word, and nothing else is rejected."""
+    e = make(blocks=4, max_model_len=100)
+    for prompt, out in ((95, 10), (60, 10), (10, 0), (0, 5), (54, 10), (40, 10), (1, 1)):
+        problem = admission_problem(e.config, prompt, out)
+        tokens = list(range(prompt))
+        if problem is None:
+            e.submit(req(f"ok{prompt}", tokens, out=out), 0.0)
+        else:
+            with pytest.raises(RequestRejected) as info:
+                e.submit(req("x", tokens, out=out), 0.0)
+            assert str(info.value) == problem
+    # 64 tokens fill the 4 blocks of 16 exactly; 65 need a fifth
+    assert admission_problem(e.config, 54, 10) is None
+    assert admission_problem(e.config, 55, 10) == "65 tokens need 5 KV blocks; the cache has 4"
+    assert len(run_all(e)) == 3
 
 
 def test_clear_prefix_cache_only_when_idle() -> None:

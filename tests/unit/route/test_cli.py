@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from capstan.cli.main import main
 
@@ -30,179 +31,150 @@ def test_check_accepts_a_good_config_and_names_a_bad_key(
     assert len(err) == 1 and "bad.yaml: scheduler.picker.type" in err[0]
 
 
-def test_simulate_prints_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = tmp_path / "t.jsonl"
+def _trace(tmp_path: Path, extra: str = "") -> Path:
+    trace = tmp_path / "conversations.jsonl"
     lines = [
         f'{{"timestamp": {i * 100}, "input_length": 1100, "output_length": 4, "hash_ids": [0, {i % 3 + 1}, {i + 10}]}}'
         for i in range(12)
     ]
-    trace.write_text("\n".join(lines) + "\n")
-    main(["route", "simulate", "--trace", str(trace), "--replicas", "2", "--preset", "tiny-test"])
-    out = capsys.readouterr().out
-    assert "pooled-cache reference" in out and "default" in out
-    # beside round-robin and the pooled reference, with the GPU time as a ratio to round-robin's
-    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.startswith("│")}
-    assert set(rows) == {"default", "round-robin", "pooled reference"}
-    assert rows["round-robin"].rstrip(" │").endswith("1.00×") and "÷ round-robin" in out
-    main(
-        [
-            "route",
-            "simulate",
-            "--trace",
-            str(trace),
-            "--replicas",
-            "2",
-            "--preset",
-            "tiny-test",
-            "--no-baseline",
-        ]
-    )
-    out = capsys.readouterr().out
-    assert "round-robin" not in out and "pooled reference" not in out and "default" in out
+    trace.write_text("\n".join(lines) + "\n" + extra)
+    return trace
 
 
-_ONE = "endpoints:\n  - {name: a, url: 'http://127.0.0.1:8100'}\n"
-_BAD_CONFIGS = {
-    "ftp-url": ("endpoints:\n  - {name: a, url: 'ftp://x'}\n", "endpoints.0.url", "is not an http(s) URL"),
-    "no-host": ("endpoints:\n  - {name: a, url: 'http://'}\n", "endpoints.0.url", "has no host"),
-    "bad-port": (
-        "endpoints:\n  - {name: a, url: 'http://h:99999'}\n",
-        "endpoints.0.url",
-        "Port out of range",
-    ),
-    "query": (
-        "endpoints:\n  - {name: a, url: 'http://h:1/?x=1'}\n",
-        "endpoints.0.url",
-        "no query or fragment",
-    ),
-    "credentials": (
-        "endpoints:\n  - {name: a, url: 'http://me:hunter2@h:1'}\n",
-        "endpoints.0.url",
-        "'http://me:***@h:1': credentials in the URL are not supported",
-    ),
-    "empty-name": ("endpoints:\n  - {name: '', url: 'http://h:1'}\n", "endpoints.0.name", "at least 1"),
-    "same-name": (
-        "endpoints:\n  - {name: a, url: 'http://h:1'}\n  - {name: a, url: 'http://h:2'}\n",
-        "(top level)",
-        "endpoint names must be distinct: a given twice",
-    ),
-    "same-url": (
-        "endpoints:\n  - {name: a, url: 'http://h:1'}\n  - {name: b, url: 'http://h:1/'}\n",
-        "(top level)",
-        "endpoint URLs must be distinct",
-    ),
-    "role": (
-        "endpoints:\n  - {name: a, url: 'http://h:1', role: decoder}\n",
-        "endpoints.0.role",
-        "'prefill'",
-    ),
-    "filter-role": (
-        _ONE + "scheduler: {filters: [{type: role, roles: [prefil]}]}\n",
-        "scheduler.filters.0.role.roles.0",
-        "'decode'",
-    ),
-    "kv-events": (
-        "endpoints:\n  - {name: a, url: 'http://h:1', kv_events: 'h:5557'}\n",
-        "endpoints.0.kv_events",
-        "is not a ZMQ address",
-    ),
-    "kv-events-no-port": (
-        "endpoints:\n  - {name: a, url: 'http://h:1', kv_events: 'tcp://h'}\n",
-        "endpoints.0.kv_events",
-        "expected tcp://HOST:PORT",
-    ),
-    "kv-events-bind-address": (
-        "endpoints:\n  - {name: a, url: 'http://h:1', kv_events: 'tcp://*:5557'}\n",
-        "endpoints.0.kv_events",
-        "with a host to connect to",
-    ),
-    "same-kv-events": (
-        "endpoints:\n  - {name: a, url: 'http://h:1', kv_events: 'tcp://h:5'}\n"
-        "  - {name: b, url: 'http://h:2', kv_events: 'tcp://h:5'}\n",
-        "(top level)",
-        "endpoint kv_events addresses must be distinct",
-    ),
-    "precise-without-events": (
-        _ONE + "scheduler: {prefix: {kind: precise}}\n",
-        "scheduler.prefix.kind precise",
-        "no endpoint has 'kv_events'",
-    ),
-    "no-endpoints": ("scheduler: {seed: 1}\n", "no endpoints", "'discovery.kubernetes'"),
-    "endpoints-and-discovery": (
-        _ONE + "discovery: {kubernetes: {namespace: ml, selector: app=vllm}}\n",
-        "(top level)",
-        "either 'endpoints' or 'discovery', not both",
-    ),
-    "namespace": (
-        "discovery: {kubernetes: {namespace: ML_Team, selector: app=vllm}}\n",
-        "discovery.kubernetes.namespace",
-        "is not a namespace name",
-    ),
-    "selector-unbalanced": (
-        "discovery: {kubernetes: {namespace: ml, selector: 'app in (vllm,sglang'}}\n",
-        "discovery.kubernetes.selector",
-        "unbalanced '('",
-    ),
-    "selector-bad-key": (
-        "discovery: {kubernetes: {namespace: ml, selector: 'app=vllm,-role=decode'}}\n",
-        "discovery.kubernetes.selector",
-        "invalid label key",
-    ),
-}
+def _rows(out: str) -> dict[str, list[str]]:
+    """The table's body rows by policy name (cells stripped)."""
+    return {
+        cells[0]: cells[1:]
+        for line in out.splitlines()
+        if line.startswith("│")
+        for cells in [[c.strip() for c in line.strip("│").split("│")]]
+    }
 
 
-@pytest.mark.parametrize("case", sorted(_BAD_CONFIGS))
-@pytest.mark.parametrize("command", ["check", "serve"])
-def test_route_check_rejects_everything_route_serve_rejects(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, command: str
+SIM = ["route", "simulate", "--replicas", "2", "--preset", "tiny-test"]
+
+
+def test_simulate_prints_a_table_in_80_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same one line from `route check` and from `route serve` (which stops before it listens)."""
-    text, where, problem = _BAD_CONFIGS[case]
-    path = tmp_path / "route.yaml"
-    path.write_text(text)
-    argv = ["route", "check", str(path)] if command == "check" else ["route", "serve", "--config", str(path)]
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"{path}: {where}" in err[0] and problem in err[0], err
-    assert "hunter2" not in err[0]
+    monkeypatch.setenv("COLUMNS", "80")
+    trace = _trace(tmp_path)
+    main([*SIM, "--trace", str(trace)])
+    out = capsys.readouterr().out
+    assert "pooled-cache reference" in out and "conversations.jsonl: 12 requests" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    # Capstan's recommended scheduler beside round-robin and the pooled reference, prefill work and GPU time as
+    # ratios to round-robin's, and the requests the engines rejected
+    rows = _rows(out)
+    assert set(rows) == {"recommended", "round-robin", "pooled reference"}
+    header = " ".join(line for line in out.splitlines() if line.startswith("┃"))
+    for word in ("prefill", "GPU-s", "÷ RR", "rejected", "TTFT"):
+        assert word in header
+    assert rows["round-robin"][-3:] == ["1.00", "1.00", "0"]
+    assert rows["recommended"][-3] != "1.00"  # the cache-aware pick computes less prefill than round-robin
+    main([*SIM, "--trace", str(trace), "--no-baseline"])
+    out = capsys.readouterr().out
+    assert set(_rows(out)) == {"recommended"} and "round-robin" not in out
 
 
-def test_endpoint_options_are_checked_like_the_file(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, problem in (
-        (
-            ["--endpoint", "ftp://x"],
-            "--endpoint: endpoints.0.url: Value error, 'ftp://x' is not an http(s) URL",
-        ),
-        (["--endpoint", "http://h:1", "--endpoint", "http://h:1/"], "endpoint URLs must be distinct"),
-    ):
-        with pytest.raises(SystemExit) as exit_info:
-            main(["route", "serve", *argv])
-        assert exit_info.value.code == 2
-        assert problem in capsys.readouterr().err
+def test_simulate_without_a_config_runs_the_recommended_scheduler(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from capstan.route import SchedulerConfig, recommended_scheduler
+
+    trace = _trace(tmp_path)
+    rec = tmp_path / "rec.yaml"
+    rec.write_text(yaml.safe_dump({"scheduler": recommended_scheduler().model_dump(mode="json")}))
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("scheduler: {}\n")
+    main([*SIM, "--trace", str(trace), "--no-baseline", "-c", str(rec), "-c", str(bare)])
+    rows = _rows(capsys.readouterr().out)
+    main([*SIM, "--trace", str(trace), "--no-baseline"])
+    (recommended,) = _rows(capsys.readouterr().out).values()
+    assert rows["rec"] == recommended != rows["bare"]
+    assert recommended_scheduler() != SchedulerConfig()
+    assert recommended_scheduler().prefix.kind == "precise"
+    assert [(s.type, s.weight) for s in recommended_scheduler().scorers] == [
+        ("prefix", 3),
+        ("prefill-cost", 1),
+    ]
+    main(["route", "simulate", "--help"])  # the help says what runs without --config
+    assert "recommended" in capsys.readouterr().out
+
+
+def test_simulate_names_configs_apart_in_full(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    trace = _trace(tmp_path)
+    deep = tmp_path / "experiments-with-a-long-directory-name" / "weights"
+    (deep / "x").mkdir(parents=True)
+    paths = [
+        deep / "capstan-weights-a.yaml",
+        deep / "capstan-weights-b.yaml",
+        deep / "x" / "round-robin.yaml",
+    ]
+    for path in paths:
+        path.write_text("scheduler: {prefix: {kind: approximate}}\n")
+    main([*SIM, "--trace", str(trace), *(a for p in paths for a in ("-c", str(p)))])
+    out = capsys.readouterr().out
+    assert set(_rows(out)) == {
+        "capstan-weights-a",
+        "capstan-weights-b",
+        "x/round-robin",
+        "round-robin",
+        "pooled reference",
+    }
+    assert max(len(line) for line in out.splitlines()) <= 80
+    main([*SIM, "--trace", str(trace), "--no-baseline", "-c", str(paths[0]), "-c", str(paths[0])])
+    assert set(_rows(capsys.readouterr().out)) == {"capstan-weights-a #1", "capstan-weights-a #2"}
+
+
+def test_simulate_folds_a_long_policy_name_rather_than_cutting_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    name = "a-very-long-experiment-name-for-the-weights-of-x"
+    config = tmp_path / f"{name}.yaml"
+    config.write_text("scheduler: {prefix: {kind: approximate}}\n")
+    main([*SIM, "--trace", str(_trace(tmp_path)), "-c", str(config)])
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    cells = [line.strip("│").split("│")[0].strip() for line in out.splitlines() if line.startswith("│")]
+    assert "".join(cells).startswith(name + "round-robin")  # folded over lines of its cell, whole
+    assert all(n in out for n in ("0.", "rejected"))
+
+
+def test_simulate_counts_what_the_engines_reject(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    # 2,500 + 4 tokens need 157 blocks; a replica of 2,048 tokens has 128 (the others need 69)
+    big = '{"timestamp": 2000, "input_length": 2500, "output_length": 4, "hash_ids": [0, 1, 2, 3, 4]}\n'
+    trace = _trace(tmp_path, big)
+    main([*SIM, "--trace", str(trace), "--kv-tokens", "2048"])
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert {name: cells[-1] for name, cells in rows.items()} == {
+        "recommended": "1",
+        "round-robin": "1",
+        "pooled reference": "1",
+    }
+    assert "1 of 13 requests are longer than the context" in " ".join(out.split())
 
 
 @pytest.mark.parametrize(
-    ("content", "problem"),
+    ("argv", "problem"),
     [
-        (None, "file not found"),
-        (b"", "no clusters defined"),
-        (b"\x89PNG\r\n\x1a\n\x00\x00", "not UTF-8 text"),
-        (b"clusters: [\n  - a: b\n bad", "invalid YAML"),
+        (["--kv-tokens", "8"], "--kv-tokens 8: must be at least 16 (one KV block)"),
+        (["--time-scale", "0"], "--time-scale must be positive"),
     ],
-    ids=["missing", "empty", "binary", "broken"],
 )
-def test_route_serve_with_a_bad_kubeconfig_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, problem: str
+def test_simulate_bad_options_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], problem: str
 ) -> None:
-    config = tmp_path / "route.yaml"
-    config.write_text("discovery: {kubernetes: {namespace: ml, selector: app=vllm}}\n")
-    kubeconfig = tmp_path / "kubeconfig"
-    if content is not None:
-        kubeconfig.write_bytes(content)
     with pytest.raises(SystemExit) as exit_info:
-        main(["route", "serve", "--config", str(config), "--kubeconfig", str(kubeconfig)])
+        main([*SIM, "--trace", str(_trace(tmp_path)), *argv])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"kubeconfig {kubeconfig}" in err[0] and problem in err[0], err
+    assert len(err) == 1 and problem in err[0], err

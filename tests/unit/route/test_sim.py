@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,31 @@ def test_pooled_reference_counts_leading_blocks_and_evicts_lru() -> None:
     # capacity 1: only block 1 survives r1
     assert pooled_cache_reference([r1, r2], 1).hits == 16
     assert pooled_cache_reference([r1, r2], 1).queries == 96
+
+
+def test_pooled_reference_leaves_out_what_the_engines_reject() -> None:
+    engine = replace(ENGINE, num_gpu_blocks=10, max_model_len=100)
+    reqs = [
+        SimRequest(
+            0.0, "big", list(range(1, 12)), 176, 8
+        ),  # 184 tokens: 12 blocks, more than one replica has
+        SimRequest(0.1, "long", [1, 2, 3, 4, 5], 80, 30),  # 110 tokens: beyond the context of 100
+        SimRequest(0.2, "silent", [1, 2, 3], 48, 0),  # no output token asked for
+        SimRequest(10.0, "a", [1, 2, 3], 48, 1),
+        SimRequest(20.0, "b", [1, 2, 9], 48, 1),
+    ]
+    counted = pooled_cache_reference(reqs, None)
+    assert counted.rejected == 0 and counted.queries == 176 + 80 + 48 * 3
+    ref = pooled_cache_reference(reqs, None, engine=engine)
+    # only a and b reach a cache: a finds nothing (the rejected requests stored nothing), b reuses 1, 2
+    assert (ref.rejected, ref.queries, ref.hits) == (3, 96, 32)
+    assert pooled_cache_reference(reqs, 20, engine=engine).hits == 32
+    # the simulated engines reject the same three, and one replica then reuses what the reference says
+    res = simulate(reqs, cfg({"prefix": {"kind": "precise"}}), engine, 1)
+    assert res.rejected == ref.rejected and len(res.ttft) == 2
+    assert res.hit_ratio == ref.hit_ratio
+    with pytest.raises(ValueError, match="block_size 32"):
+        pooled_cache_reference(reqs, None, 32, engine=engine)
 
 
 def test_percentile_nearest_rank() -> None:
