@@ -405,7 +405,13 @@ class _Work:
             b.scanned = False
 
     def open_bin(self, nt: NodeType) -> _Bin:
-        b = _Bin(f"{self.snap.node_prefix}{self.next_id}", nt, Capacity.of(nt), "new", len(self.snap.nodes) + len(self.new_bins))
+        b = _Bin(
+            f"{self.snap.node_prefix}{self.next_id}",
+            nt,
+            Capacity.of(nt),
+            "new",
+            len(self.snap.nodes) + len(self.new_bins),
+        )
         self.next_id += 1
         self.count[nt.name] += 1
         self.bins.append(b)

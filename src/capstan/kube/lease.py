@@ -134,7 +134,7 @@ class LeaderElection:
                 return False
             log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
             return False
-        except Exception as exc:  # noqa: BLE001 - any failure is a failed attempt; losing is decided by time
+        except Exception as exc:  # any failure is a failed attempt; losing is decided by time
             log.warning("lease %s/%s: %s: %s", self.namespace, self.name, type(exc).__name__, exc)
             return False
 
