@@ -503,6 +503,12 @@ def run(
     leader_elect: bool = typer.Option(
         True, "--leader-elect/--no-leader-elect", help="Act only while holding the Lease (not in a dry run)."
     ),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help="Serve Prometheus metrics (capstan_capacity_*) on this port."
+    ),
+    metrics_address: str = typer.Option(
+        "127.0.0.1", "--metrics-address", help="Address of the metrics server."
+    ),
     lease_namespace: str = typer.Option("kube-system", "--lease-namespace", help="Namespace of the Lease."),
     lease_name: str = typer.Option("capstan-capacity", "--lease-name", help="Name of the Lease."),
     lease_duration: str = typer.Option(
@@ -518,8 +524,16 @@ def run(
     import signal
     import socket
 
+    from prometheus_client import start_http_server
+
     from capstan.capacity import Controller, Delay, PlannerConfig, load_node_type_file
-    from capstan.capacity.live import KwokProvider, live_config, run_controller
+    from capstan.capacity.live import (
+        ControllerMetrics,
+        EventRecorder,
+        KwokProvider,
+        live_config,
+        run_controller,
+    )
     from capstan.cli._cluster import cluster_kubeconfig
     from capstan.kube import KubeClient, LeaderElection
     from capstan.percentile import percentile
@@ -559,6 +573,17 @@ def run(
                 renew_deadline_s=lease_s * 2 / 3,
                 retry_period_s=lease_s * 2 / 15,
             )
+        metrics = ControllerMetrics()
+        server = None
+        if metrics_port is not None:
+            try:
+                server, _thread = start_http_server(
+                    metrics_port, addr=metrics_address, registry=metrics.registry
+                )
+            except OSError as exc:
+                raise UserError(
+                    f"--metrics-port {metrics_port}: cannot listen on {metrics_address}: {exc}"
+                ) from None
         try:
             stats = await run_controller(
                 client,
@@ -569,9 +594,13 @@ def run(
                 namespace=namespace,
                 dry_run=dry_run,
                 election=election,
+                metrics=metrics,
+                events=EventRecorder(client, host=socket.gethostname()),
             )
         finally:
             await client.close()
+            if server is not None:
+                server.shutdown()
         decided = sorted(stats.decision_s)
         done = stats.actions
         console = Console()

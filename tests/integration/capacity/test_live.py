@@ -18,6 +18,8 @@ from capstan.capacity.live import (
     GATE,
     PROMISED_ANNOTATION,
     PURPOSE_LABEL,
+    ControllerMetrics,
+    EventRecorder,
     KwokProvider,
     RunStats,
     live_config,
@@ -90,6 +92,7 @@ class Running:
 
     def __init__(self, kube: KubeClient, namespace: str, nt: NodeType) -> None:
         self.stop_event = asyncio.Event()
+        self.metrics = ControllerMetrics()
         config = live_config(PlannerConfig(headroom=False, min_idle_s=1.0))
         controller = Controller(config, react=0.2, review_interval=1.0)
         self.task: asyncio.Task[RunStats] = asyncio.create_task(
@@ -101,8 +104,13 @@ class Running:
                 stop=self.stop_event,
                 namespace=namespace,
                 tick_s=0.2,
+                metrics=self.metrics,
+                events=EventRecorder(kube),
             )
         )
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(name, labels) or 0.0
 
     async def stop(self) -> RunStats:
         self.stop_event.set()
@@ -140,6 +148,18 @@ async def test_gated_gpu_pods_get_nodes_launched_and_bound_then_drained(
     assert all(not p["spec"].get("schedulingGates") for p in pods)
     first = await run.stop()
     assert first.decisions > 0 and not first.failures
+    assert run.metric("capstan_capacity_launches_total", type=nt.name, purpose="pods") == 2
+    assert run.metric("capstan_capacity_placements_total") == 3
+    assert run.metric("capstan_capacity_decisions_total", scope="place") >= 1
+    assert run.metric("capstan_capacity_pending_pods") == 0
+    events, _ = await kube.list(resources.EVENTS, namespace=namespace)
+    reasons = {
+        (e["involvedObject"]["name"], e["reason"])
+        for e in events
+        if (e.get("source") or {}).get("component") == "capstan-capacity"
+    }
+    for i in range(3):
+        assert (f"gpu-{i}", "CapstanLaunched") in reasons and (f"gpu-{i}", "CapstanPlaced") in reasons
 
     # a second controller (a restart) reads the cluster and launches nothing more
     await kube.create(resources.PODS, gated_pod("gpu-3", namespace))  # fits the free GPU of one node
@@ -162,6 +182,10 @@ async def test_gated_gpu_pods_get_nodes_launched_and_bound_then_drained(
     await until("the empty nodes to be drained and deleted", nodes_gone)
     second = await again.stop()
     assert second.decisions > 0
+    assert again.metric("capstan_capacity_drains_total") == 2
+    node_events, _ = await kube.list(resources.EVENTS, namespace="default")
+    drained = {e["involvedObject"]["name"] for e in node_events if e["reason"] == "CapstanDraining"}
+    assert names <= drained
 
 
 def capstan_run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -153,3 +153,29 @@ def test_a_plan_over_the_live_cluster_records_one_launch_and_forgets_nothing_unt
     nodes["other"]["metadata"]["labels"].pop(PURPOSE_LABEL)
     live.drain("other")
     assert len(live.log.refused) == 2 and not live.log.drains
+
+
+async def test_an_event_message_carries_no_planted_secret() -> None:
+    """Events leave the process (the API server stores them): their text goes through the shared redactor."""
+    from capstan.capacity.live import EventRecorder
+
+    secret = "Pl4ntedEv3ntSecret77"
+    sent: list[dict[str, Any]] = []
+
+    class Capture:
+        async def create(
+            self, resource: Any, body: dict[str, Any], namespace: str | None = None
+        ) -> dict[str, Any]:
+            sent.append(body)
+            return body
+
+    recorder = EventRecorder(Capture())  # type: ignore[arg-type]
+    await recorder.emit(pod("p"), "CapstanPlaced", f"node said Authorization: Bearer {secret}", 1e9)
+    assert sent and secret not in repr(sent)
+    assert sent[0]["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "p",
+        "namespace": "ns",
+        "uid": "",
+    }

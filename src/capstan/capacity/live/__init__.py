@@ -3,7 +3,8 @@ replays, over the Node and Pod informers, acting through a :class:`Provider`.
 
 Entry points: :func:`run_controller` (the loop; until its ``stop`` event), :class:`LiveCluster` (the informers'
 view as a :class:`capstan.capacity.Cluster`), :class:`KwokProvider` (nodes for the sandbox), :func:`live_config`
-(the planner's settings for a live cluster) and the names pods and nodes carry (:data:`GATE`,
+(the planner's settings for a live cluster), :class:`ControllerMetrics` and :class:`EventRecorder` (what it
+tells people), and the names pods and nodes carry (:data:`GATE`,
 :data:`PROMISED_ANNOTATION`, :data:`PURPOSE_LABEL`, the taints). docs/capacity.md, "Live", says how pods are
 handed to Capstan and what each decision does in Kubernetes.
 """
@@ -21,6 +22,7 @@ from capstan.capacity.live._objects import (
     PURPOSE_LABEL,
     pod_from_object,
 )
+from capstan.capacity.live._report import ControllerMetrics, EventRecorder
 from capstan.capacity.planner import PlannerConfig
 
 __all__ = [
@@ -32,6 +34,8 @@ __all__ = [
     "PROMISED_ANNOTATION",
     "PURPOSE_LABEL",
     "ActionLog",
+    "ControllerMetrics",
+    "EventRecorder",
     "KwokProvider",
     "LiveCluster",
     "Provider",

@@ -65,6 +65,12 @@ class Provider(Protocol):
         ...
 
 
+class EventSink(Protocol):
+    async def emit(
+        self, obj: Mapping[str, Any], reason: str, message: str, now: float, *, warning: bool = False
+    ) -> None: ...
+
+
 @dataclass
 class _Launch:
     type: NodeType
@@ -122,6 +128,8 @@ class LiveCluster:
         self._wakes: list[tuple[float, str]] = []
         self._wake_set: set[tuple[float, str]] = set()
         self._next_id = 0
+        self.event_failures = 0
+        """Events that could not be written (they are not retried)."""
 
     # ----- what the informers show -----
     def _managed(self) -> list[Mapping[str, Any]]:
@@ -165,6 +173,10 @@ class LiveCluster:
 
     def has_pending(self) -> bool:
         return any(not self._live_promise(obj) for obj in self._managed())
+
+    def pending_count(self) -> int:
+        """Managed pods not promised to a live node."""
+        return sum(1 for obj in self._managed() if not self._live_promise(obj))
 
     def _live_promise(self, obj: Mapping[str, Any]) -> str:
         """The node a managed pod is promised to, if that node is still there and not draining."""
@@ -356,9 +368,17 @@ class LiveCluster:
         return self._wakes[0][0] if self._wakes else None
 
     # ----- carrying it out -----
-    async def carry_out(self, client: KubeClient, provider: Provider, *, dry_run: bool = False) -> list[str]:
+    async def carry_out(
+        self,
+        client: KubeClient,
+        provider: Provider,
+        *,
+        dry_run: bool = False,
+        events: EventSink | None = None,
+    ) -> list[str]:
         """Make the API calls the recorded actions need; returns one line per call that failed (each is tried
-        again on the next pass). A dry run makes no call."""
+        again on the next pass). A dry run makes no call. ``events`` gets an Event on each pod and node acted
+        for (a failed Event is counted in :attr:`event_failures`, never retried)."""
         if dry_run:
             self._to_drain.clear()
             for launch in self._launched.values():
@@ -373,6 +393,10 @@ class LiveCluster:
                 await provider.launch(launch.type, name, launch.purpose, now)
                 launch.sent = True
                 launch.at = now
+                for key, (node, _) in sorted(self._promised.items()):
+                    if node == name and key in self.pods:
+                        msg = f"launched node {name} ({launch.type.name}) for this pod"
+                        await self._event(events, self.pods[key], "CapstanLaunched", msg, now)
             except ApiError as exc:
                 if exc.conflict:  # already there (an earlier attempt went through)
                     launch.sent = True
@@ -392,6 +416,9 @@ class LiveCluster:
                 )
             except ApiError as exc:
                 failed.append(f"promise {key} to {node}: {exc}")
+                continue
+            msg = f"promised to node {node}; the pod stays gated until the node's GPUs are allocatable"
+            await self._event(events, obj, "CapstanPromised", msg, now)
         for name in list(self._to_drain):
             node_obj = self.nodes.get(name)
             if node_obj is None:
@@ -400,12 +427,25 @@ class LiveCluster:
             try:
                 await provider.drain(name, node_obj)
                 self._to_drain.remove(name)
+                msg = "empty, and not needed by the forecast within its boot delay: draining"
+                await self._event(events, {"kind": "Node", **node_obj}, "CapstanDraining", msg, now)
             except ApiError as exc:
                 failed.append(f"drain {name}: {exc}")
-        failed += await self._release(client)
+        failed += await self._release(client, events, now)
         return failed
 
-    async def _release(self, client: KubeClient) -> list[str]:
+    async def _event(
+        self, events: EventSink | None, obj: Mapping[str, Any], reason: str, message: str, now: float
+    ) -> None:
+        if events is None:
+            return
+        try:
+            await events.emit(obj, reason, message, now)
+        except (ApiError, OSError) as exc:
+            self.event_failures += 1
+            log.debug("event %s not written: %s", reason, exc)
+
+    async def _release(self, client: KubeClient, events: EventSink | None, now: float) -> list[str]:
         """Promised pods whose node now takes pods: required node affinity to it, and the gate removed (one
         patch: the API server allows adding node affinity to a pod while it is gated)."""
         failed = []
@@ -438,6 +478,9 @@ class LiveCluster:
                 )
             except ApiError as exc:
                 failed.append(f"release {pod_key(obj)} to {node}: {exc}")
+                continue
+            msg = f"released to node {node} for the scheduler to bind"
+            await self._event(events, obj, "CapstanPlaced", msg, now)
         return failed
 
     def _takes_pods(self, name: str) -> bool:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from capstan.backoff import Backoff
 from capstan.capacity.controller import Controller
-from capstan.capacity.live._cluster import ActionLog, LiveCluster, Provider
+from capstan.capacity.live._cluster import ActionLog, EventSink, LiveCluster, Provider
+from capstan.capacity.live._report import ControllerMetrics, record_pass
 from capstan.capacity.model import NodeType
 from capstan.kube import Informer, KubeClient, LeaderElection, resources
 
@@ -58,6 +59,8 @@ async def run_controller(
     clock: Callable[[], float] = time.time,
     on_pass: Callable[[LiveCluster, RunStats], None] | None = None,
     election: LeaderElection | None = None,
+    metrics: ControllerMetrics | None = None,
+    events: EventSink | None = None,
 ) -> RunStats:
     """Run until ``stop`` is set; ``namespace`` limits the pods Capstan places (nodes are cluster-wide). With
     ``election`` the loop acts only while it holds the Lease: it waits as a candidate, and stops (with
@@ -65,7 +68,18 @@ async def run_controller(
     await provider.check()
     if election is None:
         return await _run(
-            client, provider, controller, node_types, stop, namespace, dry_run, tick_s, clock, on_pass
+            client,
+            provider,
+            controller,
+            node_types,
+            stop,
+            namespace,
+            dry_run,
+            tick_s,
+            clock,
+            on_pass,
+            metrics,
+            events,
         )
     campaign_stop = asyncio.Event()
     campaign = asyncio.create_task(election.run(campaign_stop))
@@ -81,7 +95,18 @@ async def run_controller(
         if acting.is_set() or not election.leading.is_set():
             return RunStats(lost_leadership=election.lost.is_set())
         stats = await _run(
-            client, provider, controller, node_types, acting, namespace, dry_run, tick_s, clock, on_pass
+            client,
+            provider,
+            controller,
+            node_types,
+            acting,
+            namespace,
+            dry_run,
+            tick_s,
+            clock,
+            on_pass,
+            metrics,
+            events,
         )
         stats.lost_leadership = election.lost.is_set()
         return stats
@@ -104,6 +129,8 @@ async def _run(
     tick_s: float,
     clock: Callable[[], float],
     on_pass: Callable[[LiveCluster, RunStats], None] | None,
+    metrics: ControllerMetrics | None,
+    events: EventSink | None,
 ) -> RunStats:
     nodes_inf = Informer(client, resources.NODES)
     pods_inf = Informer(client, resources.PODS)
@@ -119,6 +146,9 @@ async def _run(
     tasks = [asyncio.create_task(follow("nodes", nodes_inf)), asyncio.create_task(follow("pods", pods_inf))]
     cluster = LiveCluster(node_types, nodes_inf.state, pods_inf.state, clock=clock, namespace=namespace)
     stats = RunStats(actions=cluster.log, led=True)
+    seen_plans: dict[str, int] = {}
+    counted = [0, 0, 0, 0]
+    timed = 0
     backoff = Backoff(base=0.5, cap=30.0)
     try:
         for ev in synced.values():
@@ -145,7 +175,9 @@ async def _run(
                     stats.decisions += 1
                     stats.decision_s.append(time.perf_counter() - started)
             _log_new_actions(cluster, dry_run)
-            failed = await cluster.carry_out(client, provider, dry_run=dry_run)
+            failed = await cluster.carry_out(
+                client, provider, dry_run=dry_run, events=None if dry_run else events
+            )
             if not dry_run:
                 try:
                     stats.provider_changes += await provider.advance(
@@ -153,6 +185,15 @@ async def _run(
                     )
                 except Exception as exc:
                     failed.append(f"{provider.name} provider: {exc}")
+            if metrics is not None:
+                fresh = stats.decisions - timed
+                for seconds in list(stats.decision_s)[-fresh:] if fresh else ():
+                    metrics.decision_seconds.observe(seconds)
+                timed = stats.decisions
+                pending = cluster.pending_count()
+                record_pass(
+                    metrics, controller.plans, seen_plans, cluster.log, counted, len(failed), pending, True
+                )
             if on_pass is not None:
                 on_pass(cluster, stats)
             wait = tick_s
