@@ -203,10 +203,12 @@ def test_valkey_commandlog_records_all_three_types_with_the_server_and_its_versi
     collector.poll_once()
     h = store.history
     slow = h.engine_entries(target="vk", log_name="commandlog-slow")
-    assert [(e.payload["args"], e.payload["client_name"]) for e in slow] == [
+    # (on a busy machine another command may take over 1 ms too: only the DEBUG SLEEP is certain)
+    debug = [e for e in slow if e.payload["args"][:1] == ["DEBUG"]]
+    assert [(e.payload["args"], e.payload["client_name"]) for e in debug] == [
         (["DEBUG", "SLEEP", "0.002"], "app")
     ]
-    assert slow[0].payload["value"] >= 2000  # microseconds
+    assert debug[0].payload["value"] >= 2000 and all(e.payload["value"] >= 1000 for e in slow)  # microseconds
     request = h.engine_entries(target="vk", log_name="commandlog-large-request")
     assert len(request) == 1 and request[0].payload["args"][:2] == ["SET", "big"]
     assert request[0].payload["value"] >= BIG  # bytes of the request
@@ -221,7 +223,8 @@ def test_valkey_commandlog_records_all_three_types_with_the_server_and_its_versi
     assert {(e.payload["server"], e.payload["server_version"]) for e in everything} == {("valkey", version)}
     assert h.gaps(source="vk") == []
     collector.poll_once()  # nothing new: nothing written twice
-    assert sum(len(h.engine_entries(target="vk", log_name=f"commandlog-{t}")) for t in COMMANDLOG_TYPES) == 3
+    assert len(h.engine_entries(target="vk", log_name="commandlog-large-request")) == 1
+    assert len(h.engine_entries(target="vk", log_name="commandlog-large-reply")) == 1
     collector.close()
     store.close()
 
