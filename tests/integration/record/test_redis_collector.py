@@ -93,10 +93,12 @@ def test_slowlog_flood_faster_than_the_poll_gives_a_gap_with_the_exact_lost_coun
     store.close()
 
 
+@pytest.mark.parametrize("engine", ["redis", "valkey"])
 def test_server_restart_is_recorded_and_ids_restart_cleanly(
-    history_store_url: str, redis_factory: Callable[..., RedisServer]
+    history_store_url: str, engine: str, request: pytest.FixtureRequest
 ) -> None:
-    server = redis_factory(*SLOW_ARGS)
+    factory: Callable[..., RedisServer] = request.getfixturevalue(f"{engine}_factory")
+    server = factory(*SLOW_ARGS)
     store = open_store(history_store_url)
     collector = RedisCollector(
         RedisTargetConfig(name="r", address=server.address, logs=["slowlog"]), store.history
@@ -115,6 +117,7 @@ def test_server_restart_is_recorded_and_ids_restart_cleanly(
     assert len(restarts) == 1
     assert restarts[0].payload["previous_run_id"] == old_run.run_id
     assert restarts[0].payload["run_id"] != old_run.run_id
+    assert restarts[0].payload["server"] == engine
     slow = store.history.engine_entries(target="r", log_name="slowlog")
     assert [e.payload["client_name"] for e in slow] == ["before", "after0", "after1"]
     assert slow[0].native_id == slow[1].native_id == "0"  # same native id, told apart by run id
@@ -125,10 +128,12 @@ def test_server_restart_is_recorded_and_ids_restart_cleanly(
     store.close()
 
 
+@pytest.mark.parametrize("engine", ["redis", "valkey"])
 def test_acl_log_entries_merging_keep_count_and_last_update_current(
-    history_store_url: str, redis_factory: Callable[..., RedisServer]
+    history_store_url: str, engine: str, request: pytest.FixtureRequest
 ) -> None:
-    server = redis_factory()
+    factory: Callable[..., RedisServer] = request.getfixturevalue(f"{engine}_factory")
+    server = factory()
     admin = _client(server)
     admin.execute_command("ACL", "SETUSER", "app", "on", ">right", "~*", "+@all")  # type: ignore[no-untyped-call]
     store = open_store(history_store_url)
