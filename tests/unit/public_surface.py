@@ -360,6 +360,8 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "load_spec",
         "node_manifests",
         "require_toolchain",
+        "server_version",
+        "valkey_server_binary",
     ),
     "capstan.store": (
         "HEAD_REVISION",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -130,6 +130,15 @@ def _short(value: Any, width: int = 80) -> str:
     value = Redactor().served(value)
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _server(payload: Mapping[str, Any]) -> str:
+    """``valkey 8.1.8``: the server and version an engine entry came from (empty for entries recorded before)."""
+    return _short(f"{payload.get('server', '')} {payload.get('server_version', '')}".strip(), 32)
+
+
+def _entry(payload: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in payload.items() if k not in ("server", "server_version")}
 
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -332,8 +341,18 @@ def engine(
         return
     _table(
         "engine entries",
-        ["happened", "target", "log", "id", "entry"],
-        [(rfc3339(e.happened_at), e.target, e.log, e.native_id, _short(e.payload)) for e in items],
+        ["happened", "target", "server", "log", "id", "entry"],
+        [
+            (
+                rfc3339(e.happened_at),
+                e.target,
+                _server(e.payload),
+                e.log,
+                e.native_id,
+                _short(_entry(e.payload)),
+            )
+            for e in items
+        ],
     )
     _more(next_cursor)
 

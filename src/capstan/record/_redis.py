@@ -107,6 +107,18 @@ def _pairs(flat: list[Any] | dict[Any, Any]) -> dict[str, Any]:
     return {_s(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
 
 
+def server_info(info: dict[str, Any]) -> ServerInfo:
+    """INFO server -> which server process this is: Valkey says ``server_name: valkey`` and its own
+    ``valkey_version`` (its ``redis_version`` is the Redis version it is compatible with); Redis says neither."""
+    name = _s(info.get("server_name", "valkey" if "valkey_version" in info else "redis")).lower()
+    return ServerInfo(
+        run_id=_s(info.get("run_id", "")),
+        uptime_s=float(info.get("uptime_in_seconds", 0)),
+        version=_s(info.get("valkey_version", info.get("redis_version", ""))),
+        name=name,
+    )
+
+
 def parse_slowlog(raw: list[Any], redactor: Redactor | None = None) -> list[RingEntry]:
     """SLOWLOG GET / COMMANDLOG GET raw replies: [id, unix_ts, duration_or_size, [args], client_addr, client_name];
     the command's credentials and secret values redacted (:meth:`Redactor.redis_command`)."""
@@ -225,12 +237,7 @@ class RedisCollector:
         if self._redactor is None:
             self._redactor = self._store.redactor()
         redactor = self._redactor
-        info = client.info("server")
-        server = ServerInfo(
-            run_id=_s(info.get("run_id", "")),
-            uptime_s=float(info.get("uptime_in_seconds", 0)),
-            version=_s(info.get("valkey_version", info.get("redis_version", ""))),
-        )
+        server = server_info(client.info("server"))
         now = self._clock()
         plan = PollPlan()
         entries, cursor = plan_server(
@@ -274,6 +281,7 @@ class RedisCollector:
                 ignore=VOLATILE_CONFIG, redact=redactor.named,
             )  # fmt: skip
             plan.add(entries, [], ccur)
+        plan.batch.engine_entries[:] = server.stamp(plan.batch.engine_entries)
         self._store.write(plan.batch)
         self.polls += 1
         return plan

@@ -9,7 +9,7 @@ server restarted (run id changed, or ids went backwards). The shell in ``_redis.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from capstan.store import Batch, EngineCursor, EngineEntry, Gap
@@ -29,11 +29,21 @@ class RingEntry:
 
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
-    """What identifies one server process: ``run_id`` changes on every restart."""
+    """What identifies one server process: ``run_id`` changes on every restart; ``name`` is ``redis`` or
+    ``valkey`` (INFO's ``server_name``), ``version`` that server's own version (``valkey_version`` on Valkey,
+    whose ``redis_version`` is a compatibility number)."""
 
     run_id: str
     uptime_s: float
     version: str
+    name: str = "redis"
+
+    def stamp(self, entries: Sequence[EngineEntry]) -> list[EngineEntry]:
+        """The entries with the server they came from in their payload: ``server`` and ``server_version``."""
+        return [
+            replace(e, payload={**e.payload, "server": self.name, "server_version": self.version})
+            for e in entries
+        ]
 
 
 @dataclass(slots=True)
@@ -71,7 +81,9 @@ def plan_server(
                 },
             )
         )
-    return entries, EngineCursor(target, "server", info.run_id, 0, {"version": info.version})
+    return entries, EngineCursor(
+        target, "server", info.run_id, 0, {"version": info.version, "server": info.name}
+    )
 
 
 def plan_ring(

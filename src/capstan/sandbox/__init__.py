@@ -2,14 +2,21 @@
 
 Public surface: build the binaries (:func:`build_toolchain`), describe the cluster (:class:`SandboxSpec`, its
 :class:`NodePool` list, :func:`load_spec`), run it (:class:`Sandbox`); throwaway datastores for tests and benches
-(:class:`PostgresServer`, :class:`RedisServer`, :func:`free_port`); and the names the sandbox's fake nodes carry
+(:class:`PostgresServer`, :class:`RedisServer`, which also runs the Valkey that :func:`valkey_server_binary` finds,
+:func:`server_version`, :func:`free_port`); and the names the sandbox's fake nodes carry
 (:data:`GPU_RESOURCE`, :data:`KWOK_NODE_ANNOTATION` = :data:`KWOK_NODE_ANNOTATION_VALUE`), which the fault
 injectors look for.
 """
 
 from capstan.sandbox.build import Toolchain, build_toolchain, find_toolchain, require_toolchain
 from capstan.sandbox.cluster import Sandbox, SandboxState, default_state_dir
-from capstan.sandbox.datastores import PostgresServer, RedisServer, free_port
+from capstan.sandbox.datastores import (
+    PostgresServer,
+    RedisServer,
+    free_port,
+    server_version,
+    valkey_server_binary,
+)
 from capstan.sandbox.spec import (
     GPU_RESOURCE,
     KWOK_NODE_ANNOTATION,
@@ -40,4 +47,6 @@ __all__ = [
     "load_spec",
     "node_manifests",
     "require_toolchain",
+    "server_version",
+    "valkey_server_binary",
 ]

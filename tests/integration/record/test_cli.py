@@ -59,6 +59,38 @@ def test_record_once_then_query_engine_entries_and_gaps(
     assert code == 0 and "ring overwrote" in out
 
 
+def test_valkey_commandlog_recorded_and_shown_with_the_server_it_came_from(
+    tmp_path: Path, valkey_factory: Callable[..., RedisServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = valkey_factory(
+        "--enable-debug-command", "yes",
+        "--commandlog-execution-slower-than", "1000",
+        "--commandlog-slow-execution-max-len", "4",
+    )  # fmt: skip
+    db = tmp_path / "h.db"
+    config = tmp_path / "record.yaml"
+    config.write_text(
+        f"store: {db}\nredis:\n  - name: vk\n    address: {server.address}\n    logs: [commandlog]\n"
+    )
+    assert run(["record", "--config", str(config), "--once"], capsys)[0] == 0
+    client = redis.Redis(host="127.0.0.1", port=server.port)
+    version = str(client.info("server")["valkey_version"])
+    for _ in range(6):
+        client.execute_command("DEBUG", "SLEEP", "0.002")  # type: ignore[no-untyped-call]
+    assert run(["record", "--config", str(config), "--once"], capsys)[0] == 0
+    code, out, _ = run(
+        ["history", "engine", "--store", str(db), "--log", "commandlog-slow", "-o", "json"], capsys
+    )
+    items = json.loads(out)["items"]
+    assert code == 0 and [e["payload"]["args"] for e in items] == [["DEBUG", "SLEEP", "0.002"]] * 4
+    assert {(e["payload"]["server"], e["payload"]["server_version"]) for e in items} == {("valkey", version)}
+    code, out, _ = run(["history", "gaps", "--store", str(db), "-o", "json"], capsys)
+    # the ring keeps 4 of the 6: a gap with the exact count
+    assert [(g["log"], g["lost"]) for g in json.loads(out)["items"]] == [("commandlog-slow", 2)]
+    code, out, _ = run(["history", "engine", "--store", str(db), "--log", "commandlog-slow"], capsys)
+    assert code == 0 and "valkey" in out and version in out and "server_version" not in out
+
+
 def test_bad_inputs_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["history", "timeline", "--store", "mysql://x@127.0.0.1/db"], capsys)
     assert code == 2 and err.count("\n") == 1 and "unsupported scheme" in err

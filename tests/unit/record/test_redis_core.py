@@ -101,3 +101,30 @@ def test_acl_entries_without_ids_merge_by_key_and_split_when_the_count_drops() -
     assert out == []
     out, cur = plan_acllog_without_ids("t", "r", cur, [e(1), e(4), e(2, "bob")], observed_at=4)
     assert sorted((x.native_id, x.payload["count"]) for x in out) == [("derived-1", 1), ("derived-2", 2)]
+
+
+def test_server_info_tells_valkey_from_redis_and_takes_valkeys_own_version() -> None:
+    from capstan.record._redis import server_info
+
+    # as INFO server reads on Valkey 8.1 (whose redis_version is the Redis version it is compatible with) and Redis 7
+    valkey = server_info(
+        {"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "8.1.8", "run_id": "a"}
+    )
+    redis = server_info({"redis_version": "7.0.15", "run_id": "b", "uptime_in_seconds": 3})
+    assert (valkey.name, valkey.version, redis.name, redis.version) == ("valkey", "8.1.8", "redis", "7.0.15")
+    assert (
+        server_info({"valkey_version": "8.0.1", "run_id": "c"}).name == "valkey"
+    )  # no server_name: by version
+
+
+def test_every_entry_is_stamped_with_the_server_it_came_from() -> None:
+    info = ServerInfo("run2", 5.0, "8.1.8", name="valkey")
+    out, _, _ = plan_ring("t", "commandlog-slow", "run2", None, ring(0, 1), observed_at=1.0)
+    stamped = info.stamp(out)
+    assert [(e.native_id, e.payload) for e in stamped] == [
+        ("0", {"id": 0, "server": "valkey", "server_version": "8.1.8"}),
+        ("1", {"id": 1, "server": "valkey", "server_version": "8.1.8"}),
+    ]
+    assert [e.payload for e in out] == [{"id": 0}, {"id": 1}]  # the planned entries themselves are unchanged
+    _, cur = plan_server("t", info, None, observed_at=10.0)
+    assert cur.state == {"version": "8.1.8", "server": "valkey"}
