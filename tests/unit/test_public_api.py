@@ -105,3 +105,17 @@ def test_the_scan_sees_a_private_name_import(tmp_path: Path) -> None:
         "tests/integration/t.py:1 imports _hidden from capstan.route",
         "tests/unit/route/test_r.py:1 imports _fill from capstan.capacity.planner",
     ]
+
+
+def test_every_module_of_capacity_is_protected_by_its_import_contract() -> None:
+    """The capacity contract lists its modules one by one (its ``live`` subpackage is public); a module added to
+    the package must be added there too, or code outside could import it unnoticed."""
+    import configparser
+
+    import capstan.capacity
+
+    contracts = configparser.ConfigParser()
+    contracts.read(ROOT / ".importlinter")
+    listed = set(contracts["importlinter:contract:public-surface-capacity"]["protected_modules"].split())
+    modules = {f"capstan.capacity.{m.name}" for m in pkgutil.iter_modules(capstan.capacity.__path__)}
+    assert modules - {"capstan.capacity.live"} == listed
