@@ -25,16 +25,22 @@ from rich.table import Table
 from capstan.capacity import (
     Controller,
     Delay,
+    NodeState,
+    NodeType,
+    NodeView,
     PlanCache,
     PlannerConfig,
+    Pod,
     Sim,
     Snapshot,
     Workload,
     inference_node_types,
+    node_labels,
     plan,
     read_openb_nodes,
     read_openb_pods,
 )
+from capstan.capacity.live import BOOTING_TAINT, GATE, PURPOSE_LABEL, LiveCluster, live_config
 from goals import limit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +99,11 @@ def main() -> None:
         args.snapshot_task // 20 if args.smoke else args.snapshot_task, 100 if args.smoke else 1000, repeat
     )
     console.print(busy_table(busy))
+    live = live_decisions(
+        args.snapshot_task // 20 if args.smoke else args.snapshot_task, 100 if args.smoke else 1000, repeat
+    )
+    console.print(live_table(live))
+    busy += live
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "capacity_planner_speed.json").write_text(json.dumps(rows + busy, indent=1))
     import matplotlib
@@ -159,6 +170,128 @@ def busy_cluster(task: int, pending: int, repeat: int) -> list[dict[str, object]
                 }
             )
     return out
+
+
+T0 = 1_796_256_000.0
+"""2026-12-03T00:00:00Z: the live bench's objects were created this long after the epoch plus their trace time."""
+
+
+def _rfc3339(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def _k8s_pod(pod: Pod, node: str = "", gated: bool = False) -> dict[str, object]:
+    """``pod`` as the API server would show it (a GPU share asks for one whole device: Kubernetes has no shares)."""
+    ns, _, name = pod.name.rpartition("/")
+    requests = {"cpu": f"{pod.cpu_milli}m", "memory": f"{pod.memory_mib}Mi"}
+    if pod.wants_gpu:
+        requests["nvidia.com/gpu"] = str(max(1, pod.num_gpu))
+    spec: dict[str, object] = {"containers": [{"name": "c", "resources": {"requests": requests}}]}
+    if node:
+        spec["nodeName"] = node
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    if pod.node_selector:
+        spec["nodeSelector"] = dict(pod.node_selector)
+    return {
+        "metadata": {
+            "name": name or pod.name,
+            "namespace": ns or "bench",
+            "creationTimestamp": _rfc3339(T0 + pod.arrival),
+        },
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def _k8s_node(view: NodeView, nt: NodeType) -> dict[str, object]:
+    capacity = {"cpu": f"{nt.cpu_milli}m", "memory": f"{nt.memory_mib}Mi", "nvidia.com/gpu": str(nt.gpu)}
+    ready = view.state is NodeState.GPU_ALLOCATABLE
+    return {
+        "metadata": {
+            "name": view.id,
+            "labels": {**node_labels(nt), PURPOSE_LABEL: view.purpose},
+            "creationTimestamp": "2026-12-03T00:00:00Z",
+        },
+        "spec": {"taints": [] if ready else [{"key": BOOTING_TAINT, "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def live_decisions(task: int, pending: int, repeat: int) -> list[dict[str, object]]:
+    """A live decision, informer state to recorded actions: the busy cluster of :func:`busy_cluster` as Node and
+    Pod objects (its running pods bound, the next ``pending`` tasks gated for Capstan), read by
+    :class:`capstan.capacity.live.LiveCluster` and planned by the controller with the live settings: the snapshot
+    built from the objects, the placement plan and its actions, each decision on a fresh cluster view."""
+    boot, ready = Delay("fixed", 300), Delay("fixed", 90)
+    types = read_openb_nodes(OPENB / "openb_node_list_all_node.csv", boot, ready)
+    by_name = {t.name: t for t in types}
+    pods = read_openb_pods(OPENB / "openb_pod_list_default.csv").pods
+    task = min(max(task, 1), len(pods) - 1)
+    sim = Sim(Workload("openb default", pods), types, Controller(), seed=0)
+    sim.run(until=pods[task].arrival)
+    left = sim.snapshot()
+    nodes = {v.id: _k8s_node(v, by_name[v.type]) for v in left.nodes}
+    objects: dict[str, dict[str, object]] = {}
+    for v in left.nodes:
+        for p in v.bound:
+            objects[f"bench/{p.name}"] = _k8s_pod(replace(p, name=f"bench/{p.name}"), node=v.id)
+    for p in pods[task + 1 : task + 1 + pending]:
+        objects[f"bench/{p.name}"] = _k8s_pod(
+            replace(p, name=f"bench/{p.name}", arrival=left.now), gated=True
+        )
+    running = sum(len(v.bound) for v in left.nodes)
+    out: list[dict[str, object]] = []
+    for scope in ("place", "review"):
+        times = []
+        launches = 0
+        for _ in range(repeat):
+            cluster = LiveCluster(types, nodes, objects, clock=lambda: T0 + left.now)
+            controller = Controller(live_config())
+            controller.start(cluster)
+            cluster.observe()
+            t0 = time.perf_counter()
+            controller.on_wake(cluster, T0 + left.now, scope)
+            times.append((time.perf_counter() - t0) * 1000)
+            launches = len(cluster.log.launches)
+        out.append(
+            {
+                "case": f"live {scope} decision",
+                "pods": pending,
+                "types": len(types),
+                "nodes": len(nodes),
+                "running": running,
+                "second_plan": False,
+                "median_ms": statistics.median(times),
+                "min_ms": min(times),
+                "launches": launches,
+                "drains": 0,
+            }
+        )
+    return out
+
+
+def live_table(rows: list[dict[str, object]]) -> Table:
+    table = Table(
+        title="One live decision: Node and Pod objects → snapshot → plan → recorded actions (median)"
+    )
+    for col in ("case", "pending pods", "nodes", "running pods", "median ms", "min ms", "launches"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["case"]),
+            str(r["pods"]),
+            str(r["nodes"]),
+            str(r["running"]),
+            f"{float(str(r['median_ms'])):.1f}",
+            f"{float(str(r['min_ms'])):.1f}",
+            str(r["launches"]),
+        )
+    return table
 
 
 def busy_table(rows: list[dict[str, object]]) -> Table:

@@ -48,6 +48,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "load_node_type_file",
         "load_trace",
         "make_policy",
+        "node_labels",
         "plan",
         "read_openb_nodes",
         "read_openb_pods",

@@ -23,6 +23,7 @@ from capstan.capacity.forecast import (
 )
 from capstan.capacity.model import Delay, NodeState, NodeType, Pod, Taint, Toleration, Workload
 from capstan.capacity.nodetypes import inference_node_types, load_node_type_file, read_openb_nodes
+from capstan.capacity.placement import node_labels
 from capstan.capacity.planner import (
     Drain,
     Launch,
@@ -96,6 +97,7 @@ __all__ = [
     "load_node_type_file",
     "load_trace",
     "make_policy",
+    "node_labels",
     "plan",
     "read_openb_nodes",
     "read_openb_pods",

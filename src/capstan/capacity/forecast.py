@@ -405,7 +405,11 @@ class SlidingForecast:
         return k
 
     def _append(self, pods: tuple[Pod, ...], horizon: float, cfg: PlannerConfig) -> None:
+        """Add arrivals: each window that starts at or after ``lo`` within ``horizon`` before a new pod's arrival
+        gains its GPU demand. While arrivals come in order those windows are a suffix, found by bisection and
+        added up once for the whole batch, so a burst of n pods costs O(n log n), not O(n²)."""
         apart = cfg.service_half_life_s > 0  # service replicas are ranked apart (_service_window)
+        suffixes: list[tuple[int, int, int]] = []  # (first window, end, GPU thousandths) still to add
         for p in pods:
             if not p.wants_gpu or p.gang:
                 continue
@@ -418,10 +422,30 @@ class SlidingForecast:
             if self._arrival and t < self._arrival[-1]:
                 self._ordered = False
             milli = p.gpu_total_milli
-            j = len(self._arrival) - 1
-            while j >= self._lo and t < self._arrival[j] + horizon:
-                self._demand[j] += milli
-                j -= 1
+            end = len(self._arrival)
+            if self._ordered:
+                # the windows j in [lo, end) with t < arrival[j] + horizon: a suffix, as arrivals are sorted
+                first = bisect.bisect_right(
+                    self._arrival, t, lo=min(self._lo, end), hi=end, key=lambda a: a + horizon
+                )
+                if first < end:
+                    suffixes.append((first, end, milli))
+            else:
+                j = end - 1
+                while j >= self._lo and t < self._arrival[j] + horizon:
+                    self._demand[j] += milli
+                    j -= 1
             self._pods.append(p)
             self._arrival.append(t)
             self._demand.append(milli)
+        if suffixes:
+            base = min(first for first, _, _ in suffixes)
+            diff = [0] * (len(self._demand) - base + 1)
+            for first, end, milli in suffixes:
+                diff[first - base] += milli
+                diff[end - base] -= milli
+            running = 0
+            for i in range(len(diff) - 1):
+                running += diff[i]
+                if running:
+                    self._demand[base + i] += running

@@ -50,6 +50,10 @@ def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
     assert all(r["nodes"] > 0 and r["running"] > 0 for r in busy)
     assert busy[0]["pods"] >= 100 and busy[2]["pods"] < 100
     assert not busy[1]["second_plan"] and not busy[3]["second_plan"]
+    # a live decision from Node and Pod objects places the same gated pods and launches nodes for them
+    live = [r for r in rows if str(r.get("case", "")).startswith("live")]
+    assert [r["case"] for r in live] == ["live place decision", "live review decision"]
+    assert all(r["pods"] == 100 and r["launches"] > 0 and r["running"] > 0 for r in live)
 
 
 def test_capacity_seeds_bench_smoke(tmp_path: Path) -> None:

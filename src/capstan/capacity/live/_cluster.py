@@ -128,6 +128,7 @@ class LiveCluster:
         self._wakes: list[tuple[float, str]] = []
         self._wake_set: set[tuple[float, str]] = set()
         self._next_id = 0
+        self._pods_read: dict[str, tuple[Mapping[str, Any], Pod]] = {}
         self.event_failures = 0
         """Events that could not be written (they are not retried)."""
 
@@ -141,6 +142,17 @@ class LiveCluster:
                 out.append(obj)
         return out
 
+    def _pod(self, obj: Mapping[str, Any]) -> Pod:
+        """The planner's view of a pod object, read once per object (the informer replaces an object when it
+        changes, so the same object is the same pod); entries of pods that are gone are dropped by observe."""
+        key = pod_key(obj)
+        cached = self._pods_read.get(key)
+        if cached is not None and cached[0] is obj:
+            return cached[1]
+        pod = pod_from_object(obj)
+        self._pods_read[key] = (obj, pod)
+        return pod
+
     def _promise_of(self, obj: Mapping[str, Any]) -> str:
         annotated = str(((obj.get("metadata") or {}).get("annotations") or {}).get(PROMISED_ANNOTATION, ""))
         mine = self._promised.get(pod_key(obj))
@@ -150,12 +162,19 @@ class LiveCluster:
         """Fold what the informers show into the counters: new managed pods are arrivals; actions the
         informers now show (or that never showed within :data:`FORGET_AFTER_S`) are forgotten."""
         now = self.clock()
+        fresh = []
         for obj in self._managed():
             key = pod_key(obj)
             if key not in self._seen:
                 self._seen.add(key)
                 self.arrivals += 1
-                self._recent.append(pod_from_object(obj))
+                fresh.append(self._pod(obj))
+        # the forecast reads arrivals in time order (ties by name, for determinism)
+        fresh.sort(key=lambda p: (p.arrival, p.name))
+        if fresh and self._recent and fresh[0].arrival < self._recent[-1].arrival:
+            self._recent = deque(sorted([*self._recent, *fresh], key=lambda p: (p.arrival, p.name)))
+        else:
+            self._recent.extend(fresh)
         for name, launch in list(self._launched.items()):
             if name in self.nodes or (launch.sent and now - launch.at > FORGET_AFTER_S):
                 del self._launched[name]
@@ -166,6 +185,10 @@ class LiveCluster:
                 del self._promised[key]
         for name in self.nodes:
             self._next_id = max(self._next_id, _id_num(name) + 1)
+        if len(self._seen) > 2 * len(self.pods) + 1024:  # bounded: forget pods that are gone
+            self._seen &= set(self.pods)
+        if len(self._pods_read) > 2 * len(self.pods) + 1024:
+            self._pods_read = {k: v for k, v in self._pods_read.items() if k in self.pods}
 
     @staticmethod
     def _annotated(obj: Mapping[str, Any]) -> str:
@@ -197,7 +220,7 @@ class LiveCluster:
         for obj in self.pods.values():
             node = is_running_on(obj) or _released_to(obj)
             if node:
-                out.setdefault(node, []).append(pod_from_object(obj))
+                out.setdefault(node, []).append(self._pod(obj))
         return out
 
     def activity(self) -> Activity:
@@ -222,7 +245,7 @@ class LiveCluster:
         promised: list[tuple[str, str]] = []
         waiting_on: dict[str, list[Pod]] = {}
         for obj in sorted(self._managed(), key=pod_key):
-            pod = pod_from_object(obj)
+            pod = self._pod(obj)
             node = self._live_promise(obj)
             if node:
                 promised.append((pod.name, node))
