@@ -346,3 +346,22 @@ async def test_a_candidate_takes_over_when_the_leader_is_killed_and_launches_not
         if leader.poll() is None:
             leader.kill()
             leader.wait(10)
+
+
+async def test_the_demos_live_capacity_step_places_every_replayed_task_and_leaves_no_node(
+    kubeconfig: Path, kube: KubeClient
+) -> None:
+    """`capstan demo`'s step: the first GPU tasks of the shipped openb sample, compressed, gated for Capstan."""
+    from rich.console import Console
+
+    from capstan.capacity.live import POOL_LABEL
+    from capstan.cli.demo import CAPACITY_TRACE, capacity_live_step, packaged_data_dir
+
+    out = Console(record=True, width=200)
+    await capacity_live_step(
+        out, kubeconfig, packaged_data_dir() / CAPACITY_TRACE
+    )  # raises if a pod is unbound
+    text = out.export_text()
+    assert "16/16" in text
+    nodes, _ = await kube.list(resources.NODES, label_selector=f"{POOL_LABEL}=demo")
+    assert not nodes

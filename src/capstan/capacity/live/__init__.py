@@ -4,7 +4,8 @@ replays, over the Node and Pod informers, acting through a :class:`Provider`.
 Entry points: :func:`run_controller` (the loop; until its ``stop`` event), :class:`LiveCluster` (the informers'
 view as a :class:`capstan.capacity.Cluster`), :class:`KwokProvider` (nodes for the sandbox), :func:`live_config`
 (the planner's settings for a live cluster), :class:`ControllerMetrics` and :class:`EventRecorder` (what it
-tells people), and the names pods and nodes carry (:data:`GATE`,
+tells people), :func:`replay_pods` (a workload's pods created and deleted on a cluster, time-compressed, and how
+long each waited), and the names pods and nodes carry (:data:`GATE`,
 :data:`PROMISED_ANNOTATION`, :data:`PURPOSE_LABEL`, the taints). docs/capacity.md, "Live", says how pods are
 handed to Capstan and what each decision does in Kubernetes.
 """
@@ -22,6 +23,7 @@ from capstan.capacity.live._objects import (
     PURPOSE_LABEL,
     pod_from_object,
 )
+from capstan.capacity.live._replay import POOL_LABEL, ReplayResult, pod_manifest, replay_pods
 from capstan.capacity.live._report import ControllerMetrics, EventRecorder
 from capstan.capacity.planner import PlannerConfig
 
@@ -31,6 +33,7 @@ __all__ = [
     "FORGET_AFTER_S",
     "GATE",
     "NODE_PREFIX",
+    "POOL_LABEL",
     "PROMISED_ANNOTATION",
     "PURPOSE_LABEL",
     "ActionLog",
@@ -39,9 +42,12 @@ __all__ = [
     "KwokProvider",
     "LiveCluster",
     "Provider",
+    "ReplayResult",
     "RunStats",
     "live_config",
     "pod_from_object",
+    "pod_manifest",
+    "replay_pods",
     "run_controller",
 ]
 

@@ -1,0 +1,138 @@
+"""Replay a workload's pods on a real cluster, time-compressed: each pod is created at its arrival and deleted at
+its end (divided by ``speed``), and how long each waited to be bound is measured from the API server's view.
+
+Whatever places the pods (Capstan's controller for gated pods, or a real autoscaler and kube-scheduler for plain
+ones) is measured the same way, so one replay compares them on the same cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from capstan.capacity.live._objects import GATE, GPU_RESOURCE
+from capstan.capacity.model import Pod
+from capstan.kube import ApiError, KubeClient, resources
+
+POOL_LABEL = "capstan.io/replay-pool"
+"""Replayed pods select nodes with this label (the node types of the replay carry it), so they never land on the
+cluster's other nodes."""
+
+
+def pod_manifest(pod: Pod, name: str, namespace: str, *, pool: str, gated: bool) -> dict[str, Any]:
+    """A Kubernetes Pod asking for what ``pod`` asks for (a GPU share asks for one whole device; the trace's
+    priority is not carried: the API server takes priority only from a PriorityClass)."""
+    requests = {"cpu": f"{max(pod.cpu_milli, 1)}m", "memory": f"{max(pod.memory_mib, 1)}Mi"}
+    limits: dict[str, str] = {}
+    if pod.wants_gpu:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(max(1, pod.num_gpu))
+    spec: dict[str, Any] = {
+        "nodeSelector": {POOL_LABEL: pool, **dict(pod.node_selector)},
+        "tolerations": [
+            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "kwok-provider", "operator": "Exists", "effect": "NoSchedule"},
+        ],
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "task",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": requests, "limits": limits},
+            }
+        ],
+    }
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "capstan-replay"},
+        },
+        "spec": spec,
+    }
+
+
+@dataclass
+class ReplayResult:
+    created: dict[str, float] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)
+    """Wall-clock time each pod was first seen bound to a node (by the replay's polling)."""
+    nodes_seen: set[str] = field(default_factory=set)
+
+    def pending_s(self, speed: float) -> list[float]:
+        """Seconds each bound pod waited, in trace time (wall-clock wait × ``speed``)."""
+        return sorted((self.bound[n] - self.created[n]) * speed for n in self.bound if n in self.created)
+
+    def unbound(self) -> list[str]:
+        return sorted(set(self.created) - set(self.bound))
+
+
+def _dns_name(i: int, pod: Pod) -> str:
+    base = "".join(c if c.isalnum() else "-" for c in pod.name.lower()).strip("-")[:40] or "pod"
+    return f"r{i}-{base}"
+
+
+async def replay_pods(
+    client: KubeClient,
+    pods: Iterable[Pod],
+    namespace: str,
+    *,
+    speed: float,
+    pool: str,
+    gated: bool,
+    poll_s: float = 0.5,
+    max_duration_s: float = 3600.0,
+    clock: Callable[[], float] = time.time,
+) -> ReplayResult:
+    """Create each pod at ``arrival / speed`` seconds from now and delete it ``duration / speed`` after it was
+    bound; return when every pod has ended (or ``max_duration_s`` has passed: the rest are deleted)."""
+    plan = sorted(pods, key=lambda p: (p.arrival, p.name))
+    t0 = plan[0].arrival if plan else 0.0
+    start = clock()
+    result = ReplayResult()
+    names = {p.name: _dns_name(i, p) for i, p in enumerate(plan)}
+    by_name = {names[p.name]: p for p in plan}
+    ends: dict[str, float] = {}
+    i = 0
+    live: set[str] = set()
+    while (i < len(plan) or live) and clock() - start < max_duration_s:
+        now = clock()
+        while i < len(plan) and start + (plan[i].arrival - t0) / speed <= now:
+            name = names[plan[i].name]
+            await client.create(
+                resources.PODS, pod_manifest(plan[i], name, namespace, pool=pool, gated=gated)
+            )
+            result.created[name] = clock()
+            live.add(name)
+            i += 1
+        items, _ = await client.list(resources.PODS, namespace=namespace)
+        now = clock()
+        for obj in items:
+            name = obj["metadata"]["name"]
+            node = (obj.get("spec") or {}).get("nodeName")
+            if node and name in live and name not in result.bound:
+                result.bound[name] = now
+                result.nodes_seen.add(str(node))
+                ends[name] = now + by_name[name].duration / speed
+        for name in [n for n, at in ends.items() if at <= now and n in live]:
+            await _delete(client, name, namespace)
+            live.discard(name)
+        await asyncio.sleep(poll_s)
+    for name in sorted(live):
+        await _delete(client, name, namespace)
+    return result
+
+
+async def _delete(client: KubeClient, name: str, namespace: str) -> None:
+    try:
+        await client.delete(resources.PODS, name, namespace, grace_seconds=0)
+    except ApiError as exc:
+        if not exc.not_found:
+            raise
