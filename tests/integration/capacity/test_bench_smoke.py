@@ -143,3 +143,13 @@ def test_capacity_headroom_bound_bench_smoke(tmp_path: Path) -> None:
     assert seeded["capstan, told each hour"]["slow_starts"] < seeded["capstan (its forecast)"]["slow_starts"]
     assert run_bench("capacity_headroom_bound.py", "--seeds", "-1").returncode == 2
     assert (tmp_path / "capacity" / "headroom_bound.png").stat().st_size > 0
+
+
+def test_capacity_live_bench_smoke(tmp_path: Path, kubeconfig: Path) -> None:
+    """The live bench on the test sandbox: a few gated tasks placed by the controller, beside the simulator."""
+    run_smoke("capacity_live.py", tmp_path, "--kubeconfig", str(kubeconfig))
+    data = json.loads((tmp_path / "capacity_live.json").read_text())
+    live = data["rows"][0]
+    assert (live["policy"], live["where"]) == ("capstan", "live")
+    assert live["bound"] == live["pods"] == 6 and live["launches"] > 0 and live["gpu_hours"] > 0
+    assert {r["policy"] for r in data["rows"][1:]} == {"capstan", "cluster-autoscaler", "karpenter", "oracle"}

@@ -23,7 +23,13 @@ from capstan.capacity.live._objects import (
     PURPOSE_LABEL,
     pod_from_object,
 )
-from capstan.capacity.live._replay import POOL_LABEL, ReplayResult, pod_manifest, replay_pods
+from capstan.capacity.live._replay import (
+    POOL_LABEL,
+    ReplayResult,
+    follow_scale_down,
+    pod_manifest,
+    replay_pods,
+)
 from capstan.capacity.live._report import ControllerMetrics, EventRecorder
 from capstan.capacity.planner import PlannerConfig
 
@@ -44,6 +50,7 @@ __all__ = [
     "Provider",
     "ReplayResult",
     "RunStats",
+    "follow_scale_down",
     "live_config",
     "pod_from_object",
     "pod_manifest",

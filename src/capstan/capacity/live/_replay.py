@@ -15,6 +15,7 @@ from typing import Any
 
 from capstan.capacity.live._objects import GATE, GPU_RESOURCE
 from capstan.capacity.model import Pod
+from capstan.capacity.placement import INSTANCE_TYPE_LABEL
 from capstan.kube import ApiError, KubeClient, resources
 
 POOL_LABEL = "capstan.io/replay-pool"
@@ -61,10 +62,19 @@ def pod_manifest(pod: Pod, name: str, namespace: str, *, pool: str, gated: bool)
 
 @dataclass
 class ReplayResult:
+    """What a replay saw, in wall-clock seconds (``speed`` converts to trace time)."""
+
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
     """Wall-clock time each pod was first seen bound to a node (by the replay's polling)."""
+    ended: dict[str, float] = field(default_factory=dict)
+    gpus: dict[str, int] = field(default_factory=dict)
+    """Whole GPUs each pod asked for."""
     nodes_seen: set[str] = field(default_factory=set)
+    node_life: dict[str, list[float]] = field(default_factory=dict)
+    """Each node of the replay's pool: [first seen, last seen] wall-clock."""
+    node_gpus: dict[str, int] = field(default_factory=dict)
+    node_type: dict[str, str] = field(default_factory=dict)
 
     def pending_s(self, speed: float) -> list[float]:
         """Seconds each bound pod waited, in trace time (wall-clock wait × ``speed``)."""
@@ -72,6 +82,25 @@ class ReplayResult:
 
     def unbound(self) -> list[str]:
         return sorted(set(self.created) - set(self.bound))
+
+    def gpu_hours(self, speed: float) -> float:
+        """GPU-hours the pool's nodes were up, in trace time."""
+        return sum((b - a) * self.node_gpus.get(n, 0) for n, (a, b) in self.node_life.items()) * speed / 3600
+
+    def allocated_gpu_hours(self, speed: float) -> float:
+        return (
+            sum((self.ended.get(n, self.bound[n]) - self.bound[n]) * self.gpus.get(n, 0) for n in self.bound)
+            * speed
+            / 3600
+        )
+
+    def cost(self, speed: float, prices: dict[str, float]) -> float:
+        """What the pool's nodes cost, in trace time, at ``prices`` per node type and hour."""
+        return (
+            sum((b - a) * prices.get(self.node_type.get(n, ""), 0.0) for n, (a, b) in self.node_life.items())
+            * speed
+            / 3600
+        )
 
 
 def _dns_name(i: int, pod: Pod) -> str:
@@ -110,9 +139,11 @@ async def replay_pods(
                 resources.PODS, pod_manifest(plan[i], name, namespace, pool=pool, gated=gated)
             )
             result.created[name] = clock()
+            result.gpus[name] = max(1, plan[i].num_gpu) if plan[i].wants_gpu else 0
             live.add(name)
             i += 1
         items, _ = await client.list(resources.PODS, namespace=namespace)
+        await _watch_nodes(client, pool, result, clock())
         now = clock()
         for obj in items:
             name = obj["metadata"]["name"]
@@ -124,10 +155,48 @@ async def replay_pods(
         for name in [n for n, at in ends.items() if at <= now and n in live]:
             await _delete(client, name, namespace)
             live.discard(name)
+            result.ended[name] = now
         await asyncio.sleep(poll_s)
     for name in sorted(live):
         await _delete(client, name, namespace)
+        result.ended[name] = clock()
     return result
+
+
+async def follow_scale_down(
+    client: KubeClient,
+    pool: str,
+    result: ReplayResult,
+    *,
+    timeout_s: float,
+    poll_s: float = 0.5,
+    clock: Callable[[], float] = time.time,
+) -> bool:
+    """After a replay: keep counting the pool's nodes until none is left (True) or ``timeout_s`` has passed."""
+    start = clock()
+    while clock() - start < timeout_s:
+        if not await _watch_nodes(client, pool, result, clock()):
+            return True
+        await asyncio.sleep(poll_s)
+    return False
+
+
+async def _watch_nodes(client: KubeClient, pool: str, result: ReplayResult, now: float) -> int:
+    """Note the pool's nodes up at ``now``; returns how many there are."""
+    nodes, _ = await client.list(resources.NODES, label_selector=f"{POOL_LABEL}={pool}")
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        name = str(meta.get("name"))
+        life = result.node_life.setdefault(name, [now, now])
+        life[1] = now
+        if name not in result.node_gpus:
+            capacity = (node.get("status") or {}).get("capacity") or {}
+            try:
+                result.node_gpus[name] = int(str(capacity.get(GPU_RESOURCE, "0")))
+            except ValueError:
+                result.node_gpus[name] = 0
+            result.node_type[name] = str((meta.get("labels") or {}).get(INSTANCE_TYPE_LABEL, ""))
+    return len(nodes)
 
 
 async def _delete(client: KubeClient, name: str, namespace: str) -> None:

@@ -1,0 +1,238 @@
+"""Capstan's capacity controller live on a real control plane, on a time-compressed slice of a trace, beside the
+same slice replayed in the simulator (Capstan, the cluster-autoscaler and Karpenter emulations, the oracle).
+
+    .venv/bin/python bench/capacity_live.py                        # 40 openb GPU tasks, arrivals over 120 s
+    .venv/bin/python bench/capacity_live.py --trace FILE --tasks 80 --compress-to 300
+    .venv/bin/python bench/capacity_live.py --smoke --kubeconfig K # seconds: 6 tasks on a running cluster
+
+The slice is the trace's first ``--tasks`` GPU tasks (gangs and tasks over 8 GPUs left out). Its arrivals are
+compressed into ``--compress-to`` wall seconds (the speed-up is the slice's span over that), each task's pod is
+created gated for Capstan at its arrival and deleted at its end (durations compressed by the same factor, at most
+the compressed span), through ``capstan.capacity.live.replay_pods``. The kwok provider boots each node in
+``--boot-delay`` wall seconds and makes its GPUs allocatable ``--gpu-ready-delay`` later; the simulator replays the
+same slice with the same delays in trace time (wall × speed-up). Figures are in trace time: pending p50/p99,
+pods that waited over a minute, GPU-hours, idle GPU-hours, cost and launches.
+
+The real Karpenter and cluster-autoscaler (kwok providers) are not run yet: the peers are built outside the
+repository (docs/benchmarks.md says how) and this bench will take their binaries' paths.
+
+Without ``--kubeconfig`` it starts a sandbox of its own (and stops it). Prints a Rich table, writes
+bench/out/capacity_live.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from capstan.capacity import (
+    Controller,
+    Delay,
+    NodeType,
+    PlannerConfig,
+    Taint,
+    Workload,
+    load_trace,
+    run_policies,
+)
+from capstan.capacity.live import (
+    POOL_LABEL,
+    ControllerMetrics,
+    KwokProvider,
+    ReplayResult,
+    follow_scale_down,
+    live_config,
+    replay_pods,
+    run_controller,
+)
+from capstan.kube import ApiError, KubeClient, resources
+from capstan.percentile import percentile
+
+ROOT = Path(__file__).resolve().parents[1]
+OPENB = ROOT / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023" / "openb_pod_list_default.csv"
+OUT = ROOT / "bench" / "out"
+POOL = "bench-live"
+NAMESPACE = "capstan-bench-live"
+
+
+def node_types(boot: float, ready: float, *, pool: str) -> tuple[NodeType, ...]:
+    taint = (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
+    labels = ((POOL_LABEL, pool),)
+    return (
+        NodeType("live-l4x4", 48000, 196608, 4, "NVIDIA-L4", 3.35, boot_delay=Delay("fixed", boot),
+                 gpu_ready_delay=Delay("fixed", ready), taints=taint, labels=labels),
+        NodeType("live-h100x8", 96000, 786432, 8, "NVIDIA-H100", 55.04, boot_delay=Delay("fixed", boot),
+                 gpu_ready_delay=Delay("fixed", ready), taints=taint, labels=labels),
+    )  # fmt: skip
+
+
+def the_slice(trace: str, tasks: int, compress_to: float) -> tuple[Workload, float]:
+    """The first ``tasks`` GPU tasks, arrivals from 0, durations capped at the compressed span; and the speed-up."""
+    workload = load_trace(trace)
+    pods = [p for p in workload.pods if p.wants_gpu and p.num_gpu <= 8 and not p.gang][:tasks]
+    if not pods:
+        raise SystemExit(f"{trace}: no GPU task to replay")
+    t0 = pods[0].arrival
+    span = max(pods[-1].arrival - t0, 1.0)
+    speed = span / compress_to
+    pods = [
+        replace(p, arrival=p.arrival - t0, duration=min(p.duration, span), node_selector=()) for p in pods
+    ]
+    return Workload(f"{Path(trace).name}, first {len(pods)} GPU tasks", tuple(pods)), speed
+
+
+async def capstan_live(
+    kubeconfig: Path, workload: Workload, speed: float, types: tuple[NodeType, ...], drain_wait_s: float
+) -> tuple[ReplayResult, dict[str, float]]:
+    async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
+        try:
+            await kube.create(resources.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": NAMESPACE}})  # fmt: skip
+        except ApiError as exc:
+            if not exc.conflict:
+                raise
+        for _ in range(300):
+            try:
+                await kube.get(resources.SERVICE_ACCOUNTS, "default", NAMESPACE)
+                break
+            except ApiError:
+                await asyncio.sleep(0.1)
+        stop = asyncio.Event()
+        metrics = ControllerMetrics()
+        controller = Controller(live_config(PlannerConfig(headroom=False, min_idle_s=3.0)), react=0.5,
+                                review_interval=2.0)  # fmt: skip
+        task = asyncio.create_task(run_controller(kube, KwokProvider(kube), controller, types, stop=stop,
+                                                  namespace=NAMESPACE, tick_s=0.3, metrics=metrics))  # fmt: skip
+        try:
+            result = await replay_pods(kube, workload.pods, NAMESPACE, speed=speed, pool=POOL, gated=True,
+                                       max_duration_s=3600.0)  # fmt: skip
+            await follow_scale_down(kube, POOL, result, timeout_s=drain_wait_s)
+        finally:
+            stop.set()
+            stats = await task
+            nodes, _ = await kube.list(resources.NODES, label_selector=f"{POOL_LABEL}={POOL}")
+            for node in nodes:
+                await kube.delete(resources.NODES, node["metadata"]["name"])
+        decided = sorted(stats.decision_s)
+        return result, {
+            "decisions": float(stats.decisions),
+            "decision_p99_ms": percentile(decided, 99, empty=0.0) * 1000,
+            "failed_calls": float(len(stats.failures)),
+        }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--trace", default=str(OPENB))
+    ap.add_argument("--tasks", type=int, default=40)
+    ap.add_argument("--compress-to", type=float, default=120.0, help="wall seconds the slice's arrivals span")
+    ap.add_argument("--boot-delay", type=float, default=6.0, help="wall seconds, launch → node Ready")
+    ap.add_argument(
+        "--gpu-ready-delay", type=float, default=3.0, help="wall seconds, Ready → GPUs allocatable"
+    )
+    ap.add_argument(
+        "--kubeconfig", type=Path, default=None, help="a running cluster (default: a sandbox of its own)"
+    )
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    if args.smoke:
+        args.tasks, args.compress_to = 6, 10.0
+    workload, speed = the_slice(args.trace, args.tasks, args.compress_to)
+    wall_types = node_types(args.boot_delay, args.gpu_ready_delay, pool=POOL)
+    trace_types = node_types(args.boot_delay * speed, args.gpu_ready_delay * speed, pool=POOL)
+    console = Console(width=160)
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+    box = None
+    kubeconfig = args.kubeconfig
+    if kubeconfig is None:
+        from capstan.sandbox import NodePool, Sandbox, SandboxSpec, find_toolchain
+
+        toolchain = find_toolchain()
+        if toolchain is None:
+            raise SystemExit(
+                "control plane binaries are not built: run `make test` or `capstan sandbox up` first"
+            )
+        box = Sandbox(Path(tempfile.mkdtemp(prefix="capstan-live-")), toolchain)
+        state = box.up(SandboxSpec(name="live", node_pools=[NodePool(name="cpu", count=1)]), timeout=240)
+        kubeconfig = Path(state.kubeconfig)
+    try:
+        live, extra = asyncio.run(
+            capstan_live(kubeconfig, workload, speed, wall_types, 60.0 if not args.smoke else 30.0)
+        )
+    finally:
+        if box is not None:
+            box.down()
+    sim = run_policies(workload, trace_types, ["capstan", "cluster-autoscaler", "karpenter", "oracle"])
+
+    prices = {t.name: t.price_per_hour for t in trace_types}
+    waits = live.pending_s(speed)
+    rows = [
+        {
+            "policy": "capstan",
+            "where": "live",
+            "pods": len(workload.pods),
+            "bound": len(live.bound),
+            "p50_pending_s": percentile(waits, 50, empty=0.0),
+            "p99_pending_s": percentile(waits, 99, empty=0.0),
+            "waited_over_60s": sum(1 for w in waits if w > 60.0),
+            "gpu_hours": live.gpu_hours(speed),
+            "idle_gpu_hours": live.gpu_hours(speed) - live.allocated_gpu_hours(speed),
+            "cost": live.cost(speed, prices),
+            "launches": len(live.node_life),
+            **extra,
+        }
+    ]
+    for name, (_, s) in sim.items():
+        rows.append(
+            {
+                "policy": name,
+                "where": "simulator",
+                "pods": s.pods,
+                "bound": s.bound,
+                "p50_pending_s": s.pending["total"][0],
+                "p99_pending_s": s.pending["total"][2],
+                "waited_over_60s": s.slow_starts,
+                "gpu_hours": s.gpu_hours,
+                "idle_gpu_hours": sum(s.idle.values()),
+                "cost": s.cost,
+                "launches": s.launches,
+            }
+        )
+    table = Table(
+        title=f"{workload.name}: arrivals compressed {speed:,.0f}x into {args.compress_to:.0f} s; "
+        f"boot {args.boot_delay:.0f} s + GPUs {args.gpu_ready_delay:.0f} s wall (figures in trace time)"
+    )
+    for col in ("policy", "where", "bound", "pending p50 s", "pending p99 s", "waited > 60 s", "GPU-h", "idle GPU-h",
+                "cost $", "launches"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["policy"]), str(r["where"]), f"{r['bound']}/{r['pods']}", f"{r['p50_pending_s']:,.0f}",
+            f"{r['p99_pending_s']:,.0f}", str(r["waited_over_60s"]), f"{r['gpu_hours']:,.1f}",
+            f"{r['idle_gpu_hours']:,.1f}", f"{r['cost']:,.0f}", str(r["launches"]),
+        )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"live decisions: {extra['decisions']:.0f}, p99 {extra['decision_p99_ms']:.1f} ms, "
+        f"{extra['failed_calls']:.0f} failed calls (retried)"
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / "capacity_live.json"
+    out.write_text(
+        json.dumps({"smoke": args.smoke, "started": started, "speed": speed, "rows": rows}, indent=1)
+    )
+    console.print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
