@@ -1,17 +1,21 @@
 """Capstan's capacity controller live on a real control plane, on a time-compressed slice of a trace, beside the
 same slice replayed in the simulator (Capstan, the cluster-autoscaler and Karpenter emulations, the oracle).
 
-    .venv/bin/python bench/capacity_live.py                        # 40 openb GPU tasks, arrivals over 120 s
-    .venv/bin/python bench/capacity_live.py --trace FILE --tasks 80 --compress-to 300
+    .venv/bin/python bench/capacity_live.py                        # openb's busiest 3 h, 50x faster
+    .venv/bin/python bench/capacity_live.py --trace FILE --window 6 --speed 30 --tasks 200
     .venv/bin/python bench/capacity_live.py --smoke --kubeconfig K # seconds: 6 tasks on a running cluster
 
-The slice is the trace's first ``--tasks`` GPU tasks (gangs and tasks over 8 GPUs left out). Its arrivals are
-compressed into ``--compress-to`` wall seconds (the speed-up is the slice's span over that), each task's pod is
-created gated for Capstan at its arrival and deleted at its end (durations compressed by the same factor, at most
-the compressed span), through ``capstan.capacity.live.replay_pods``. The kwok provider boots each node in
-``--boot-delay`` wall seconds and makes its GPUs allocatable ``--gpu-ready-delay`` later; the simulator replays the
-same slice with the same delays in trace time (wall × speed-up). Figures are in trace time: pending p50/p99,
-pods that waited over a minute, GPU-hours, idle GPU-hours, cost and launches.
+The slice is the trace's busiest ``--window`` hours of GPU tasks (gangs and tasks over 8 GPUs left out, at most
+``--tasks``), replayed ``--speed`` times faster than recorded: each task's pod is created gated for Capstan at its
+arrival and deleted at its end (durations capped at the window), through ``capstan.capacity.live.replay_pods``.
+Boot and GPU-ready delays are given in trace time; the kwok provider boots each node in ``--boot-delay / speed``
+wall seconds and makes its GPUs allocatable ``--gpu-ready-delay / speed`` later, and the simulator replays the same
+slice with the same delays in trace time. Figures are in trace time: pending p50/p99, pods that waited over a
+minute, GPU-hours, idle GPU-hours, cost and launches. The live controller runs with its defaults (react 1 s,
+reviews every 60 s, the planner's durations such as the 300 s an empty node waits before a drain) divided by the
+speed-up, and with moving running pods off (``live_config``, as every live run); the simulator replays Capstan
+with those same settings ("capstan, live settings") and with its defaults, beside the emulations and the oracle. The replay polls the API server every 0.5 wall seconds, so
+waits are measured to about ``0.5 × speed`` trace seconds.
 
 The real Karpenter and cluster-autoscaler (kwok providers) are not run yet: the peers are built outside the
 repository (docs/benchmarks.md says how) and this bench will take their binaries' paths.
@@ -74,19 +78,48 @@ def node_types(boot: float, ready: float, *, pool: str) -> tuple[NodeType, ...]:
     )  # fmt: skip
 
 
-def the_slice(trace: str, tasks: int, compress_to: float) -> tuple[Workload, float]:
-    """The first ``tasks`` GPU tasks, arrivals from 0, durations capped at the compressed span; and the speed-up."""
+def the_slice(trace: str, tasks: int, window_s: float) -> Workload:
+    """The busiest ``window_s`` of the trace (the most GPU tasks arriving within it; gangs and tasks over 8 GPUs
+    left out), at most ``tasks`` of them, arrivals from 0 and durations capped at the window."""
     workload = load_trace(trace)
-    pods = [p for p in workload.pods if p.wants_gpu and p.num_gpu <= 8 and not p.gang][:tasks]
+    pods = sorted(
+        (p for p in workload.pods if p.wants_gpu and p.num_gpu <= 8 and not p.gang), key=lambda p: p.arrival
+    )
     if not pods:
         raise SystemExit(f"{trace}: no GPU task to replay")
-    t0 = pods[0].arrival
-    span = max(pods[-1].arrival - t0, 1.0)
-    speed = span / compress_to
-    pods = [
-        replace(p, arrival=p.arrival - t0, duration=min(p.duration, span), node_selector=()) for p in pods
+    best, lo = (0, 0), 0
+    for hi in range(len(pods)):
+        while pods[hi].arrival - pods[lo].arrival >= window_s:
+            lo += 1
+        if hi - lo + 1 > best[1] - best[0]:
+            best = (lo, hi + 1)
+    chosen = pods[best[0] : best[1]][:tasks]
+    t0 = chosen[0].arrival
+    chosen = [
+        replace(p, arrival=p.arrival - t0, duration=min(p.duration, window_s), node_selector=())
+        for p in chosen
     ]
-    return Workload(f"{Path(trace).name}, first {len(pods)} GPU tasks", tuple(pods)), speed
+    return Workload(
+        f"{Path(trace).name}, busiest {window_s / 3600:.2g} h ({len(chosen)} GPU tasks)", tuple(chosen)
+    )
+
+
+TIME_FIELDS = (
+    "forecast_day_s",
+    "forecast_day_band_s",
+    "forecast_day_step_s",
+    "forecast_recent_s",
+    "service_half_life_s",
+    "headroom_wait_s",
+    "repack_min_age_s",
+    "min_idle_s",
+)
+"""The planner's settings that are durations: a live replay at ``speed`` divides them by it."""
+
+
+def wall_config(config: PlannerConfig, speed: float) -> PlannerConfig:
+    """``config`` on the wall clock of a replay ``speed`` times faster than the trace."""
+    return replace(config, **{f: getattr(config, f) / speed for f in TIME_FIELDS})
 
 
 async def capstan_live(
@@ -107,8 +140,10 @@ async def capstan_live(
                 await asyncio.sleep(0.1)
         stop = asyncio.Event()
         metrics = ControllerMetrics()
-        controller = Controller(live_config(PlannerConfig(headroom=False, min_idle_s=3.0)), react=0.5,
-                                review_interval=2.0)  # fmt: skip
+        # the controller's defaults (react 1 s, reviews every 60 s, the planner's durations) in wall time
+        controller = Controller(
+            wall_config(live_config(), speed), react=1.0 / speed, review_interval=60.0 / speed
+        )
         task = asyncio.create_task(run_controller(kube, KwokProvider(kube), controller, types, stop=stop,
                                                   namespace=NAMESPACE, tick_s=0.3, metrics=metrics))  # fmt: skip
         try:
@@ -133,11 +168,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--trace", default=str(OPENB))
-    ap.add_argument("--tasks", type=int, default=40)
-    ap.add_argument("--compress-to", type=float, default=120.0, help="wall seconds the slice's arrivals span")
-    ap.add_argument("--boot-delay", type=float, default=6.0, help="wall seconds, launch → node Ready")
+    ap.add_argument("--tasks", type=int, default=60, help="at most this many GPU tasks")
+    ap.add_argument("--window", type=float, default=3.0, help="hours of the trace to replay (its busiest)")
+    ap.add_argument("--speed", type=float, default=50.0, help="trace seconds per wall second")
+    ap.add_argument("--boot-delay", type=float, default=300.0, help="trace seconds, launch → node Ready")
     ap.add_argument(
-        "--gpu-ready-delay", type=float, default=3.0, help="wall seconds, Ready → GPUs allocatable"
+        "--gpu-ready-delay", type=float, default=90.0, help="trace seconds, Ready → GPUs allocatable"
     )
     ap.add_argument(
         "--kubeconfig", type=Path, default=None, help="a running cluster (default: a sandbox of its own)"
@@ -145,10 +181,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if args.smoke:
-        args.tasks, args.compress_to = 6, 10.0
-    workload, speed = the_slice(args.trace, args.tasks, args.compress_to)
-    wall_types = node_types(args.boot_delay, args.gpu_ready_delay, pool=POOL)
-    trace_types = node_types(args.boot_delay * speed, args.gpu_ready_delay * speed, pool=POOL)
+        args.tasks, args.window = 6, 0.25
+    speed = args.speed
+    workload = the_slice(args.trace, args.tasks, args.window * 3600)
+    wall_types = node_types(args.boot_delay / speed, args.gpu_ready_delay / speed, pool=POOL)
+    trace_types = node_types(args.boot_delay, args.gpu_ready_delay, pool=POOL)
     console = Console(width=160)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
@@ -173,6 +210,7 @@ def main() -> None:
         if box is not None:
             box.down()
     sim = run_policies(workload, trace_types, ["capstan", "cluster-autoscaler", "karpenter", "oracle"])
+    same = run_policies(workload, trace_types, ["capstan"], planner=live_config())["capstan"]
 
     prices = {t.name: t.price_per_hour for t in trace_types}
     waits = live.pending_s(speed)
@@ -192,7 +230,7 @@ def main() -> None:
             **extra,
         }
     ]
-    for name, (_, s) in sim.items():
+    for name, (_, s) in [("capstan, live settings", same), *sim.items()]:
         rows.append(
             {
                 "policy": name,
@@ -209,8 +247,8 @@ def main() -> None:
             }
         )
     table = Table(
-        title=f"{workload.name}: arrivals compressed {speed:,.0f}x into {args.compress_to:.0f} s; "
-        f"boot {args.boot_delay:.0f} s + GPUs {args.gpu_ready_delay:.0f} s wall (figures in trace time)"
+        title=f"{workload.name} at {speed:,.0f}x; boot {args.boot_delay:.0f} s + GPUs {args.gpu_ready_delay:.0f} s "
+        "(figures in trace time)"
     )
     for col in ("policy", "where", "bound", "pending p50 s", "pending p99 s", "waited > 60 s", "GPU-h", "idle GPU-h",
                 "cost $", "launches"):  # fmt: skip
@@ -229,7 +267,16 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / "capacity_live.json"
     out.write_text(
-        json.dumps({"smoke": args.smoke, "started": started, "speed": speed, "rows": rows}, indent=1)
+        json.dumps(
+            {
+                "smoke": args.smoke,
+                "started": started,
+                "speed": speed,
+                "workload": workload.name,
+                "rows": rows,
+            },
+            indent=1,
+        )
     )
     console.print(f"wrote {out}")
 

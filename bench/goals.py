@@ -144,6 +144,30 @@ GOALS: tuple[Goal, ...] = (
         "ms",
     ),
     Goal(
+        "capacity.live_decision_ms",
+        "GPU capacity",
+        "one live decision (Node and Pod objects to recorded actions) at 1,000 pending pods ≤ 100 ms",
+        "capacity_planner_speed.py",
+        100,
+        "ms",
+    ),
+    Goal(
+        "capacity.live_vs_autoscalers",
+        "GPU capacity",
+        "live on the same trace slice: pending p99 ≤ 0.2× and idle GPU-hours ≤ 0.5× the better of the real "
+        "Karpenter and cluster-autoscaler, at a cost no higher than theirs",
+        "capacity_live.py",
+    ),
+    Goal(
+        "capacity.emulation_fidelity",
+        "GPU capacity",
+        "the simulator's cluster-autoscaler and Karpenter emulations within 15 % of the real ones on idle "
+        "GPU-hours and pending p99 (same slice)",
+        "capacity_live.py",
+        0.15,
+        "relative",
+    ),
+    Goal(
         "capacity.replay_s",
         "GPU capacity",
         "each policy replays the 8,152-task openb trace in ≤ 10 s on one core",
