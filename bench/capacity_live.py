@@ -95,8 +95,11 @@ def the_slice(trace: str, tasks: int, window_s: float) -> Workload:
             best = (lo, hi + 1)
     chosen = pods[best[0] : best[1]][:tasks]
     t0 = chosen[0].arrival
+    # Kubernetes has no GPU shares: a task asking for part of a GPU asks for a whole one, in both replays
     chosen = [
-        replace(p, arrival=p.arrival - t0, duration=min(p.duration, window_s), node_selector=())
+        replace(
+            p, arrival=p.arrival - t0, duration=min(p.duration, window_s), node_selector=(), gpu_milli=1000
+        )
         for p in chosen
     ]
     return Workload(
