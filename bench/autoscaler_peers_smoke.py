@@ -19,6 +19,7 @@ import json
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +75,22 @@ def _pod(i: int) -> dict[str, Any]:
     }
 
 
-async def _wait(what: str, timeout: float, probe: Any) -> float:
-    t0 = time.monotonic()
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S.%f")[:-4]
+
+
+async def _wait(what: str, timeout: float, probe: Any) -> dict[str, Any]:
+    """Poll ``probe`` until true (bounded); the wait on both clocks: monotonic seconds, and wall-clock seconds with
+    its UTC start and end (they differ when the machine stalls: on this shared VM a 5 s timer once fired 16 s late)."""
+    t0, w0 = time.monotonic(), time.time()
     while True:
         if await probe():
-            return time.monotonic() - t0
+            w1 = time.time()
+            return {
+                "s": round(time.monotonic() - t0, 1),
+                "wall_s": round(w1 - w0, 1),
+                "utc": f"{_utc(w0)}–{_utc(w1)}",
+            }
         if time.monotonic() - t0 > timeout:
             raise TimeoutError(f"{what}: not within {timeout:g} s")
         await asyncio.sleep(0.5)
@@ -125,7 +137,7 @@ async def run_one(peer: str, binary: Path, scratch: Path, logs: Path, timeout: f
                     for p in pods
                 )
 
-            result["scale_up_s"] = round(await _wait("3 pods Running on new nodes", timeout, all_running), 1)
+            result["scale_up"] = await _wait("3 pods Running on new nodes", timeout, all_running)
             pods, _ = await kube.list(resources.PODS, namespace=NAMESPACE, label_selector="app=peers-smoke")
             result["pod_nodes"] = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
             result["nodes"] = [
@@ -150,7 +162,7 @@ async def run_one(peer: str, binary: Path, scratch: Path, logs: Path, timeout: f
             async def no_peer_nodes() -> bool:
                 return not await _peer_nodes(kube)
 
-            result["scale_down_s"] = round(await _wait("peer nodes gone", timeout, no_peer_nodes), 1)
+            result["scale_down"] = await _wait("peer nodes gone", timeout, no_peer_nodes)
             if peer == "karpenter":
                 result["nodeclaims_left"] = await karpenter_teardown(kube)
     finally:
