@@ -4,6 +4,7 @@ the per-type labels, GPU capacity and taints reach both peers' configuration, in
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from bench._autoscalers import (
@@ -118,6 +119,15 @@ def test_bad_node_types_are_one_line_errors(types: tuple[NodeType, ...], message
             build(types)
 
 
-def test_find_binary_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+def test_find_binary_takes_an_executable_path_or_none(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("CAPSTAN_KARPENTER", "/nonexistent/karpenter-kwok")
     assert find_karpenter() is None
+    binary = tmp_path / "karpenter-kwok"
+    binary.write_text("#!/bin/sh\n")
+    assert find_karpenter(binary) is None  # not executable
+    binary.chmod(0o755)
+    assert find_karpenter(binary) == binary
+    monkeypatch.setenv("CAPSTAN_KARPENTER", str(binary))
+    assert find_karpenter() == binary
