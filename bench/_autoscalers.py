@@ -36,7 +36,10 @@ GPU label ``nvidia.com/gpu.product`` with the node types' GPU models) and ``kwok
 own ``max_count``). :func:`start_cluster_autoscaler` runs it with ``KWOK_PROVIDER_MODE=local``, ``POD_NAMESPACE``
 and ``KUBECONFIG`` and ``--cloud-provider=kwok --kubeconfig … --namespace … --leader-elect=false
 --address=127.0.0.1:<free port>`` plus the caller's flags (its scale-down waits are 10 minutes by default;
-:data:`CA_FAST_SCALE_DOWN` shortens them). On SIGTERM it deletes the nodes it created.
+:data:`CA_FAST_SCALE_DOWN` shortens them). On SIGTERM it deletes the nodes it created. Its CapacityBuffer support
+(the real counterpart of the simulator's ``ca-buffer``): install with ``crds=load_crds(ca_crd_files(apis_dir))``,
+start with :data:`CA_BUFFER_FLAGS`, and apply :func:`ca_capacity_buffer`'s PodTemplate and CapacityBuffer
+(:func:`apply_capacity_buffer`).
 
 :meth:`PeerProcess.stop` sends SIGTERM, waits (bounded), then SIGKILL; both write their logs to a file.
 """
@@ -434,20 +437,83 @@ def ca_templates(
     }
 
 
+CA_BUFFER_FLAGS: tuple[str, ...] = (
+    "--capacity-buffer-controller-enabled=true",
+    "--capacity-buffer-pod-injection-enabled=true",
+)
+"""cluster-autoscaler flags that turn on its CapacityBuffer controller and the fake pods it injects (both off by
+default); the CRD comes from :func:`ca_crd_files`."""
+CAPACITY_BUFFERS = Resource("autoscaling.x-k8s.io", "v1beta1", "capacitybuffers", "CapacityBuffer")
+POD_TEMPLATES = Resource("", "v1", "podtemplates", "PodTemplate")
+
+
+def ca_crd_files(apis_dir: Path) -> list[Path]:
+    """The CapacityBuffer CRD in kubernetes/autoscaler's ``cluster-autoscaler/apis`` (``config/crd``), the directory
+    the build replaces the apis module with (bench/peers/build_autoscalers.sh: ``$CA_SRC/autoscaler/...``)."""
+    path = apis_dir / "config" / "crd" / "autoscaling.x-k8s.io_capacitybuffers.yaml"
+    if not path.is_file():
+        raise PeerError(f"no CapacityBuffer CRD at {path}")
+    return [path]
+
+
+def ca_capacity_buffer(
+    name: str,
+    namespace: str,
+    replicas: int,
+    *,
+    cpu_milli: int,
+    memory_mib: int,
+    gpu: int = 0,
+    tolerations: Sequence[Mapping[str, str]] = (),
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A PodTemplate of one chunk (these requests and tolerations) and a CapacityBuffer of ``replicas`` chunks of it
+    (the default strategy, ``buffer.x-k8s.io/active-capacity``: cluster-autoscaler keeps room for them)."""
+    if replicas < 0:
+        raise PeerError(f"a CapacityBuffer needs replicas >= 0, not {replicas}")
+    requests = {"cpu": _cpu(cpu_milli), "memory": f"{memory_mib}Mi"}
+    if gpu:
+        requests[GPU_RESOURCE] = str(gpu)
+    container: dict[str, Any] = {"name": "chunk", "image": "registry.k8s.io/pause:3.10"}
+    container["resources"] = {"requests": requests, **({"limits": {GPU_RESOURCE: str(gpu)}} if gpu else {})}
+    template = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "template": {"spec": {"containers": [container], "tolerations": [dict(t) for t in tolerations]}},
+    }
+    buffer = {
+        "apiVersion": "autoscaling.x-k8s.io/v1beta1",
+        "kind": "CapacityBuffer",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podTemplateRef": {"name": name}, "replicas": replicas},
+    }
+    return template, buffer
+
+
 async def install_cluster_autoscaler(
     kube: KubeClient,
     node_types: Sequence[NodeType],
     *,
     namespace: str = CA_NAMESPACE,
     max_count: int = CA_DEFAULT_MAX,
+    crds: Sequence[Mapping[str, Any]] = (),
 ) -> None:
-    """The namespace and the kwok provider's two ConfigMaps."""
+    """The namespace and the kwok provider's two ConfigMaps; with ``crds`` (:func:`load_crds` of
+    :func:`ca_crd_files`), those CRDs too (for :data:`CA_BUFFER_FLAGS`)."""
     config = ca_provider_config(node_types, namespace)
     templates = ca_templates(node_types, namespace, max_count=max_count)
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    if crds:
+        await apply_crds(kube, crds)
     await _apply(kube, resources.NAMESPACES, ns)
     await _apply(kube, resources.CONFIGMAPS, config)
     await _apply(kube, resources.CONFIGMAPS, templates)
+
+
+async def apply_capacity_buffer(kube: KubeClient, template: dict[str, Any], buffer: dict[str, Any]) -> None:
+    """Apply :func:`ca_capacity_buffer`'s PodTemplate and CapacityBuffer (the CRD must be installed)."""
+    await _apply(kube, POD_TEMPLATES, template)
+    await _apply(kube, CAPACITY_BUFFERS, buffer)
 
 
 # --- processes ------------------------------------------------------------------------------------------------

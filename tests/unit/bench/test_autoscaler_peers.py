@@ -12,6 +12,7 @@ from bench._autoscalers import (
     CA_MAX_ANNOTATION,
     CA_MIN_ANNOTATION,
     PeerError,
+    ca_capacity_buffer,
     ca_provider_config,
     ca_templates,
     find_karpenter,
@@ -131,3 +132,21 @@ def test_find_binary_takes_an_executable_path_or_none(
     assert find_karpenter(binary) == binary
     monkeypatch.setenv("CAPSTAN_KARPENTER", str(binary))
     assert find_karpenter() == binary
+
+
+def test_capacity_buffer_is_a_pod_template_and_a_buffer_of_it() -> None:
+    toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    template, buffer = ca_capacity_buffer(
+        "room", "ns", 2, cpu_milli=1500, memory_mib=1024, gpu=1, tolerations=[toleration]
+    )
+    (container,) = template["template"]["spec"]["containers"]
+    assert container["resources"] == {
+        "requests": {"cpu": "1500m", "memory": "1024Mi", "nvidia.com/gpu": "1"},
+        "limits": {"nvidia.com/gpu": "1"},
+    }
+    assert template["template"]["spec"]["tolerations"] == [toleration]
+    assert buffer["apiVersion"] == "autoscaling.x-k8s.io/v1beta1"
+    assert buffer["metadata"] == {"name": "room", "namespace": "ns"}
+    assert buffer["spec"] == {"podTemplateRef": {"name": "room"}, "replicas": 2}
+    with pytest.raises(PeerError, match="replicas >= 0"):
+        ca_capacity_buffer("room", "ns", -1, cpu_milli=1000, memory_mib=1024)
