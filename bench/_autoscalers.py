@@ -41,7 +41,8 @@ and ``KUBECONFIG`` and ``--cloud-provider=kwok --kubeconfig … --namespace … 
 start with :data:`CA_BUFFER_FLAGS`, and apply :func:`ca_capacity_buffer`'s PodTemplate and CapacityBuffer
 (:func:`apply_capacity_buffer`).
 
-:meth:`PeerProcess.stop` sends SIGTERM, waits (bounded), then SIGKILL; both write their logs to a file.
+:meth:`PeerProcess.wait_ready` polls its health URL (bounded); :meth:`PeerProcess.stop` sends SIGTERM, waits
+(bounded), then SIGKILL; both write their logs to a file.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from capstan.capacity import NodeType
@@ -528,6 +530,7 @@ class PeerProcess:
     argv: tuple[str, ...]
     log_path: Path
     ports: Mapping[str, int] = field(default_factory=dict)
+    health_url: str = ""
 
     def running(self) -> bool:
         return self.proc.poll() is None
@@ -537,6 +540,22 @@ class PeerProcess:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
             return ""
+
+    def wait_ready(self, timeout: float = 60.0) -> float:
+        """Poll its health URL (Karpenter ``/readyz``, cluster-autoscaler ``/health-check``) until it answers 200;
+        the seconds that took. Raises :class:`PeerError` (with its log's tail) if it exits or ``timeout`` passes."""
+        t0 = time.monotonic()
+        while True:
+            if self.proc.poll() is not None:
+                raise PeerError(f"{self.name} exited {self.proc.returncode}: {self.log_tail(800)}")
+            try:
+                if self.health_url and httpx.get(self.health_url, timeout=2.0).status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - t0 > timeout:
+                raise PeerError(f"{self.name} not ready at {self.health_url} after {timeout:g} s")
+            time.sleep(0.2)
 
     def stop(self, grace: float = _STOP_GRACE_S) -> int:
         """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; its exit code (negative: the signal)."""
@@ -551,7 +570,12 @@ class PeerProcess:
 
 
 def _start(
-    name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path, ports: Mapping[str, int]
+    name: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    log_path: Path,
+    ports: Mapping[str, int],
+    health_url: str,
 ) -> PeerProcess:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -566,7 +590,7 @@ def _start(
             )
         except OSError as exc:
             raise PeerError(f"cannot start {name} ({argv[0]}): {exc}") from None
-    return PeerProcess(name, proc, tuple(argv), log_path, dict(ports))
+    return PeerProcess(name, proc, tuple(argv), log_path, dict(ports), health_url)
 
 
 def _env(kubeconfig: Path, extra: Mapping[str, str]) -> dict[str, str]:
@@ -597,7 +621,8 @@ def start_karpenter(
         f"--log-level={log_level}",
         *extra_args,
     ]
-    return _start("karpenter", argv, _env(kubeconfig, {}), log_path, ports)
+    health = f"http://127.0.0.1:{ports['health']}/readyz"
+    return _start("karpenter", argv, _env(kubeconfig, {}), log_path, ports, health)
 
 
 def start_cluster_autoscaler(
@@ -626,7 +651,8 @@ def start_cluster_autoscaler(
         *extra_args,
     ]
     env = _env(kubeconfig, {"KWOK_PROVIDER_MODE": "local", "POD_NAMESPACE": namespace})
-    return _start("cluster-autoscaler", argv, env, log_path, ports)
+    health = f"http://127.0.0.1:{ports['address']}/health-check"
+    return _start("cluster-autoscaler", argv, env, log_path, ports, health)
 
 
 async def karpenter_teardown(kube: KubeClient, *, timeout: float = 60.0) -> int:

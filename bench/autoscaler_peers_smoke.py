@@ -121,9 +121,7 @@ async def run_one(peer: str, binary: Path, scratch: Path, logs: Path, timeout: f
                 proc = start_cluster_autoscaler(binary, kubeconfig, log, extra_args=CA_FAST_SCALE_DOWN)
             result["argv"] = list(proc.argv)
             result["log"] = str(log)
-            await asyncio.sleep(3)
-            if not proc.running():
-                raise PeerError(f"{peer} exited {proc.proc.returncode}: {proc.log_tail(800)}")
+            result["ready_s"] = round(await asyncio.to_thread(proc.wait_ready, 60.0), 1)
             for i in range(PODS):
                 await kube.create(resources.PODS, _pod(i))
 
