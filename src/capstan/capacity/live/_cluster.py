@@ -37,7 +37,7 @@ from capstan.capacity.live._objects import (
     pod_key,
 )
 from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod
-from capstan.capacity.planner import NodeView, Snapshot
+from capstan.capacity.planner import PLANNED_NODE_LABEL, NodeView, Snapshot
 from capstan.kube import ApiError, KubeClient, resources
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,13 @@ class Provider(Protocol):
 
     async def launch(self, nt: NodeType, name: str, purpose: str, now: float) -> None: ...
 
-    async def drain(self, name: str, node: Mapping[str, Any]) -> None: ...
+    async def drain(self, name: str, node: Mapping[str, Any]) -> None:
+        """Remove the node planned as ``name`` (``node`` is its Node object)."""
+        ...
+
+    async def in_flight(self) -> dict[str, tuple[str, str, float]]:
+        """Nodes being launched that have no Node object yet: planned id → (type name, purpose, requested at)."""
+        ...
 
     async def advance(self, nodes: Collection[Mapping[str, Any]], busy: set[str], now: float) -> int:
         """The provider's own progress (boot, GPUs, deleting drained nodes); returns how many nodes changed."""
@@ -110,6 +116,11 @@ class LiveCluster:
         self.types = {t.name: t for t in node_types}
         self.recent_window = 3600.0
         self.nodes = nodes
+        self._by_id: dict[str, Mapping[str, Any]] = {}
+        """The live nodes by the id plans use: their planned-node label (the plan's name for a node Capstan
+        launched, whatever name the provider gave it), else the node's name."""
+        self._id_of: dict[str, str] = {}
+        """Node name → id."""
         self.pods = pods
         self.namespace = namespace
         self.clock = clock
@@ -158,10 +169,25 @@ class LiveCluster:
         mine = self._promised.get(pod_key(obj))
         return mine[0] if mine is not None else annotated
 
-    def observe(self) -> None:
+    def observe(self, in_flight: Mapping[str, tuple[str, str, float]] | None = None) -> None:
         """Fold what the informers show into the counters: new managed pods are arrivals; actions the
-        informers now show (or that never showed within :data:`FORGET_AFTER_S`) are forgotten."""
+        informers now show (or that never showed within :data:`FORGET_AFTER_S`) are forgotten. ``in_flight``:
+        nodes the provider is launching that have no Node yet (id → type name, purpose, requested at), so a
+        restarted controller counts them as launched. Call it before reading the cluster (the loop does)."""
         now = self.clock()
+        self._by_id, self._id_of = {}, {}
+        for name, obj in self.nodes.items():
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            nid = str(labels.get(PLANNED_NODE_LABEL) or name)
+            self._by_id[nid] = obj
+            self._id_of[name] = nid
+        for nid, (type_name, purpose, at) in (in_flight or {}).items():
+            nt = self.types.get(type_name)
+            if nt is not None and nid not in self._by_id and nid not in self._launched:
+                kind: Literal["pods", "headroom", "repack"] = (
+                    "headroom" if purpose == "headroom" else "repack" if purpose == "repack" else "pods"
+                )
+                self._launched[nid] = _Launch(nt, kind, at, sent=True)
         fresh = []
         for obj in self._managed():
             key = pod_key(obj)
@@ -176,15 +202,15 @@ class LiveCluster:
         else:
             self._recent.extend(fresh)
         for name, launch in list(self._launched.items()):
-            if name in self.nodes or (launch.sent and now - launch.at > FORGET_AFTER_S):
+            if name in self._by_id or (launch.sent and now - launch.at > FORGET_AFTER_S):
                 del self._launched[name]
         for key, (node, at) in list(self._promised.items()):
             current = self.pods.get(key)
             shown = current is not None and self._annotated(current) == node
             if current is None or not is_managed(current) or shown or now - at > FORGET_AFTER_S:
                 del self._promised[key]
-        for name in self.nodes:
-            self._next_id = max(self._next_id, _id_num(name) + 1)
+        for nid in (*self._by_id, *self._launched):
+            self._next_id = max(self._next_id, _id_num(nid) + 1)
         if len(self._seen) > 2 * len(self.pods) + 1024:  # bounded: forget pods that are gone
             self._seen &= set(self.pods)
         if len(self._pods_read) > 2 * len(self.pods) + 1024:
@@ -208,7 +234,7 @@ class LiveCluster:
             return ""
         if node in self._launched:
             return node
-        n = self.nodes.get(node)
+        n = self._by_id.get(node)
         if n is None or node_state(n) is NodeState.DRAINING:
             return ""
         return node
@@ -218,7 +244,8 @@ class LiveCluster:
         pinned to it) and not yet bound by the scheduler."""
         out: dict[str, list[Pod]] = {}
         for obj in self.pods.values():
-            node = is_running_on(obj) or _released_to(obj)
+            name = is_running_on(obj)
+            node = self._id_of.get(name, name) if name else _released_to(obj)
             if node:
                 out.setdefault(node, []).append(self._pod(obj))
         return out
@@ -227,7 +254,7 @@ class LiveCluster:
         running = self._running()
         empty = []
         repack_waiting = False
-        for name, node in self.nodes.items():
+        for name, node in self._by_id.items():
             if node_type_of(node, self.types) is None or node_state(node) is not NodeState.GPU_ALLOCATABLE:
                 continue
             if not running.get(name):
@@ -253,8 +280,8 @@ class LiveCluster:
             else:
                 pending.append(pod)
         views: list[NodeView] = []
-        for name in sorted(self.nodes):
-            node_obj = self.nodes[name]
+        for name in sorted(self._by_id):
+            node_obj = self._by_id[name]
             nt = node_type_of(node_obj, self.types)
             state = node_state(node_obj)
             if nt is None or state is NodeState.DRAINING:
@@ -263,7 +290,7 @@ class LiveCluster:
                 self._view(name, node_obj, nt, state, running.get(name, []), waiting_on.get(name, []), now)
             )
         for name, launch in sorted(self._launched.items()):
-            if name in self.nodes:
+            if name in self._by_id:
                 continue
             nt = launch.type
             taken = waiting_on.get(name, [])
@@ -347,7 +374,7 @@ class LiveCluster:
         obj = self.pods.get(pod_name)
         if obj is None or not is_managed(obj):
             return False
-        if nid not in self._launched and nid not in self.nodes:
+        if nid not in self._launched and nid not in self._by_id:
             return False
         self._promised[pod_name] = (nid, self.clock())
         self.log.promises.append((pod_name, nid))
@@ -358,7 +385,7 @@ class LiveCluster:
         return False
 
     def drain(self, nid: str) -> None:
-        node = self.nodes.get(nid)
+        node = self._by_id.get(nid)
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         if node is None or PURPOSE_LABEL not in labels:
             self.log.refused.append(f"drain {nid}: not a node Capstan launched")
@@ -410,7 +437,7 @@ class LiveCluster:
         failed: list[str] = []
         now = self.clock()
         for name, launch in sorted(self._launched.items()):
-            if launch.sent or name in self.nodes:
+            if launch.sent or name in self._by_id:
                 continue
             try:
                 await provider.launch(launch.type, name, launch.purpose, now)
@@ -443,7 +470,7 @@ class LiveCluster:
             msg = f"promised to node {node}; the pod stays gated until the node's GPUs are allocatable"
             await self._event(events, obj, "CapstanPromised", msg, now)
         for name in list(self._to_drain):
-            node_obj = self.nodes.get(name)
+            node_obj = self._by_id.get(name)
             if node_obj is None:
                 self._to_drain.remove(name)
                 continue
@@ -482,7 +509,16 @@ class LiveCluster:
             affinity = dict(spec.get("affinity") or {})
             node_affinity = dict(affinity.get("nodeAffinity") or {})
             required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-            pin = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+            node_obj = self._by_id[node]
+            node_meta = node_obj.get("metadata") or {}
+            if PLANNED_NODE_LABEL in (node_meta.get("labels") or {}):
+                pin = {"key": PLANNED_NODE_LABEL, "operator": "In", "values": [node]}
+            else:
+                pin = {
+                    "key": "kubernetes.io/hostname",
+                    "operator": "In",
+                    "values": [str(node_meta.get("name"))],
+                }
             terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
             for t in terms:  # terms are ORed: the pin goes into each
                 t["matchExpressions"] = [*(t.get("matchExpressions") or []), pin]
@@ -507,7 +543,7 @@ class LiveCluster:
         return failed
 
     def _takes_pods(self, name: str) -> bool:
-        n = self.nodes.get(name)
+        n = self._by_id.get(name)
         return n is not None and node_state(n) is NodeState.GPU_ALLOCATABLE
 
     def busy_nodes(self) -> set[str]:

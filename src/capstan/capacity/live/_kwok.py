@@ -24,6 +24,7 @@ from capstan.capacity.live._objects import (
 )
 from capstan.capacity.model import NodeType
 from capstan.capacity.placement import node_labels
+from capstan.capacity.planner import PLANNED_NODE_LABEL
 from capstan.kube import KubeClient, resources
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -56,6 +57,7 @@ class KwokProvider:
             "kubernetes.io/arch": "amd64",
             "type": "kwok",
             PURPOSE_LABEL: purpose,
+            PLANNED_NODE_LABEL: name,
         }
         capacity = {"cpu": f"{nt.cpu_milli}m", "memory": f"{nt.memory_mib}Mi", "pods": "110"}
         allocatable = dict(capacity)
@@ -93,9 +95,17 @@ class KwokProvider:
         await self.client.create(resources.NODES, self.node_manifest(nt, name, purpose, now))
 
     async def drain(self, name: str, node: Mapping[str, Any]) -> None:
+        """Taint and cordon the Node; :meth:`advance` deletes it once no pod runs there."""
         taints = [t for t in _taint_keys(node) if t.get("key") != DRAINING_TAINT]
         taints.append({"key": DRAINING_TAINT, "value": "true", "effect": "NoSchedule"})
-        await self.client.patch(resources.NODES, name, {"spec": {"taints": taints, "unschedulable": True}})
+        node_name = str((node.get("metadata") or {}).get("name") or name)
+        await self.client.patch(
+            resources.NODES, node_name, {"spec": {"taints": taints, "unschedulable": True}}
+        )
+
+    async def in_flight(self) -> dict[str, tuple[str, str, float]]:
+        """Nothing: a kwok launch is a Node at once."""
+        return {}
 
     async def advance(self, nodes: Iterable[Mapping[str, Any]], busy: set[str], now: float) -> int:
         """Move Capstan's kwok nodes on: boot taints off, GPUs allocatable, drained nodes without pods deleted.

@@ -162,7 +162,15 @@ async def _run(
         controller.start(cluster)
         while not stop.is_set():
             stats.passes += 1
-            cluster.observe()
+            try:
+                in_flight = await provider.in_flight()
+            except Exception as exc:
+                # without the provider's launches a plan could launch them again: no plan until they are read
+                stats.failures.append(f"{provider.name} provider: {exc}")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=backoff.next())
+                continue
+            cluster.observe(in_flight)
             now = clock()
             if changed.is_set():
                 changed.clear()
