@@ -358,6 +358,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "default_state_dir",
         "find_toolchain",
         "free_port",
+        "go_module_dir",
         "load_spec",
         "node_manifests",
         "require_toolchain",

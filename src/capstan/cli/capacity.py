@@ -469,7 +469,7 @@ def simulate(
         console.print(f"wrote {p}")
 
 
-PROVIDERS = ("kwok",)
+PROVIDERS = ("kwok", "karpenter")
 
 
 @app.command()
@@ -487,6 +487,14 @@ def run(
     provider: str = typer.Option("kwok", "--provider", help=f"What launches nodes: {', '.join(PROVIDERS)}."),
     namespace: str | None = typer.Option(
         None, "--namespace", "-n", help="Place only this namespace's pods (default: every namespace)."
+    ),
+    nodepool: str = typer.Option(
+        "capstan", "--nodepool", help="karpenter: the NodePool Capstan's NodeClaims belong to."
+    ),
+    node_class: str = typer.Option(
+        "karpenter.kwok.sh/KWOKNodeClass/default",
+        "--node-class",
+        help="karpenter: the NodeClaims' nodeClassRef as group/kind/name (e.g. karpenter.k8s.aws/EC2NodeClass/default).",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and log each decision; write nothing."),
     duration: str = typer.Option(
@@ -530,6 +538,7 @@ def run(
     from capstan.capacity.live import (
         ControllerMetrics,
         EventRecorder,
+        KarpenterProvider,
         KwokProvider,
         live_config,
         run_controller,
@@ -540,6 +549,9 @@ def run(
 
     if provider not in PROVIDERS:
         raise UserError(f"--provider {provider}: unknown provider; choose from {', '.join(PROVIDERS)}")
+    class_ref = tuple(node_class.split("/"))
+    if len(class_ref) != 3 or not all(class_ref):
+        raise UserError(f"--node-class {node_class!r}: expected group/kind/name")
     stop_after = parse_duration(duration, "--duration")
     types = load_node_type_file(
         node_types,
@@ -587,7 +599,11 @@ def run(
         try:
             stats = await run_controller(
                 client,
-                KwokProvider(client),
+                KwokProvider(client)
+                if provider == "kwok"
+                else KarpenterProvider(
+                    client, nodepool=nodepool, node_class=(class_ref[0], class_ref[1], class_ref[2])
+                ),
                 controller,
                 types,
                 stop=stop,

@@ -1,14 +1,14 @@
 """A real local Kubernetes control plane for tests, benchmarks and the demo.
 
 Public surface: build the binaries (:func:`build_toolchain`), describe the cluster (:class:`SandboxSpec`, its
-:class:`NodePool` list, :func:`load_spec`), run it (:class:`Sandbox`); throwaway datastores for tests and benches
+:class:`NodePool` list, :func:`load_spec`), run it (:class:`Sandbox`); a Go module's files for a test to install (:func:`go_module_dir`); throwaway datastores for tests and benches
 (:class:`PostgresServer`, :class:`RedisServer`, which also runs the Valkey that :func:`valkey_server_binary` finds,
 :func:`server_version`, :func:`free_port`); and the names the sandbox's fake nodes carry
 (:data:`GPU_RESOURCE`, :data:`KWOK_NODE_ANNOTATION` = :data:`KWOK_NODE_ANNOTATION_VALUE`), which the fault
 injectors look for.
 """
 
-from capstan.sandbox.build import Toolchain, build_toolchain, find_toolchain, require_toolchain
+from capstan.sandbox.build import Toolchain, build_toolchain, find_toolchain, go_module_dir, require_toolchain
 from capstan.sandbox.cluster import Sandbox, SandboxState, default_state_dir
 from capstan.sandbox.datastores import (
     PostgresServer,
@@ -44,6 +44,7 @@ __all__ = [
     "default_state_dir",
     "find_toolchain",
     "free_port",
+    "go_module_dir",
     "load_spec",
     "node_manifests",
     "require_toolchain",

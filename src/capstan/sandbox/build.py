@@ -302,3 +302,29 @@ def build_toolchain(
     if found is None:
         raise UserError(f"build finished but the toolchain in {root} is incomplete")
     return found
+
+
+def go_module_dir(module: str, version: str) -> Path:
+    """The sources of ``module@version`` in Go's module cache, downloaded through the module proxy if missing (for
+    files a test installs from a module, such as Karpenter's CRDs). Its go directive may ask for a newer Go than
+    the local one: only its files are wanted, so that is not an error here."""
+    builder = GoBuilder(Path.cwd())
+    cache = builder.run(["env", "GOMODCACHE"], "find the Go module cache").strip()
+    path = Path(cache).joinpath(*module.split("/")[:-1], f"{module.split('/')[-1]}@v{version.lstrip('v')}")
+    if not path.is_dir():
+        try:
+            subprocess.run(
+                [builder.go, "mod", "download", "-json", f"{module}@v{version.lstrip('v')}"],
+                env=builder.env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise UserError(f"downloading {module}@{version} did not finish within 600 s") from None
+    if not path.is_dir():
+        raise UserError(
+            f"{module}@{version}: not in the Go module cache ({path}) and could not be downloaded"
+        )
+    return path

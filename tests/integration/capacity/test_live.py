@@ -25,7 +25,7 @@ from capstan.capacity.live import (
     live_config,
     run_controller,
 )
-from capstan.kube import KubeClient, LeaderElection, resources
+from capstan.kube import ApiError, KubeClient, LeaderElection, resources
 
 pytestmark = pytest.mark.integration
 
@@ -365,3 +365,81 @@ async def test_the_demos_live_capacity_step_places_every_replayed_task_and_leave
     assert "16/16" in text
     nodes, _ = await kube.list(resources.NODES, label_selector=f"{POOL_LABEL}=demo")
     assert not nodes
+
+
+async def test_the_karpenter_provider_creates_nodeclaims_and_a_restart_launches_nothing_twice(
+    kube: KubeClient, namespace: str
+) -> None:
+    """Capstan decides, Karpenter launches: the NodeClaim Capstan writes is accepted by Karpenter's own CRD (from
+    the karpenter module), names the planned type, and a restarted controller counts it as launched."""
+    import yaml
+
+    from capstan.capacity.live import NODECLAIMS, KarpenterProvider
+    from capstan.errors import UserError
+    from capstan.sandbox import go_module_dir
+
+    crds = resources.Resource(
+        "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+    )
+    provider = KarpenterProvider(
+        kube, nodepool=f"np-{namespace}"[:60], node_class=("karpenter.kwok.sh", "KWOKNodeClass", "default")
+    )
+    try:
+        await kube.get(crds, "nodeclaims.karpenter.sh")
+    except ApiError:
+        with pytest.raises(UserError, match="no NodeClaim CRD"):
+            await provider.check()
+    module = go_module_dir("sigs.k8s.io/karpenter", "1.15.0")
+    for name in ("karpenter.sh_nodeclaims.yaml", "karpenter.sh_nodepools.yaml"):
+        await kube.apply(crds, yaml.safe_load((module / "kwok" / "charts" / "crds" / name).read_text()))
+
+    async def established() -> bool:
+        crd = await kube.get(crds, "nodeclaims.karpenter.sh")
+        return any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in crd.get("status", {}).get("conditions", [])
+        )
+
+    await until("the NodeClaim CRD to be established", established)
+
+    async def served() -> bool:  # a new CRD's storage answers 429 while it initializes
+        try:
+            await kube.list(NODECLAIMS)
+        except ApiError:
+            return False
+        return True
+
+    await until("NodeClaims to be served", served)
+    await provider.check()
+    nt = node_type(namespace)
+    await kube.create(resources.PODS, gated_pod("gpu-0", namespace))
+
+    async def run_for(seconds: float) -> RunStats:
+        stop = asyncio.Event()
+        controller = Controller(live_config(PlannerConfig(headroom=False)), react=0.2, review_interval=1.0)
+        task = asyncio.create_task(
+            run_controller(kube, provider, controller, (nt,), stop=stop, namespace=namespace, tick_s=0.2)
+        )
+        await asyncio.sleep(seconds)
+        stop.set()
+        return await asyncio.wait_for(task, 30)
+
+    async def claims() -> list[dict[str, Any]]:
+        items, _ = await kube.list(NODECLAIMS, label_selector=f"karpenter.sh/nodepool={provider.nodepool}")
+        return items
+
+    first = await run_for(3.0)
+    (claim,) = await claims()
+    assert not first.failures
+    assert claim["metadata"]["labels"]["capstan.io/planned-node"] == claim["metadata"]["name"]
+    assert claim["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    wanted = {r["key"]: r["values"] for r in claim["spec"]["requirements"]}
+    assert wanted["node.kubernetes.io/instance-type"] == [nt.name]
+    assert claim["spec"]["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    pod = await kube.get(resources.PODS, "gpu-0", namespace)
+    assert pod["metadata"]["annotations"]["capstan.io/promised-node"] == claim["metadata"]["name"]
+    # a restart: the NodeClaim has no Node yet; the new controller counts it and launches nothing more
+    await run_for(3.0)
+    assert [c["metadata"]["name"] for c in await claims()] == [claim["metadata"]["name"]]
+    await provider.drain(claim["metadata"]["name"], {})
+    assert not await claims()

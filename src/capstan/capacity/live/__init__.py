@@ -2,7 +2,7 @@
 replays, over the Node and Pod informers, acting through a :class:`Provider`.
 
 Entry points: :func:`run_controller` (the loop; until its ``stop`` event), :class:`LiveCluster` (the informers'
-view as a :class:`capstan.capacity.Cluster`), :class:`KwokProvider` (nodes for the sandbox), :func:`live_config`
+view as a :class:`capstan.capacity.Cluster`), :class:`KwokProvider` (nodes for the sandbox), :class:`KarpenterProvider` (NodeClaims: Capstan decides, Karpenter launches), :func:`live_config`
 (the planner's settings for a live cluster), :class:`ControllerMetrics` and :class:`EventRecorder` (what it
 tells people), :func:`replay_pods` (a workload's pods created and deleted on a cluster, time-compressed, and how
 long each waited), and the names pods and nodes carry (:data:`GATE`,
@@ -13,6 +13,7 @@ handed to Capstan and what each decision does in Kubernetes.
 from dataclasses import replace
 
 from capstan.capacity.live._cluster import FORGET_AFTER_S, NODE_PREFIX, ActionLog, LiveCluster, Provider
+from capstan.capacity.live._karpenter import NODECLAIMS, KarpenterProvider
 from capstan.capacity.live._kwok import KwokProvider
 from capstan.capacity.live._loop import RunStats, run_controller
 from capstan.capacity.live._objects import (
@@ -38,6 +39,7 @@ __all__ = [
     "DRAINING_TAINT",
     "FORGET_AFTER_S",
     "GATE",
+    "NODECLAIMS",
     "NODE_PREFIX",
     "POOL_LABEL",
     "PROMISED_ANNOTATION",
@@ -45,6 +47,7 @@ __all__ = [
     "ActionLog",
     "ControllerMetrics",
     "EventRecorder",
+    "KarpenterProvider",
     "KwokProvider",
     "LiveCluster",
     "Provider",
