@@ -508,6 +508,11 @@ def run(
         "60s", "--review-interval", help="Reviews (headroom, drains) at most this often."
     ),
     no_headroom: bool = typer.Option(False, "--no-headroom", help="Hold no forecast headroom."),
+    allow_other_autoscalers: bool = typer.Option(
+        False,
+        "--allow-other-autoscalers",
+        help="Run even if cluster-autoscaler (or, with the kwok provider, Karpenter) is running.",
+    ),
     leader_elect: bool = typer.Option(
         True, "--leader-elect/--no-leader-elect", help="Act only while holding the Lease (not in a dry run)."
     ),
@@ -531,6 +536,7 @@ def run(
     import os
     import signal
     import socket
+    import time
 
     from prometheus_client import start_http_server
 
@@ -541,6 +547,7 @@ def run(
         KarpenterProvider,
         KwokProvider,
         live_config,
+        other_autoscalers,
         run_controller,
     )
     from capstan.cli._cluster import cluster_kubeconfig
@@ -567,6 +574,15 @@ def run(
 
     async def main() -> None:
         client = await KubeClient.from_kubeconfig(path)
+        if not allow_other_autoscalers:
+            allowed = ("karpenter",) if provider == "karpenter" else ()
+            running = await other_autoscalers(client, allow=allowed, now=time.time())
+            if running:
+                await client.close()
+                raise UserError(
+                    f"{running[0]}: Capstan and it would both provision for the same pending pods; stop it, or give "
+                    "--allow-other-autoscalers"
+                )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -443,3 +444,36 @@ async def test_the_karpenter_provider_creates_nodeclaims_and_a_restart_launches_
     assert [c["metadata"]["name"] for c in await claims()] == [claim["metadata"]["name"]]
     await provider.drain(claim["metadata"]["name"], {})
     assert not await claims()
+
+
+async def test_capacity_run_refuses_to_fight_a_running_cluster_autoscaler(
+    kube: KubeClient, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """cluster-autoscaler holds its leader Lease: Capstan would provision for the same pods, so it says so and
+    exits 2 (one line), unless told --allow-other-autoscalers."""
+    from capstan.kube.lease import micro_time
+
+    types = write_node_types(tmp_path / "types.yaml", "ns")
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "cluster-autoscaler", "namespace": "kube-system"},
+        "spec": {
+            "holderIdentity": "ca-7f9d",
+            "leaseDurationSeconds": 60,
+            "renewTime": micro_time(time.time()),
+        },
+    }
+    await kube.create(resources.LEASES, lease, "kube-system")
+    try:
+        args = ("--node-types", str(types), "--kubeconfig", str(kubeconfig), "--dry-run", "--duration", "1s")
+        refused = await asyncio.to_thread(capstan_run, *args)
+        assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0, refused.stderr
+        assert (
+            "cluster-autoscaler is running (it holds the Lease kube-system/cluster-autoscaler: ca-7f9d)"
+            in refused.stderr
+        )
+        allowed = await asyncio.to_thread(capstan_run, *args, "--allow-other-autoscalers")
+        assert allowed.returncode == 0, allowed.stderr
+    finally:
+        await kube.delete(resources.LEASES, "cluster-autoscaler", "kube-system")

@@ -12,7 +12,14 @@ handed to Capstan and what each decision does in Kubernetes.
 
 from dataclasses import replace
 
-from capstan.capacity.live._cluster import FORGET_AFTER_S, NODE_PREFIX, ActionLog, LiveCluster, Provider
+from capstan.capacity.live._cluster import (
+    FORGET_AFTER_S,
+    NODE_PREFIX,
+    ActionLog,
+    LiveCluster,
+    Provider,
+    other_autoscalers,
+)
 from capstan.capacity.live._karpenter import NODECLAIMS, KarpenterProvider
 from capstan.capacity.live._kwok import KwokProvider
 from capstan.capacity.live._loop import RunStats, run_controller
@@ -55,6 +62,7 @@ __all__ = [
     "RunStats",
     "follow_scale_down",
     "live_config",
+    "other_autoscalers",
     "pod_from_object",
     "pod_manifest",
     "replay_pods",

@@ -574,3 +574,40 @@ def _id_num(name: str) -> int:
         return -1
     digits = name[len(NODE_PREFIX) :]
     return int(digits) if digits.isdigit() else -1
+
+
+_OTHER_AUTOSCALERS = (
+    ("cluster-autoscaler", "cluster-autoscaler"),
+    ("karpenter", "karpenter-leader-election"),
+)
+"""(name, leader Lease in kube-system) of the node autoscalers Capstan would fight over the same pods."""
+
+
+async def other_autoscalers(client: KubeClient, *, allow: Collection[str] = (), now: float) -> list[str]:
+    """Node autoscalers already running on the cluster, one line each: a Deployment of that name in any
+    namespace, or its leader Lease in kube-system renewed within its duration. ``allow`` names the ones that may
+    run (Karpenter, when it is the provider)."""
+    from capstan.kube import parse_timestamp
+
+    found = []
+    for name, lease_name in _OTHER_AUTOSCALERS:
+        if name in allow:
+            continue
+        deployments, _ = await client.list(resources.DEPLOYMENTS, field_selector=f"metadata.name={name}")
+        for d in deployments:
+            meta = d.get("metadata") or {}
+            if ((d.get("spec") or {}).get("replicas") or 0) > 0:
+                found.append(f"{name} is running (Deployment {meta.get('namespace')}/{meta.get('name')})")
+        try:
+            lease = await client.get(resources.LEASES, lease_name, "kube-system")
+        except ApiError as exc:
+            if exc.not_found:
+                continue
+            raise
+        spec = lease.get("spec") or {}
+        renewed = parse_timestamp(spec.get("renewTime")) or 0.0
+        if spec.get("holderIdentity") and now - renewed <= float(spec.get("leaseDurationSeconds") or 15):
+            found.append(
+                f"{name} is running (it holds the Lease kube-system/{lease_name}: {spec['holderIdentity']})"
+            )
+    return found
