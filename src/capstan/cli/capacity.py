@@ -347,6 +347,7 @@ def simulate(
         Delay,
         PlannerConfig,
         Workload,
+        inference_node_types,
         load_trace,
         write_plots,
         write_sweep_plot,
@@ -414,6 +415,14 @@ def simulate(
     if max_pods:
         workload = Workload(workload.name, workload.pods[:max_pods])
     types = resolve_node_types(trace, nodes, boot, ready)
+    builtin = [t.name for t in inference_node_types(boot, ready)]
+    if nodes is None and not trace.startswith("synthetic:") and [t.name for t in types] == builtin:
+        Console(stderr=True).print(
+            f"capstan capacity simulate: no node list (--nodes) for {trace}: using the built-in node types "
+            f"({', '.join(t.name for t in types)}); pods that fit none of them stay unplaced",
+            markup=False,
+            soft_wrap=True,
+        )
     title = f"{workload.name}: {len(workload.pods)} pods, {len(types)} node types, boot {boot.a:.0f}s + GPU {ready.a:.0f}s"
     summaries = _run(workload, types, policy, seed, console, "simulating", planner, buffer, intervals)
     console.print(summary_table(summaries, title) if wide else headline_table(summaries, title))

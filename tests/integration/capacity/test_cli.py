@@ -218,6 +218,8 @@ def test_router_traffic_sizes_inference_replicas_and_a_bad_replica_rate_is_one_l
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "mooncake.jsonl:" in r.stdout and "conservation check failed" not in r.stdout
+    # no node list: said on stderr, with the types it falls back to
+    assert "no node list (--nodes)" in r.stderr and "using the built-in node types (l4-1," in r.stderr
     pods = int(r.stdout.split("mooncake.jsonl: ")[1].split(" pods")[0])
     assert pods > 4  # 2,000 requests in about 10 minutes at 0.25 requests per second per replica
     for bad in ("0", "-1", "nan"):
