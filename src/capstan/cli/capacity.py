@@ -517,6 +517,11 @@ def run(
         "60s", "--review-interval", help="Reviews (headroom, drains) at most this often."
     ),
     no_headroom: bool = typer.Option(False, "--no-headroom", help="Hold no forecast headroom."),
+    placeholder_namespace: str | None = typer.Option(
+        None,
+        "--placeholder-namespace",
+        help="Hold headroom nodes' free GPUs with low-priority placeholder pods in this namespace (default: none).",
+    ),
     allow_other_autoscalers: bool = typer.Option(
         False,
         "--allow-other-autoscalers",
@@ -637,6 +642,7 @@ def run(
                 election=election,
                 metrics=metrics,
                 events=EventRecorder(client, host=socket.gethostname()),
+                placeholder_namespace=placeholder_namespace,
             )
         finally:
             await client.close()

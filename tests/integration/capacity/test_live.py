@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -477,3 +478,79 @@ async def test_capacity_run_refuses_to_fight_a_running_cluster_autoscaler(
         assert allowed.returncode == 0, allowed.stderr
     finally:
         await kube.delete(resources.LEASES, "cluster-autoscaler", "kube-system")
+
+
+async def test_a_headroom_node_is_held_by_a_placeholder_that_a_real_pod_preempts(
+    kube: KubeClient, namespace: str, cleanup_nodes: None
+) -> None:
+    """Held headroom is a low-priority placeholder pod on the node's free GPUs; kube-scheduler preempts it for a
+    real pod, and a node no longer held gets no placeholder."""
+    from capstan.capacity.live import LiveCluster
+
+    nt = replace(node_type(namespace), boot_delay=Delay("fixed", 0.0), gpu_ready_delay=Delay("fixed", 0.0))
+    provider = KwokProvider(kube)
+    name = f"capstan-n{abs(hash(namespace)) % 10_000_000}"
+    await provider.launch(nt, name, "headroom", time.time())
+    nodes: dict[str, dict[str, Any]] = {}
+    pods: dict[str, dict[str, Any]] = {}
+
+    async def refresh() -> None:
+        items, _ = await kube.list(resources.NODES, label_selector=f"{TEST_LABEL}={namespace}")
+        nodes.clear()
+        nodes.update({n["metadata"]["name"]: n for n in items})
+        listed, _ = await kube.list(resources.PODS, namespace=namespace)
+        pods.clear()
+        pods.update({f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in listed})
+
+    async def allocatable() -> bool:
+        await refresh()
+        await provider.advance(list(nodes.values()), set(), time.time())
+        node = nodes.get(name, {})
+        return (
+            node.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu") == "2"
+            and not node["spec"].get("taints", [])[1:]
+        )
+
+    await until("the kwok node's GPUs to be allocatable", allocatable)
+    cluster = LiveCluster((nt,), nodes, pods, clock=time.time, placeholder_namespace=namespace)
+    cluster.observe()
+    cluster.hold_headroom({name})
+    assert not await cluster.carry_out(kube, provider)
+
+    async def placeholder_bound() -> bool:
+        await refresh()
+        return any(
+            p["spec"].get("nodeName") == name and p["metadata"]["name"].startswith("capstan-headroom")
+            for p in pods.values()
+        )
+
+    await until("the placeholder to hold the node's GPUs", placeholder_bound)
+    (placeholder,) = [p for p in pods.values() if p["metadata"]["name"].startswith("capstan-headroom")]
+    assert placeholder["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "2"
+    assert placeholder["spec"]["priority"] == -10
+    cluster.observe()
+    assert cluster.snapshot().nodes[0].devs == (1000, 1000)  # the planner still sees the room as free
+
+    real = gated_pod("real", namespace)
+    real["spec"].pop("schedulingGates")
+    real["spec"]["nodeSelector"]["kubernetes.io/hostname"] = name
+    real["spec"]["containers"][0]["resources"] = {
+        "requests": {"nvidia.com/gpu": "2"},
+        "limits": {"nvidia.com/gpu": "2"},
+    }
+    await kube.create(resources.PODS, real)
+
+    async def real_bound() -> bool:
+        return bool((await kube.get(resources.PODS, "real", namespace))["spec"].get("nodeName"))
+
+    await until("the real pod to preempt the placeholder", real_bound)
+    await refresh()
+    cluster.observe()
+    cluster.hold_headroom(set())
+    assert not await cluster.carry_out(kube, provider)
+    await refresh()
+    assert not [
+        p
+        for p in pods.values()
+        if p["metadata"]["name"].startswith("capstan-headroom") and not p["metadata"].get("deletionTimestamp")
+    ]

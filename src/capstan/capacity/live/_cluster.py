@@ -25,11 +25,15 @@ from capstan.capacity.controller import Activity
 from capstan.capacity.live._objects import (
     GATE,
     GPU_AT_ANNOTATION,
+    GPU_RESOURCE,
+    PLACEHOLDER_LABEL,
+    PLACEHOLDER_PRIORITY_CLASS,
     PROMISED_ANNOTATION,
     PURPOSE_LABEL,
     epoch,
     free_resources,
     is_managed,
+    is_placeholder,
     is_running_on,
     node_state,
     node_type_of,
@@ -38,10 +42,11 @@ from capstan.capacity.live._objects import (
 )
 from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod
 from capstan.capacity.planner import PLANNED_NODE_LABEL, NodeView, Snapshot
-from capstan.kube import ApiError, KubeClient, resources
+from capstan.kube import ApiError, KubeClient, Resource, resources
 
 log = logging.getLogger(__name__)
 
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 FORGET_AFTER_S = 60.0
 """A launch or promise the informers have not shown after this long is forgotten (and planned again)."""
 NODE_PREFIX = "capstan-n"
@@ -111,7 +116,10 @@ class LiveCluster:
         *,
         clock: Callable[[], float],
         namespace: str | None = None,
+        placeholder_namespace: str | None = None,
     ) -> None:
+        """``placeholder_namespace``: where placeholder pods hold the free GPUs of headroom nodes (None: none are
+        made, and headroom nodes are only kept from being drained)."""
         self.node_types = node_types
         self.types = {t.name: t for t in node_types}
         self.recent_window = 3600.0
@@ -123,6 +131,8 @@ class LiveCluster:
         """Node name → id."""
         self.pods = pods
         self.namespace = namespace
+        self.placeholder_namespace = placeholder_namespace
+        self._priority_class_made = False
         self.clock = clock
         self.log = ActionLog()
         self.arrivals = 0
@@ -482,6 +492,60 @@ class LiveCluster:
             except ApiError as exc:
                 failed.append(f"drain {name}: {exc}")
         failed += await self._release(client, events, now)
+        if self.placeholder_namespace is not None:
+            failed += await self._hold_with_placeholders(client, self.placeholder_namespace)
+        return failed
+
+    def _placeholders_wanted(self) -> dict[str, tuple[str, int]]:
+        """Placeholder pod name → (node id, free whole GPUs) for each held node that takes pods."""
+        running = self._running()
+        out: dict[str, tuple[str, int]] = {}
+        for nid in sorted(self._held):
+            node = self._by_id.get(nid)
+            nt = node_type_of(node, self.types) if node is not None else None
+            if node is None or nt is None or node_state(node) is not NodeState.GPU_ALLOCATABLE:
+                continue
+            free = nt.gpu - sum(p.num_gpu for p in running.get(nid, []))
+            if free > 0:
+                out[f"capstan-headroom-{nid}"[:63]] = (nid, free)
+        return out
+
+    async def _hold_with_placeholders(self, client: KubeClient, namespace: str) -> list[str]:
+        """Placeholder pods for the held nodes' free GPUs (PriorityClass ``capstan-headroom``, value -10): the
+        scheduler preempts them for any real pod, and no other pod takes the room meanwhile. A placeholder
+        whose node is no longer held, or whose size no longer matches, is deleted (and made again)."""
+        failed: list[str] = []
+        if not self._priority_class_made:
+            try:
+                await client.create(PRIORITY_CLASSES, placeholder_priority_class())
+                self._priority_class_made = True
+            except ApiError as exc:
+                if exc.conflict:
+                    self._priority_class_made = True
+                else:
+                    return [f"PriorityClass {PLACEHOLDER_PRIORITY_CLASS}: {exc}"]
+        wanted = self._placeholders_wanted()
+        have = {
+            str(obj["metadata"]["name"]): obj
+            for obj in self.pods.values()
+            if is_placeholder(obj) and (obj.get("metadata") or {}).get("namespace") == namespace
+        }
+        for name, obj in sorted(have.items()):
+            nid, gpus = wanted.get(name, ("", 0))
+            if not nid or _placeholder_gpus(obj) != gpus:
+                try:
+                    await client.delete(resources.PODS, name, namespace, grace_seconds=0)
+                except ApiError as exc:
+                    failed.append(f"placeholder {name}: {exc}")
+        for name, (nid, gpus) in sorted(wanted.items()):
+            if name in have:
+                continue
+            node = self._by_id[nid]
+            try:
+                await client.create(resources.PODS, placeholder_manifest(name, namespace, nid, node, gpus))
+            except ApiError as exc:
+                if not exc.conflict:
+                    failed.append(f"placeholder {name}: {exc}")
         return failed
 
     async def _event(
@@ -546,13 +610,77 @@ class LiveCluster:
         n = self._by_id.get(name)
         return n is not None and node_state(n) is NodeState.GPU_ALLOCATABLE
 
+    def placeholders(self) -> list[str]:
+        """The placeholder pods the informers show (namespace/name)."""
+        return sorted(pod_key(obj) for obj in self.pods.values() if is_placeholder(obj))
+
     def busy_nodes(self) -> set[str]:
         return {n for obj in self.pods.values() if (n := is_running_on(obj))}
+
+
+def placeholder_priority_class() -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": PLACEHOLDER_PRIORITY_CLASS},
+        "value": -10,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": "Capstan's headroom placeholders: any real pod preempts them.",
+    }
+
+
+def placeholder_manifest(
+    name: str, namespace: str, nid: str, node: Mapping[str, Any], gpus: int
+) -> dict[str, Any]:
+    """A pause pod holding ``gpus`` GPUs on node ``nid`` (pinned by its planned-node label, else its hostname)."""
+    meta = node.get("metadata") or {}
+    if PLANNED_NODE_LABEL in (meta.get("labels") or {}):
+        pin = {"key": PLANNED_NODE_LABEL, "operator": "In", "values": [nid]}
+    else:
+        pin = {"key": "kubernetes.io/hostname", "operator": "In", "values": [str(meta.get("name"))]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {PLACEHOLDER_LABEL: nid}},
+        "spec": {
+            "priorityClassName": PLACEHOLDER_PRIORITY_CLASS,
+            "terminationGracePeriodSeconds": 0,
+            "tolerations": [{"operator": "Exists"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [pin]}]
+                    }
+                }
+            },
+            "containers": [
+                {
+                    "name": "hold",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {
+                        "requests": {"cpu": "1m", "memory": "1Mi", GPU_RESOURCE: str(gpus)},
+                        "limits": {GPU_RESOURCE: str(gpus)},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _placeholder_gpus(obj: Mapping[str, Any]) -> int:
+    try:
+        containers = (obj.get("spec") or {}).get("containers") or [{}]
+        return int(str(((containers[0].get("resources") or {}).get("requests") or {}).get(GPU_RESOURCE, "0")))
+    except ValueError:
+        return 0
 
 
 def _released_to(obj: Mapping[str, Any]) -> str:
     """The node Capstan released an unbound pod to ('' if it did not, or the pod is bound, gated or done)."""
     spec = obj.get("spec") or {}
+    if is_placeholder(obj):
+        return ""
     if (
         spec.get("nodeName")
         or is_managed(obj)

@@ -61,6 +61,7 @@ async def run_controller(
     election: LeaderElection | None = None,
     metrics: ControllerMetrics | None = None,
     events: EventSink | None = None,
+    placeholder_namespace: str | None = None,
 ) -> RunStats:
     """Run until ``stop`` is set; ``namespace`` limits the pods Capstan places (nodes are cluster-wide). With
     ``election`` the loop acts only while it holds the Lease: it waits as a candidate, and stops (with
@@ -80,6 +81,7 @@ async def run_controller(
             on_pass,
             metrics,
             events,
+            placeholder_namespace,
         )
     campaign_stop = asyncio.Event()
     campaign = asyncio.create_task(election.run(campaign_stop))
@@ -107,6 +109,7 @@ async def run_controller(
             on_pass,
             metrics,
             events,
+            placeholder_namespace,
         )
         stats.lost_leadership = election.lost.is_set()
         return stats
@@ -131,6 +134,7 @@ async def _run(
     on_pass: Callable[[LiveCluster, RunStats], None] | None,
     metrics: ControllerMetrics | None,
     events: EventSink | None,
+    placeholder_namespace: str | None,
 ) -> RunStats:
     nodes_inf = Informer(client, resources.NODES)
     pods_inf = Informer(client, resources.PODS)
@@ -144,7 +148,14 @@ async def _run(
             changed.set()
 
     tasks = [asyncio.create_task(follow("nodes", nodes_inf)), asyncio.create_task(follow("pods", pods_inf))]
-    cluster = LiveCluster(node_types, nodes_inf.state, pods_inf.state, clock=clock, namespace=namespace)
+    cluster = LiveCluster(
+        node_types,
+        nodes_inf.state,
+        pods_inf.state,
+        clock=clock,
+        namespace=namespace,
+        placeholder_namespace=placeholder_namespace,
+    )
     stats = RunStats(actions=cluster.log, led=True)
     seen_plans: dict[str, int] = {}
     counted = [0, 0, 0, 0]

@@ -37,6 +37,10 @@ READY_AT_ANNOTATION = "capstan.io/ready-at"
 GPU_AT_ANNOTATION = "capstan.io/gpu-ready-at"
 """Epoch seconds at which the provider says the node's GPUs are allocatable (as a device plugin would make them)."""
 GPU_RESOURCE = "nvidia.com/gpu"
+PLACEHOLDER_LABEL = "capstan.io/placeholder"
+"""On the placeholder pods that hold a headroom node's free GPUs (they are not the cluster's load)."""
+PLACEHOLDER_PRIORITY_CLASS = "capstan-headroom"
+"""Their PriorityClass: value -10, never preempting, so any real pod preempts them."""
 GANG_LABEL = "capstan.io/gang"
 GANG_SIZE_LABEL = "capstan.io/gang-size"
 SAFE_TO_EVICT = ("cluster-autoscaler.kubernetes.io/safe-to-evict", "karpenter.sh/do-not-disrupt")
@@ -154,8 +158,14 @@ def is_managed(obj: Mapping[str, Any]) -> bool:
     return any((g or {}).get("name") == GATE for g in spec.get("schedulingGates") or [])
 
 
+def is_placeholder(obj: Mapping[str, Any]) -> bool:
+    return PLACEHOLDER_LABEL in ((obj.get("metadata") or {}).get("labels") or {})
+
+
 def is_running_on(obj: Mapping[str, Any]) -> str:
-    """The node a pod holds resources on ('' for none: unbound, or finished)."""
+    """The node a pod holds resources on ('' for none: unbound, finished, or one of Capstan's placeholders)."""
+    if is_placeholder(obj):
+        return ""
     phase = (obj.get("status") or {}).get("phase")
     if phase in ("Succeeded", "Failed"):
         return ""
