@@ -49,15 +49,11 @@ from capstan.capacity import (
 )
 from capstan.capacity.live import (
     POOL_LABEL,
-    ControllerMetrics,
-    KwokProvider,
     ReplayResult,
-    follow_scale_down,
     live_config,
-    replay_pods,
-    run_controller,
+    replay_under_controller,
 )
-from capstan.kube import ApiError, KubeClient, resources
+from capstan.kube import KubeClient
 from capstan.percentile import percentile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,42 +125,26 @@ async def capstan_live(
     kubeconfig: Path, workload: Workload, speed: float, types: tuple[NodeType, ...], drain_wait_s: float
 ) -> tuple[ReplayResult, dict[str, float]]:
     async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
-        try:
-            await kube.create(resources.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                                     "metadata": {"name": NAMESPACE}})  # fmt: skip
-        except ApiError as exc:
-            if not exc.conflict:
-                raise
-        for _ in range(300):
-            try:
-                await kube.get(resources.SERVICE_ACCOUNTS, "default", NAMESPACE)
-                break
-            except ApiError:
-                await asyncio.sleep(0.1)
-        stop = asyncio.Event()
-        metrics = ControllerMetrics()
         # the controller's defaults (react 1 s, reviews every 60 s, the planner's durations) in wall time
         controller = Controller(
             wall_config(live_config(), speed), react=1.0 / speed, review_interval=60.0 / speed
         )
-        task = asyncio.create_task(run_controller(kube, KwokProvider(kube), controller, types, stop=stop,
-                                                  namespace=NAMESPACE, tick_s=0.3, metrics=metrics))  # fmt: skip
-        try:
-            result = await replay_pods(kube, workload.pods, NAMESPACE, speed=speed, pool=POOL, gated=True,
-                                       max_duration_s=3600.0)  # fmt: skip
-            await follow_scale_down(kube, POOL, result, timeout_s=drain_wait_s)
-        finally:
-            stop.set()
-            stats = await task
-            nodes, _ = await kube.list(resources.NODES, label_selector=f"{POOL_LABEL}={POOL}")
-            for node in nodes:
-                await kube.delete(resources.NODES, node["metadata"]["name"])
-        decided = sorted(stats.decision_s)
-        return result, {
-            "decisions": float(stats.decisions),
-            "decision_p99_ms": percentile(decided, 99, empty=0.0) * 1000,
-            "failed_calls": float(len(stats.failures)),
-        }
+        run = await replay_under_controller(
+            kube,
+            workload.pods,
+            NAMESPACE,
+            controller,
+            types,
+            speed=speed,
+            pool=POOL,
+            drain_wait_s=drain_wait_s,
+        )
+    decided = sorted(run.stats.decision_s)
+    return run.replay, {
+        "decisions": float(run.stats.decisions),
+        "decision_p99_ms": percentile(decided, 99, empty=0.0) * 1000,
+        "failed_calls": float(len(run.stats.failures)),
+    }
 
 
 def main() -> None:

@@ -357,12 +357,10 @@ async def capacity_live_step(console: Console, kubeconfig: Path, trace: Path) ->
         POOL_LABEL,
         ControllerMetrics,
         EventRecorder,
-        KwokProvider,
         live_config,
-        replay_pods,
-        run_controller,
+        replay_under_controller,
     )
-    from capstan.kube import ApiError, KubeClient, resources
+    from capstan.kube import KubeClient
     from capstan.percentile import percentile
 
     gpu_taint = (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
@@ -378,40 +376,14 @@ async def capacity_live_step(console: Console, kubeconfig: Path, trace: Path) ->
     span = max(tasks[-1].arrival - tasks[0].arrival, 1.0)
     speed = span / 30.0  # the slice's arrivals over 30 s
     tasks = [replace(p, duration=min(p.duration, 20.0 * speed), node_selector=()) for p in tasks]
+    metrics = ControllerMetrics()
+    controller = Controller(live_config(PlannerConfig(headroom=False, min_idle_s=3.0)), react=0.5,
+                            review_interval=2.0)  # fmt: skip
     async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
-        try:
-            await kube.create(resources.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                                     "metadata": {"name": CAPACITY_NAMESPACE}})  # fmt: skip
-        except ApiError as exc:
-            if not exc.conflict:
-                raise
-        for _ in range(200):  # the namespace's default ServiceAccount comes from the controller-manager
-            try:
-                await kube.get(resources.SERVICE_ACCOUNTS, "default", CAPACITY_NAMESPACE)
-                break
-            except ApiError:
-                await asyncio.sleep(0.1)
-        stop = asyncio.Event()
-        metrics = ControllerMetrics()
-        controller = Controller(live_config(PlannerConfig(headroom=False, min_idle_s=3.0)), react=0.5,
-                                review_interval=2.0)  # fmt: skip
-        running = asyncio.create_task(run_controller(kube, KwokProvider(kube), controller, types, stop=stop,
-                                                     namespace=CAPACITY_NAMESPACE, tick_s=0.3, metrics=metrics,
-                                                     events=EventRecorder(kube)))  # fmt: skip
-        try:
-            result = await replay_pods(kube, tasks, CAPACITY_NAMESPACE, speed=speed, pool="demo", gated=True,
-                                       max_duration_s=180.0)  # fmt: skip
-            for _ in range(300):  # the controller drains the empty nodes: up to 60 s
-                nodes, _ = await kube.list(resources.NODES, label_selector=f"{POOL_LABEL}=demo")
-                if not nodes:
-                    break
-                await asyncio.sleep(0.2)
-        finally:
-            stop.set()
-            stats = await running
-            leftover, _ = await kube.list(resources.NODES, label_selector=f"{POOL_LABEL}=demo")
-            for node in leftover:
-                await kube.delete(resources.NODES, node["metadata"]["name"])
+        run = await replay_under_controller(kube, tasks, CAPACITY_NAMESPACE, controller, types, speed=speed,
+                                            pool="demo", drain_wait_s=60.0, metrics=metrics,
+                                            events=EventRecorder(kube), max_duration_s=180.0)  # fmt: skip
+    result, stats = run.replay, run.stats
     waits = [w / speed for w in result.pending_s(speed)]
 
     def count(name: str, **labels: str) -> int:
@@ -434,7 +406,7 @@ async def capacity_live_step(console: Console, kubeconfig: Path, trace: Path) ->
         str(count("capstan_capacity_drains_total")),
         str(stats.decisions),
         f"{percentile(sorted(stats.decision_s), 99, empty=0.0) * 1000:.0f}",
-        str(len(leftover)),
+        str(run.left_over),
     )
     console.print(table)
     console.print(

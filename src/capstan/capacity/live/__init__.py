@@ -5,7 +5,7 @@ Entry points: :func:`run_controller` (the loop; until its ``stop`` event), :clas
 view as a :class:`capstan.capacity.Cluster`), :class:`KwokProvider` (nodes for the sandbox), :class:`KarpenterProvider` (NodeClaims: Capstan decides, Karpenter launches), :func:`live_config`
 (the planner's settings for a live cluster), :class:`ControllerMetrics` and :class:`EventRecorder` (what it
 tells people), :func:`replay_pods` (a workload's pods created and deleted on a cluster, time-compressed, and how
-long each waited), and the names pods and nodes carry (:data:`GATE`,
+long each waited) and :func:`replay_under_controller` (the same, placed by the controller), and the names pods and nodes carry (:data:`GATE`,
 :data:`PROMISED_ANNOTATION`, :data:`PURPOSE_LABEL`, the taints). docs/capacity.md, "Live", says how pods are
 handed to Capstan and what each decision does in Kubernetes.
 """
@@ -33,10 +33,13 @@ from capstan.capacity.live._objects import (
 )
 from capstan.capacity.live._replay import (
     POOL_LABEL,
+    ControlledReplay,
     ReplayResult,
+    ensure_namespace,
     follow_scale_down,
     pod_manifest,
     replay_pods,
+    replay_under_controller,
 )
 from capstan.capacity.live._report import ControllerMetrics, EventRecorder
 from capstan.capacity.planner import PlannerConfig
@@ -52,6 +55,7 @@ __all__ = [
     "PROMISED_ANNOTATION",
     "PURPOSE_LABEL",
     "ActionLog",
+    "ControlledReplay",
     "ControllerMetrics",
     "EventRecorder",
     "KarpenterProvider",
@@ -60,12 +64,14 @@ __all__ = [
     "Provider",
     "ReplayResult",
     "RunStats",
+    "ensure_namespace",
     "follow_scale_down",
     "live_config",
     "other_autoscalers",
     "pod_from_object",
     "pod_manifest",
     "replay_pods",
+    "replay_under_controller",
     "run_controller",
 ]
 

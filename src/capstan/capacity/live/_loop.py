@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from capstan.backoff import Backoff
@@ -67,22 +67,13 @@ async def run_controller(
     ``election`` the loop acts only while it holds the Lease: it waits as a candidate, and stops (with
     :attr:`RunStats.lost_leadership`) the moment leadership is lost; a clean stop releases the Lease."""
     await provider.check()
+
+    def acting_until(until: asyncio.Event) -> Awaitable[RunStats]:
+        return _run(client, provider, controller, node_types, until, namespace, dry_run, tick_s, clock, on_pass,
+                    metrics, events, placeholder_namespace)  # fmt: skip
+
     if election is None:
-        return await _run(
-            client,
-            provider,
-            controller,
-            node_types,
-            stop,
-            namespace,
-            dry_run,
-            tick_s,
-            clock,
-            on_pass,
-            metrics,
-            events,
-            placeholder_namespace,
-        )
+        return await acting_until(stop)
     campaign_stop = asyncio.Event()
     campaign = asyncio.create_task(election.run(campaign_stop))
     acting = asyncio.Event()
@@ -96,21 +87,7 @@ async def run_controller(
         await _either(election.leading, acting)
         if acting.is_set() or not election.leading.is_set():
             return RunStats(lost_leadership=election.lost.is_set())
-        stats = await _run(
-            client,
-            provider,
-            controller,
-            node_types,
-            acting,
-            namespace,
-            dry_run,
-            tick_s,
-            clock,
-            on_pass,
-            metrics,
-            events,
-            placeholder_namespace,
-        )
+        stats = await acting_until(acting)
         stats.lost_leadership = election.lost.is_set()
         return stats
     finally:

@@ -13,8 +13,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from capstan.capacity.controller import Controller
+from capstan.capacity.live._cluster import EventSink
+from capstan.capacity.live._kwok import KwokProvider
+from capstan.capacity.live._loop import RunStats, run_controller
 from capstan.capacity.live._objects import GATE, GPU_RESOURCE
-from capstan.capacity.model import Pod
+from capstan.capacity.live._report import ControllerMetrics
+from capstan.capacity.model import NodeType, Pod
 from capstan.capacity.placement import INSTANCE_TYPE_LABEL
 from capstan.kube import ApiError, KubeClient, resources
 
@@ -205,3 +210,68 @@ async def _delete(client: KubeClient, name: str, namespace: str) -> None:
     except ApiError as exc:
         if not exc.not_found:
             raise
+
+
+@dataclass
+class ControlledReplay:
+    """A replay placed by Capstan's controller: what the replay saw, what the controller did, and how many of
+    the pool's nodes were still there at the end (deleted then)."""
+
+    replay: ReplayResult
+    stats: RunStats
+    left_over: int
+
+
+async def replay_under_controller(
+    client: KubeClient,
+    pods: Iterable[Pod],
+    namespace: str,
+    controller: Controller,
+    node_types: tuple[NodeType, ...],
+    *,
+    speed: float,
+    pool: str,
+    drain_wait_s: float,
+    metrics: ControllerMetrics | None = None,
+    events: EventSink | None = None,
+    max_duration_s: float = 3600.0,
+) -> ControlledReplay:
+    """Run ``controller`` on the cluster (kwok provider, ``namespace``'s pods) while :func:`replay_pods` creates
+    ``pods`` gated for it; then follow the pool's nodes until the controller has drained them (at most
+    ``drain_wait_s``), stop it, and delete any node of the pool left."""
+    await ensure_namespace(client, namespace)
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_controller(client, KwokProvider(client), controller, node_types, stop=stop, namespace=namespace,
+                       tick_s=0.3, metrics=metrics, events=events)
+    )  # fmt: skip
+    try:
+        result = await replay_pods(
+            client, pods, namespace, speed=speed, pool=pool, gated=True, max_duration_s=max_duration_s
+        )
+        await follow_scale_down(client, pool, result, timeout_s=drain_wait_s)
+    finally:
+        stop.set()
+        stats = await task
+        nodes, _ = await client.list(resources.NODES, label_selector=f"{POOL_LABEL}={pool}")
+        for node in nodes:
+            await client.delete(resources.NODES, node["metadata"]["name"])
+    return ControlledReplay(result, stats, len(nodes))
+
+
+async def ensure_namespace(client: KubeClient, name: str, *, tries: int = 300) -> None:
+    """Create namespace ``name`` if it is missing and wait (bounded) for its default ServiceAccount, which
+    kube-controller-manager adds and pods need."""
+    try:
+        await client.create(
+            resources.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        )
+    except ApiError as exc:
+        if not exc.conflict:
+            raise
+    for _ in range(tries):
+        try:
+            await client.get(resources.SERVICE_ACCOUNTS, "default", name)
+            return
+        except ApiError:
+            await asyncio.sleep(0.1)
