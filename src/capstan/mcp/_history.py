@@ -555,6 +555,9 @@ def _command(redactor: Redactor, args: Any) -> list[str]:
 def render_entry(redactor: Redactor, entry: EngineEntry) -> dict[str, Any]:
     p = entry.payload or {}
     out: dict[str, Any] = {"at": stamp(entry.happened_at), "instance": entry.target, "log": entry.log}
+    # which engine answered, as the recorder read it from INFO ("redis 7.0.15", "valkey 8.1.8")
+    if p.get("server"):
+        out["server"] = redactor.text(f"{p['server']} {p.get('server_version') or ''}".strip())
     if entry.log == "slowlog" or entry.log.startswith("commandlog-"):
         out["command"] = _command(redactor, p.get("args"))
         unit = "duration_us" if entry.log in ("slowlog", "commandlog-slow") else "bytes"

@@ -186,7 +186,7 @@ def engine_entries(start: float) -> list[EngineEntry]:
         )
     )  # fmt: skip
     out.append(
-        EngineEntry("redis-b", "commandlog-large-request", "run9", "0", start + 5, start + 6, {"value": 90000, "args": ["SET", "big", "x" * 500]})
+        EngineEntry("redis-b", "commandlog-large-request", "run9", "0", start + 5, start + 6, {"value": 90000, "args": ["SET", "big", "x" * 500], "server": "valkey", "server_version": "8.1.8"})
     )  # fmt: skip
     return out
 
@@ -356,6 +356,8 @@ async def test_engine_events_interleave_gaps_in_time_order(store: Store) -> None
     assert acl["events"][0]["gap"] is True and acl["events"][1]["reason"] == "auth"
     big = commandlog["events"][0]
     assert big["instance"] == "redis-b" and big["bytes"] == 90000 and "chars)" in big["command"][2]
+    # the server each entry came from, when the recorder stamped it
+    assert big["server"] == "valkey 8.1.8" and "server" not in slow
 
 
 async def test_engine_events_page_without_duplicates_or_losses(store: Store) -> None:
