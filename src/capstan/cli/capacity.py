@@ -669,4 +669,9 @@ def run(
             )
             raise typer.Exit(1)
 
-    asyncio.run(main())
+    from capstan.kube import ApiError
+
+    try:
+        asyncio.run(main())
+    except ApiError as exc:  # the cluster unreachable, or refusing what the start-up reads (a 403, a 5xx)
+        raise UserError(f"cluster {path}: {exc}") from None

@@ -554,3 +554,18 @@ async def test_a_headroom_node_is_held_by_a_placeholder_that_a_real_pod_preempts
         for p in pods.values()
         if p["metadata"]["name"].startswith("capstan-headroom") and not p["metadata"].get("deletionTimestamp")
     ]
+
+
+def test_capacity_run_against_an_unreachable_cluster_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    from capstan.sandbox import free_port
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: 'https://127.0.0.1:{free_port()}', insecure-skip-tls-verify: true}}}}]\n"
+        "users: [{name: u, user: {token: abc}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    types = write_node_types(tmp_path / "types.yaml", "ns")
+    r = capstan_run("--node-types", str(types), "--kubeconfig", str(kubeconfig), "--duration", "2s")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert f"cluster {kubeconfig}:" in r.stderr and "Traceback" not in r.stderr
