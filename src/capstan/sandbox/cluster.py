@@ -304,19 +304,42 @@ class Sandbox:
                 "--v=1",
             ],
         )
+        scheduler_client = [
+            f"--kubeconfig={kubeconfigs['scheduler']}",
+            "--leader-elect=false",
+            f"--kube-api-qps={spec.client_qps}",
+            f"--kube-api-burst={spec.client_qps * 2}",
+        ]
+        if (spec.scheduler_pod_initial_backoff_s, spec.scheduler_pod_max_backoff_s) != (1, 10):
+            # the pod backoff has no flag: a configuration file, which then carries what the flags said
+            config = d / "kube-scheduler.yaml"
+            config.write_text(
+                json.dumps(
+                    {
+                        "apiVersion": "kubescheduler.config.k8s.io/v1",
+                        "kind": "KubeSchedulerConfiguration",
+                        "clientConnection": {
+                            "kubeconfig": str(kubeconfigs["scheduler"]),
+                            "qps": spec.client_qps,
+                            "burst": spec.client_qps * 2,
+                        },
+                        "leaderElection": {"leaderElect": False},
+                        "podInitialBackoffSeconds": spec.scheduler_pod_initial_backoff_s,
+                        "podMaxBackoffSeconds": spec.scheduler_pod_max_backoff_s,
+                    }
+                )
+            )
+            scheduler_client = [f"--config={config}"]
         launch(
             "kube-scheduler",
             [
                 str(tc.binary("kube-scheduler")),
-                f"--kubeconfig={kubeconfigs['scheduler']}",
+                *scheduler_client,
                 f"--authentication-kubeconfig={kubeconfigs['scheduler']}",
                 f"--authorization-kubeconfig={kubeconfigs['scheduler']}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={ports['scheduler']}",
                 f"--cert-dir={d / 'scheduler-certs'}",
-                "--leader-elect=false",
-                f"--kube-api-qps={spec.client_qps}",
-                f"--kube-api-burst={spec.client_qps * 2}",
                 "--v=1",
             ],
         )

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from capstan.config import StrictModel, load_file
 
@@ -74,6 +74,10 @@ class SandboxSpec(StrictModel):
     # Client QPS of kube-scheduler and kube-controller-manager (their defaults, 50 and 20, throttle a cluster of
     # thousands of pods created at once; real control planes at scale raise them too).
     client_qps: int = Field(default=500, ge=1, le=10_000)
+    # kube-scheduler's backoff for a pod it could not place (its defaults: 1 s, doubling to 10 s). A replay that
+    # runs the clock faster than its trace lowers the maximum, which would otherwise stretch with the speed-up.
+    scheduler_pod_initial_backoff_s: int = Field(default=1, ge=1, le=600)
+    scheduler_pod_max_backoff_s: int = Field(default=10, ge=1, le=600)
     node_pools: list[NodePool] = Field(
         default_factory=lambda: [
             NodePool(name="cpu", count=2, cpu="16", memory="64Gi", instance_type="m6i.4xlarge"),
@@ -108,6 +112,15 @@ class SandboxSpec(StrictModel):
         if not _DURATION.match(v):
             raise ValueError(f"{v!r} is not a duration such as '90s', '5m' or '1h'")
         return v
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> SandboxSpec:
+        if self.scheduler_pod_max_backoff_s < self.scheduler_pod_initial_backoff_s:
+            raise ValueError(
+                f"scheduler_pod_max_backoff_s ({self.scheduler_pod_max_backoff_s}) is below "
+                f"scheduler_pod_initial_backoff_s ({self.scheduler_pod_initial_backoff_s})"
+            )
+        return self
 
     @field_validator("node_pools")
     @classmethod

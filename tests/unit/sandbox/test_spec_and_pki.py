@@ -41,6 +41,8 @@ def test_default_spec_has_cpu_and_gpu_nodes_with_nfd_labels() -> None:
         ("event_ttl: forever\n", "is not a duration"),
         ("node_pools:\n  - {name: a, count: 1}\n  - {name: a, count: 2}\n", "repeated: a"),
         ("node_pools: [\n", "invalid YAML"),
+        ("scheduler_pod_max_backoff_s: 0\n", "greater than or equal to 1"),
+        ("scheduler_pod_initial_backoff_s: 5\nscheduler_pod_max_backoff_s: 2\n", "is below"),
     ],
 )
 def test_bad_spec_is_one_line_naming_file_and_key(tmp_path: Path, text: str, fragment: str) -> None:
