@@ -11,6 +11,7 @@ a :class:`Cluster`, so the controller runs there as it runs live), and
 """
 
 from capstan.capacity._cluster_autoscaler import CAConfig, ClusterAutoscalerPolicy, buffer_size_and_template
+from capstan.capacity._karpenter import KarpenterConfig, KarpenterPolicy
 from capstan.capacity._oracle import OraclePolicy
 from capstan.capacity.controller import Activity, Cluster, Controller, apply_plan
 from capstan.capacity.forecast import (
@@ -68,6 +69,8 @@ __all__ = [
     "Drain",
     "Forecast",
     "Forecaster",
+    "KarpenterConfig",
+    "KarpenterPolicy",
     "Launch",
     "NodeState",
     "NodeType",

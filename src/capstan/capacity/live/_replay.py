@@ -8,6 +8,8 @@ ones) is measured the same way, so one replay compares them on the same cluster.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ from capstan.capacity.controller import Controller
 from capstan.capacity.live._cluster import EventSink
 from capstan.capacity.live._kwok import KwokProvider
 from capstan.capacity.live._loop import RunStats, run_controller
-from capstan.capacity.live._objects import GATE, GPU_RESOURCE
+from capstan.capacity.live._objects import BOOTING_TAINT, GATE, GPU_RESOURCE
 from capstan.capacity.live._report import ControllerMetrics
 from capstan.capacity.model import NodeType, Pod
 from capstan.capacity.placement import INSTANCE_TYPE_LABEL
@@ -28,9 +30,23 @@ POOL_LABEL = "capstan.io/replay-pool"
 cluster's other nodes."""
 
 
+NO_EVICTION_ANNOTATIONS = {
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+    "karpenter.sh/do-not-disrupt": "true",
+}
+"""What a pod that must not be moved carries (``Pod.safe_to_evict`` False): cluster-autoscaler's and Karpenter's
+own annotations, which keep its node from being scaled down or consolidated while it runs."""
+
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+UNREGISTERED_TAINT = "karpenter.sh/unregistered"
+"""Karpenter's taint on a Node its NodeClaim has not registered yet (taken off with the NodeClaim's startup
+taints put on)."""
+
+
 def pod_manifest(pod: Pod, name: str, namespace: str, *, pool: str, gated: bool) -> dict[str, Any]:
     """A Kubernetes Pod asking for what ``pod`` asks for (a GPU share asks for one whole device; the trace's
-    priority is not carried: the API server takes priority only from a PriorityClass)."""
+    priority is not carried: the API server takes priority only from a PriorityClass). A pod that is not safe to
+    evict carries :data:`NO_EVICTION_ANNOTATIONS`."""
     requests = {"cpu": f"{max(pod.cpu_milli, 1)}m", "memory": f"{max(pod.memory_mib, 1)}Mi"}
     limits: dict[str, str] = {}
     if pod.wants_gpu:
@@ -53,16 +69,14 @@ def pod_manifest(pod: Pod, name: str, namespace: str, *, pool: str, gated: bool)
     }
     if gated:
         spec["schedulingGates"] = [{"name": GATE}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/part-of": "capstan-replay"},
-        },
-        "spec": spec,
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {"app.kubernetes.io/part-of": "capstan-replay"},
     }
+    if not pod.safe_to_evict:
+        metadata["annotations"] = dict(NO_EVICTION_ANNOTATIONS)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 @dataclass
@@ -76,10 +90,15 @@ class ReplayResult:
     gpus: dict[str, int] = field(default_factory=dict)
     """Whole GPUs each pod asked for."""
     nodes_seen: set[str] = field(default_factory=set)
+    pod_node: dict[str, str] = field(default_factory=dict)
+    """The node each bound pod was bound to."""
     node_life: dict[str, list[float]] = field(default_factory=dict)
     """Each node of the replay's pool: [first seen, last seen] wall-clock."""
     node_gpus: dict[str, int] = field(default_factory=dict)
     node_type: dict[str, str] = field(default_factory=dict)
+    gpu_ready: dict[str, float] = field(default_factory=dict)
+    """Wall-clock time each node was first seen with its GPUs allocatable and no boot (or Karpenter
+    registration) taint: the end of its boot."""
 
     def pending_s(self, speed: float) -> list[float]:
         """Seconds each bound pod waited, in trace time (wall-clock wait × ``speed``)."""
@@ -88,9 +107,19 @@ class ReplayResult:
     def unbound(self) -> list[str]:
         return sorted(set(self.created) - set(self.bound))
 
-    def gpu_hours(self, speed: float) -> float:
-        """GPU-hours the pool's nodes were up, in trace time."""
-        return sum((b - a) * self.node_gpus.get(n, 0) for n, (a, b) in self.node_life.items()) * speed / 3600
+    def last_end(self) -> float:
+        """When the replay's last pod ended (wall clock): where the simulator stops counting."""
+        return max(self.ended.values(), default=max(self.created.values(), default=0.0))
+
+    def _lives(self, until: float | None) -> dict[str, tuple[float, float]]:
+        """Each node's [first seen, last seen], cut at ``until`` (nodes first seen after it left out)."""
+        cut = math.inf if until is None else until
+        return {n: (a, min(b, cut)) for n, (a, b) in self.node_life.items() if a < cut}
+
+    def gpu_hours(self, speed: float, *, until: float | None = None) -> float:
+        """GPU-hours the pool's nodes were up (up to ``until``, wall clock), in trace time."""
+        lives = self._lives(until)
+        return sum((b - a) * self.node_gpus.get(n, 0) for n, (a, b) in lives.items()) * speed / 3600
 
     def allocated_gpu_hours(self, speed: float) -> float:
         return (
@@ -99,10 +128,40 @@ class ReplayResult:
             / 3600
         )
 
-    def cost(self, speed: float, prices: dict[str, float]) -> float:
-        """What the pool's nodes cost, in trace time, at ``prices`` per node type and hour."""
+    def drains(self, *, until: float | None = None) -> int:
+        """Nodes of the pool that went away before ``until`` (default: the last time any was seen)."""
+        cut = max((b for _, b in self.node_life.values()), default=0.0) if until is None else until
+        return sum(1 for _, b in self.node_life.values() if b < cut)
+
+    def idle_by_cause(self, speed: float, *, until: float | None = None) -> dict[str, float]:
+        """Idle GPU-hours of the pool's nodes (up to ``until``, wall clock), in trace time, by the simulator's
+        causes (``booting``: launched but GPUs not yet allocatable; ``empty``: ready with no pod bound;
+        ``unallocated``: the free GPUs of a node some pod runs on). Nodes of no GPU count for nothing."""
+        out = {"booting": 0.0, "empty": 0.0, "unallocated": 0.0}
+        by_node: dict[str, list[tuple[float, float, int]]] = {}
+        for pod, node in self.pod_node.items():
+            start = self.bound[pod]
+            by_node.setdefault(node, []).append((start, self.ended.get(pod, start), self.gpus.get(pod, 0)))
+        for node, (first, last) in self._lives(until).items():
+            gpus = self.node_gpus.get(node, 0)
+            if gpus <= 0:
+                continue
+            ready = min(max(self.gpu_ready.get(node, last), first), last)
+            out["booting"] += (ready - first) * gpus
+            # sweep the pods' intervals over [ready, last]: no pod → empty, else the GPUs none of them holds
+            pods = by_node.get(node, [])
+            edges = sorted({ready, last, *(min(max(t, ready), last) for a, b, _ in pods for t in (a, b))})
+            for lo, hi in itertools.pairwise(edges):
+                on = [g for a, b, g in pods if a <= lo and b >= hi]
+                out["unallocated" if on else "empty"] += (hi - lo) * max(0, gpus - sum(on))
+        return {k: v * speed / 3600 for k, v in out.items()}
+
+    def cost(self, speed: float, prices: dict[str, float], *, until: float | None = None) -> float:
+        """What the pool's nodes cost (up to ``until``, wall clock), in trace time, at ``prices`` per node type
+        and hour."""
+        lives = self._lives(until)
         return (
-            sum((b - a) * prices.get(self.node_type.get(n, ""), 0.0) for n, (a, b) in self.node_life.items())
+            sum((b - a) * prices.get(self.node_type.get(n, ""), 0.0) for n, (a, b) in lives.items())
             * speed
             / 3600
         )
@@ -156,6 +215,7 @@ async def replay_pods(
             if node and name in live and name not in result.bound:
                 result.bound[name] = now
                 result.nodes_seen.add(str(node))
+                result.pod_node[name] = str(node)
                 ends[name] = now + by_name[name].duration / speed
         for name in [n for n, at in ends.items() if at <= now and n in live]:
             await _delete(client, name, namespace)
@@ -194,14 +254,29 @@ async def _watch_nodes(client: KubeClient, pool: str, result: ReplayResult, now:
         name = str(meta.get("name"))
         life = result.node_life.setdefault(name, [now, now])
         life[1] = now
+        labels = meta.get("labels") or {}
+        status = node.get("status") or {}
         if name not in result.node_gpus:
-            capacity = (node.get("status") or {}).get("capacity") or {}
-            try:
-                result.node_gpus[name] = int(str(capacity.get(GPU_RESOURCE, "0")))
-            except ValueError:
-                result.node_gpus[name] = 0
-            result.node_type[name] = str((meta.get("labels") or {}).get(INSTANCE_TYPE_LABEL, ""))
+            # the type's GPU count (a label on every node of a GPU type), not status: Karpenter's kwok nodes
+            # have the NodeClaim's requests as capacity
+            count = labels.get(GPU_COUNT_LABEL, (status.get("capacity") or {}).get(GPU_RESOURCE, "0"))
+            result.node_gpus[name] = _int(count)
+            result.node_type[name] = str(labels.get(INSTANCE_TYPE_LABEL, ""))
+        if name not in result.gpu_ready:
+            taints = {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
+            usable = _int((status.get("allocatable") or {}).get(GPU_RESOURCE, "0"))
+            if not taints & {BOOTING_TAINT, UNREGISTERED_TAINT} and (
+                usable > 0 or not result.node_gpus[name]
+            ):
+                result.gpu_ready[name] = now
     return len(nodes)
+
+
+def _int(value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
 
 
 async def _delete(client: KubeClient, name: str, namespace: str) -> None:
