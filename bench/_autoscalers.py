@@ -48,6 +48,7 @@ start with :data:`CA_BUFFER_FLAGS`, and apply :func:`ca_capacity_buffer`'s PodTe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -217,9 +218,12 @@ def karpenter_node_pools(
     consolidate_after: str = "30s",
     consolidation_policy: str = "WhenEmptyOrUnderutilized",
     cpu_limit: int = 100_000,
+    startup_taints: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """One NodePool per distinct taint set (``capstan-0``, ``capstan-1``, … in a fixed order), each allowed only its
-    node types (``node.kubernetes.io/instance-type In [...]``) and both capacity types."""
+    node types (``node.kubernetes.io/instance-type In [...]``) and both capacity types. ``startup_taints`` (keys,
+    ``NoSchedule``) go on each new node and stay until something else removes them (:func:`emulate_boot`):
+    Karpenter counts such a node as launched capacity but not initialized."""
     _check_types(node_types)
     pools: list[dict[str, Any]] = []
     for i, (taints, names) in enumerate(_taint_groups(node_types)):
@@ -239,6 +243,10 @@ def karpenter_node_pools(
         }
         if taints:
             spec["taints"] = [{"key": k, "value": v, "effect": e} for k, v, e in taints]
+        if startup_taints:
+            spec["startupTaints"] = [
+                {"key": k, "value": "true", "effect": "NoSchedule"} for k in startup_taints
+            ]
         pools.append(
             {
                 "apiVersion": "karpenter.sh/v1",
@@ -344,6 +352,7 @@ async def install_karpenter(
     crds: Sequence[Mapping[str, Any]] | None = None,
     consolidate_after: str = "30s",
     consolidation_policy: str = "WhenEmptyOrUnderutilized",
+    startup_taints: Sequence[str] = (),
 ) -> None:
     """Karpenter's CRDs (``crds``, else :func:`load_crds` of :func:`karpenter_crd_files` of
     :func:`karpenter_module_dir`), the KWOKNodeClass and the NodePools on the cluster. The instance-types file is
@@ -351,7 +360,10 @@ async def install_karpenter(
     if crds is None:
         crds = await asyncio.to_thread(lambda: load_crds(karpenter_crd_files(karpenter_module_dir())))
     pools = karpenter_node_pools(
-        node_types, consolidate_after=consolidate_after, consolidation_policy=consolidation_policy
+        node_types,
+        consolidate_after=consolidate_after,
+        consolidation_policy=consolidation_policy,
+        startup_taints=startup_taints,
     )
     await apply_crds(kube, crds)
     await _apply(kube, KWOK_NODE_CLASSES, karpenter_node_class())
@@ -387,10 +399,13 @@ def ca_provider_config(node_types: Sequence[NodeType], namespace: str = CA_NAMES
 
 
 def ca_template_nodes(
-    node_types: Sequence[NodeType], *, max_count: int = CA_DEFAULT_MAX
+    node_types: Sequence[NodeType], *, max_count: int = CA_DEFAULT_MAX, startup_taints: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
     """One template Node per node type; its node group (named after the type) sized 0 to ``max_count`` (or the
-    type's own ``max_count``)."""
+    type's own ``max_count``). ``startup_taints`` (keys, ``NoSchedule``) are on the template, so on every node
+    the kwok provider creates from it; cluster-autoscaler must be started with ``--startup-taint=KEY`` for each
+    (:func:`ca_flags_for_speed`) so it ignores them when it simulates a new node and treats a node carrying one
+    as not ready yet."""
     _check_types(node_types)
     nodes: list[dict[str, Any]] = []
     for nt in node_types:
@@ -420,23 +435,153 @@ def ca_template_nodes(
                 "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
             },
         }
-        if nt.taints:
-            node["spec"]["taints"] = _taints(nt)
+        taints = _taints(nt) + [{"key": k, "value": "true", "effect": "NoSchedule"} for k in startup_taints]
+        if taints:
+            node["spec"]["taints"] = taints
         nodes.append(node)
     return nodes
 
 
 def ca_templates(
-    node_types: Sequence[NodeType], namespace: str = CA_NAMESPACE, *, max_count: int = CA_DEFAULT_MAX
+    node_types: Sequence[NodeType],
+    namespace: str = CA_NAMESPACE,
+    *,
+    max_count: int = CA_DEFAULT_MAX,
+    startup_taints: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The ``kwok-provider-templates`` ConfigMap (key ``templates``: a v1 List of template Nodes, as JSON)."""
-    items = ca_template_nodes(node_types, max_count=max_count)
+    items = ca_template_nodes(node_types, max_count=max_count, startup_taints=startup_taints)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "kwok-provider-templates", "namespace": namespace},
         "data": {"templates": json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=1)},
     }
+
+
+CA_DURATION_FLAGS: dict[str, float] = {
+    "scan-interval": 10.0,
+    "scale-down-unneeded-time": 600.0,
+    "scale-down-unready-time": 1200.0,
+    "scale-down-delay-after-add": 600.0,
+    "scale-down-delay-after-failure": 180.0,
+    "max-node-provision-time": 900.0,
+    "max-node-startup-time": 900.0,
+    "unremovable-node-recheck-timeout": 300.0,
+    "node-deletion-delay-timeout": 120.0,
+    "max-pod-eviction-time": 120.0,
+}
+"""cluster-autoscaler's flags that are durations, at their defaults (seconds; ``scale-down-delay-after-delete`` and
+``new-pod-scale-up-delay`` default to 0 and stay so)."""
+
+
+def _go_duration(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def ca_flags_for_speed(speed: float, *, startup_taints: Sequence[str] = ()) -> list[str]:
+    """cluster-autoscaler on the clock of a replay ``speed`` times faster than its trace: every duration flag of
+    :data:`CA_DURATION_FLAGS` divided by ``speed``; ``--startup-taint`` for each of ``startup_taints``; and
+    ``--bypassed-scheduler-names=default-scheduler``, which turns off the one wait that is no flag (it scales up
+    only once the oldest pending GPU pod is 30 s old, hard-coded as ``unschedulablePodWithGpuTimeBuffer``; at
+    ``speed`` it would be ``30 × speed`` trace seconds, so it is dropped rather than stretched)."""
+    flags = [f"--{name}={_go_duration(default / speed)}" for name, default in CA_DURATION_FLAGS.items()]
+    flags += [f"--startup-taint={key}" for key in startup_taints]
+    flags.append("--bypassed-scheduler-names=default-scheduler")
+    return flags
+
+
+KARPENTER_FIXED_S: dict[str, float] = {"disruption polling": 10.0, "consolidation command validation": 15.0}
+"""Karpenter's waits that no flag sets (``pollingPeriod`` and ``commandValidationDelay`` in
+``pkg/controllers/disruption``): on a replay ``speed`` times faster they last ``speed`` times longer in trace time."""
+
+
+def karpenter_flags_for_speed(speed: float) -> list[str]:
+    """Karpenter's provisioning batch windows (idle 1 s, at most 10 s) divided by ``speed``."""
+    return [
+        f"--batch-idle-duration={_go_duration(1.0 / speed)}",
+        f"--batch-max-duration={_go_duration(10.0 / speed)}",
+    ]
+
+
+@dataclass
+class BootedNode:
+    first_seen: float
+    ready_at: float
+    gpu_at: float
+    gpus: str = "0"
+    """The allocatable GPUs its autoscaler gave it, held back until ``gpu_at``."""
+    booted: float | None = None
+    gpus_given: float | None = None
+
+
+async def emulate_boot(
+    kube: KubeClient,
+    label_selector: str,
+    boot_s: float,
+    gpu_ready_s: float,
+    stop: asyncio.Event,
+    *,
+    taint: str,
+    skip_label: str,
+    poll_s: float = 0.2,
+) -> dict[str, BootedNode]:
+    """Boot the nodes a real autoscaler creates the way Capstan's kwok provider boots its own: each node matching
+    ``label_selector`` (and not carrying ``skip_label``: Capstan's nodes boot themselves) is created by its
+    autoscaler with the startup taint ``taint``; from the first poll that sees it, its allocatable
+    ``nvidia.com/gpu`` is held at 0, the taint comes off ``boot_s`` later and the GPUs become allocatable
+    ``gpu_ready_s`` after that, as NVIDIA's device plugin would make them. Polls every ``poll_s`` until ``stop``;
+    returns what it did per node."""
+    seen: dict[str, BootedNode] = {}
+    while not stop.is_set():
+        nodes, _ = await kube.list(resources.NODES, label_selector=label_selector)
+        now = time.time()
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            if skip_label in (meta.get("labels") or {}) or meta.get("deletionTimestamp"):
+                continue
+            name = str(meta.get("name"))
+            status = node.get("status") or {}
+            usable = str((status.get("allocatable") or {}).get(GPU_RESOURCE, "0"))
+            state = seen.get(name)
+            if state is None:
+                state = seen[name] = BootedNode(now, now + boot_s, now + boot_s + gpu_ready_s, usable)
+                if usable != "0":
+                    await _patch_status(kube, name, "0")
+                continue
+            taints = list((node.get("spec") or {}).get("taints") or [])
+            if any(t.get("key") == taint for t in taints):
+                if now >= state.ready_at:
+                    rest = [t for t in taints if t.get("key") != taint]
+                    await _patch_node(kube, name, {"spec": {"taints": rest}})
+                    state.booted = now
+                continue
+            if state.booted is None:
+                continue  # Karpenter puts the startup taint on at registration: not there yet
+            if state.gpus_given is None and now >= max(state.gpu_at, state.booted + gpu_ready_s):
+                if state.gpus != "0":
+                    await _patch_status(kube, name, state.gpus)
+                state.gpus_given = now
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=poll_s)
+    return seen
+
+
+async def _patch_status(kube: KubeClient, name: str, gpus: str) -> None:
+    await _patch_node(kube, name, {"status": {"allocatable": {GPU_RESOURCE: gpus}}}, subresource="status")
+
+
+async def _patch_node(
+    kube: KubeClient, name: str, body: dict[str, Any], *, subresource: str | None = None
+) -> None:
+    try:
+        if subresource:
+            await kube.patch(resources.NODES, name, body, subresource=subresource)
+        else:
+            await kube.patch(resources.NODES, name, body)
+    except ApiError as exc:
+        if not exc.not_found:
+            raise
 
 
 CA_BUFFER_FLAGS: tuple[str, ...] = (
@@ -499,11 +644,12 @@ async def install_cluster_autoscaler(
     namespace: str = CA_NAMESPACE,
     max_count: int = CA_DEFAULT_MAX,
     crds: Sequence[Mapping[str, Any]] = (),
+    startup_taints: Sequence[str] = (),
 ) -> None:
     """The namespace and the kwok provider's two ConfigMaps; with ``crds`` (:func:`load_crds` of
     :func:`ca_crd_files`), those CRDs too (for :data:`CA_BUFFER_FLAGS`)."""
     config = ca_provider_config(node_types, namespace)
-    templates = ca_templates(node_types, namespace, max_count=max_count)
+    templates = ca_templates(node_types, namespace, max_count=max_count, startup_taints=startup_taints)
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     if crds:
         await apply_crds(kube, crds)

@@ -8,14 +8,17 @@ from pathlib import Path
 
 import pytest
 from bench._autoscalers import (
+    CA_DURATION_FLAGS,
     CA_GROUP_LABEL,
     CA_MAX_ANNOTATION,
     CA_MIN_ANNOTATION,
     PeerError,
     ca_capacity_buffer,
+    ca_flags_for_speed,
     ca_provider_config,
     ca_templates,
     find_karpenter,
+    karpenter_flags_for_speed,
     karpenter_instance_types,
     karpenter_node_pools,
 )
@@ -150,3 +153,31 @@ def test_capacity_buffer_is_a_pod_template_and_a_buffer_of_it() -> None:
     assert buffer["spec"] == {"podTemplateRef": {"name": "room"}, "replicas": 2}
     with pytest.raises(PeerError, match="replicas >= 0"):
         ca_capacity_buffer("room", "ns", -1, cpu_milli=1000, memory_mib=1024)
+
+
+def test_startup_taints_reach_both_peers() -> None:
+    """The boot emulation's taint is a NodePool startup taint for Karpenter and a template taint (ignored by
+    ``--startup-taint``) for cluster-autoscaler; without it neither carries one."""
+    booting = {"key": "capstan.io/booting", "value": "true", "effect": "NoSchedule"}
+    pools = karpenter_node_pools(TYPES, startup_taints=["capstan.io/booting"])
+    assert all(p["spec"]["template"]["spec"]["startupTaints"] == [booting] for p in pools)
+    assert all("startupTaints" not in p["spec"]["template"]["spec"] for p in karpenter_node_pools(TYPES))
+    items = json.loads(ca_templates(TYPES, startup_taints=["capstan.io/booting"])["data"]["templates"])[
+        "items"
+    ]
+    by_name = {n["metadata"]["name"]: n for n in items}
+    assert by_name["cpu-16"]["spec"]["taints"] == [booting]
+    assert by_name["l4-1"]["spec"]["taints"][-1] == booting and len(by_name["l4-1"]["spec"]["taints"]) == 2
+    assert "taints" not in {n["metadata"]["name"]: n for n in json.loads(ca_templates(TYPES)["data"][
+        "templates"])["items"]}["cpu-16"]["spec"]  # fmt: skip
+
+
+def test_peer_timers_are_divided_by_the_speed_up() -> None:
+    flags = ca_flags_for_speed(20.0, startup_taints=["capstan.io/booting"])
+    values = dict(f[2:].split("=", 1) for f in flags)
+    assert set(CA_DURATION_FLAGS) <= set(values)
+    assert values["scan-interval"] == "500ms" and values["scale-down-unneeded-time"] == "30000ms"
+    assert values["startup-taint"] == "capstan.io/booting"
+    assert values["bypassed-scheduler-names"] == "default-scheduler"
+    assert ca_flags_for_speed(1.0)[0] == "--scan-interval=10000ms"
+    assert karpenter_flags_for_speed(10.0) == ["--batch-idle-duration=100ms", "--batch-max-duration=1000ms"]
