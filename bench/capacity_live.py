@@ -30,7 +30,9 @@ timeouts) and Karpenter's batch windows. Two of Karpenter's waits are constants 
 10 s, consolidation command validation 15 s) and last ``speed`` times longer in trace time; cluster-autoscaler's
 hard-coded 30 s wait for new GPU pods is turned off (``--bypassed-scheduler-names``) rather than stretched. The
 simulator replays the emulations twice: at their defaults, and with the waits the compressed run really had
-("at this run's waits": Karpenter's disruption polling ``10 × speed``).
+("at this run's waits": Karpenter's disruption polling ``10 × speed`` and the wait before it deletes the empty
+nodes a poll found, ``15 × speed``: ``KarpenterConfig.validation_delay``). Capstan is also replayed there without
+forecast headroom, to show what its headroom costs and buys on the slice.
 
 Figures are in trace time and, like the simulator's, stop at the end of the slice's last pod: pending p50/p99,
 pods that waited over a minute, GPU-hours, idle GPU-hours by cause (booting, empty, unallocated), cost, launches,
@@ -364,17 +366,24 @@ def sim_row(name: str, s: Summary) -> dict[str, Any]:
 
 
 def simulated(workload: Workload, trace_types: tuple[NodeType, ...], speed: float) -> list[dict[str, Any]]:
-    """The slice in the simulator: Capstan (defaults; and the live run's settings), the emulations at their
-    defaults and at the waits the compressed live run had, and the oracle."""
+    """The slice in the simulator: Capstan (defaults; the live run's settings, with and without headroom), the
+    emulations at their defaults and at the waits the compressed live run had, and the oracle."""
     rows: list[dict[str, Any]] = []
     same = run_policies(workload, trace_types, ["capstan"], planner=live_config())["capstan"][1]
     rows.append(sim_row("capstan, live settings", same))
+    reactive = run_policies(
+        workload, trace_types, ["capstan"], planner=replace(live_config(), headroom=False)
+    )
+    rows.append(sim_row("capstan, live settings, no headroom", reactive["capstan"][1]))
     for name, (_, s) in run_policies(workload, trace_types, ["capstan", "cluster-autoscaler", "karpenter",
                                                             "oracle"]).items():  # fmt: skip
         rows.append(sim_row(name, s))
-    # the compressed run's waits: Karpenter's disruption polling is a constant of its code (10 wall seconds)
+    # the compressed run's waits: Karpenter's disruption polling and validation are constants of its code
     karpenter = KarpenterPolicy(
-        KarpenterConfig(disruption_interval=KARPENTER_FIXED_S["disruption polling"] * speed)
+        KarpenterConfig(
+            disruption_interval=KARPENTER_FIXED_S["disruption polling"] * speed,
+            validation_delay=KARPENTER_FIXED_S["consolidation command validation"] * speed,
+        )
     )
     t0 = time.perf_counter()
     result = Sim(workload, trace_types, karpenter).run()

@@ -157,6 +157,7 @@ def test_capacity_live_bench_smoke(tmp_path: Path, kubeconfig: Path) -> None:
     simulated = {r["policy"] for r in data["rows"][1:]}
     assert simulated == {
         "capstan, live settings",
+        "capstan, live settings, no headroom",
         "capstan",
         "cluster-autoscaler",
         "karpenter",

@@ -289,6 +289,25 @@ def test_karpenter_replaces_an_underused_node_with_a_cheaper_one_and_cordons_it_
     assert kept.cost() > result.cost()
 
 
+def test_karpenter_validates_an_empty_node_before_it_deletes_it() -> None:
+    """Two one-GPU pods get a node each (launched at 1 s, ready at 61 s). a ends at 161 s, so the poll at 170 s
+    finds n0 empty: deleted then without a validation wait, 15 s later with one, and not at all when a pod lands
+    on it meanwhile (c, arriving at 175 s); the disruption loop is held while it waits."""
+    base = (gpu_pod("a", 0.0, 100.0), gpu_pod("b", 0.0, 2000.0))
+
+    def drained(pods: tuple[Pod, ...], delay: float) -> list[tuple[float, str]]:
+        kp = KarpenterPolicy(KarpenterConfig(validation_delay=delay))
+        result = Sim(Workload("w", pods), (GPU1,), kp).run()
+        assert result.check() == []
+        return events(result.events, "node.draining")
+
+    first = drained(base, 0.0)[0]
+    assert first[0] == pytest.approx(170.0)
+    assert drained(base, 15.0)[0] == (pytest.approx(185.0), first[1])
+    late = drained((*base, gpu_pod("c", 175.0, 1000.0)), 15.0)
+    assert first[1] not in [node for t, node in late if t < 1100.0]
+
+
 @pytest.mark.parametrize("trace", ["synthetic", "openb"])
 def test_karpenters_poll_cache_never_changes_a_decision(trace: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A disruption poll skipped because the ready nodes are as they were when the last one found nothing gives
