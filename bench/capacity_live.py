@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
@@ -444,7 +445,12 @@ def print_tables(console: Console, rows: list[dict[str, Any]], title: str) -> No
     console.print(table)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through ``on_cluster``, which stops the sandbox and the peers
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--trace", default=str(OPENB))
