@@ -11,6 +11,7 @@ a :class:`Cluster`, so the controller runs there as it runs live), and
 """
 
 from capstan.capacity._cluster_autoscaler import CAConfig, ClusterAutoscalerPolicy, buffer_size_and_template
+from capstan.capacity._demand import ANNOUNCED_SUFFIX, Announcements, QueuedDemand, TraceLead
 from capstan.capacity._karpenter import KarpenterConfig, KarpenterPolicy
 from capstan.capacity._oracle import OraclePolicy
 from capstan.capacity.controller import Activity, Cluster, Controller, apply_plan
@@ -55,12 +56,14 @@ from capstan.capacity.traces import (
 )
 
 __all__ = [
+    "ANNOUNCED_SUFFIX",
     "IDLE_CAUSES",
     "OPENB_QOS",
     "POLICY_NAMES",
     "STAGES",
     "Activity",
     "AgenticSpec",
+    "Announcements",
     "CAConfig",
     "Cluster",
     "ClusterAutoscalerPolicy",
@@ -82,6 +85,7 @@ __all__ = [
     "PlannerConfig",
     "Pod",
     "Policy",
+    "QueuedDemand",
     "Sim",
     "SimResult",
     "SlidingForecast",
@@ -89,6 +93,7 @@ __all__ = [
     "Summary",
     "Taint",
     "Toleration",
+    "TraceLead",
     "Workload",
     "apply_plan",
     "buffer_size_and_template",

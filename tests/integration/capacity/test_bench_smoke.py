@@ -168,3 +168,17 @@ def test_capacity_live_bench_smoke(tmp_path: Path, kubeconfig: Path) -> None:
     for row in data["rows"]:
         assert sum(row["idle"].values()) == pytest.approx(row["idle_gpu_hours"])
     assert len(live["node_boot_s"]) == live["launches"] and min(live["node_boot_s"]) > 0
+
+
+def test_capacity_demand_signals_bench_smoke(tmp_path: Path) -> None:
+    """Told each pod one launch-to-GPUs time ahead, fewer of the first 300 openb tasks wait over a minute than
+    with the planner's own forecast; bad leads are one line, exit 2."""
+    run_smoke("capacity_demand_signals.py", tmp_path)
+    data = json.loads((tmp_path / "capacity_demand_signals.json").read_text())
+    rows = {r["policy"]: r for r in data["results"][0]["rows"]}
+    assert rows["capstan, told 390 s ahead"]["slow_starts"] < rows["capstan, its own forecast"]["slow_starts"]
+    assert "capstan, told 900 s ahead, capped at 390 s" in rows
+    assert (tmp_path / "capacity_demand_signals.png").stat().st_size > 0
+    for bad in ("soon", "-5"):
+        proc = run_bench("capacity_demand_signals.py", "--leads", bad)
+        assert proc.returncode == 2 and "--leads" in proc.stderr and "Traceback" not in proc.stderr
