@@ -4,7 +4,6 @@ mechanism that carries it out, ``k8s``). Plain frozen data: :mod:`capstan.capaci
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -52,14 +51,6 @@ class NodeView:
     """Pods running on the node (used to decide whether they can move elsewhere)."""
     purpose: str = "pods"
     """Why it was launched (a label on the node): ``repack`` nodes wait for the repack that wants them."""
-
-    @functools.cached_property
-    def smallest_bound(self) -> tuple[int, int]:
-        """The smallest CPU and memory requests among the bound pods (a view is reused while its node is
-        unchanged, so this is computed once per change, not once per decision)."""
-        return min((p.cpu_milli for p in self.bound), default=0), min(
-            (p.memory_mib for p in self.bound), default=0
-        )
 
 
 @dataclass(frozen=True)
