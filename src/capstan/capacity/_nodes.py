@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from capstan.capacity._plan_types import NodeView
+from capstan.capacity._plan_types import NodeChanges, NodeView
 from capstan.capacity.model import NodeState, NodeType
 from capstan.capacity.placement import Capacity
 
@@ -93,7 +93,7 @@ class _Nodes:
         self.generation += 1
         self.types = types
         self.prev: tuple[NodeView, ...] = ()
-        self.prev_ids: list[str] = []
+        self._prev_ids: list[str] | None = []
         self.bins: dict[str, _Bin] = {}
         self.views: dict[str, NodeView] = {}
         """The live nodes of a known type, by id."""
@@ -123,8 +123,10 @@ class _Nodes:
         types: dict[str, NodeType],
         key: tuple[object, ...],
         waste: Callable[[NodeType, float, int], float | None],
+        changes: NodeChanges | None = None,
     ) -> None:
-        """Make the bins those of ``nodes`` (``key``: what else the indexes depend on)."""
+        """Make the bins those of ``nodes`` (``key``: what else the indexes depend on; ``changes``: what changed
+        since an earlier snapshot, used if that is the one these bins are of)."""
         if self.dirty or types is not self.types or key != self.key:
             self._waste = waste
             self.key = key
@@ -132,6 +134,19 @@ class _Nodes:
             return
         prev = self.prev
         if nodes is prev:
+            return
+        if changes is not None and changes.since is prev:
+            for nid in changes.removed:  # bounded by the changes
+                if nid in self.orders:
+                    self._remove(nid)
+            for v in changes.views:
+                if v.id in self.orders:
+                    self._replace(v)
+                else:
+                    self._add(v, self.next_order)
+                    self.next_order += 1
+            self.prev, self._prev_ids = nodes, None
+            self.generation += 1
             return
         if len(nodes) == len(prev):
             # most often: the same nodes, some of them changed (all in C: no Python step per node)
@@ -145,28 +160,36 @@ class _Nodes:
                 return
         ids = list(map(_ID, nodes))
         here = set(ids)
-        kept = list(itertools.compress(prev, map(here.__contains__, self.prev_ids)))
+        prev_ids = self.prev_ids
+        kept = list(itertools.compress(prev, map(here.__contains__, prev_ids)))
         k = len(kept)
         if list(map(_ID, kept)) != ids[:k] or len(kept) < len(nodes) // 2:
             # a known node moved in the order (or most are new): start again
             self._rebuild(nodes, types)
             return
-        for nid in itertools.filterfalse(here.__contains__, self.prev_ids):
+        for nid in itertools.filterfalse(here.__contains__, prev_ids):
             self._remove(nid)
         for i in itertools.compress(range(k), map(operator.is_not, nodes[:k], kept)):
             self._replace(nodes[i])
         for v in nodes[k:]:
             self._add(v, self.next_order)
             self.next_order += 1
-        self.prev, self.prev_ids = nodes, ids
+        self.prev, self._prev_ids = nodes, ids
         self.generation += 1
+
+    @property
+    def prev_ids(self) -> list[str]:
+        """The ids of ``prev``, in order."""
+        if self._prev_ids is None:
+            self._prev_ids = list(map(_ID, self.prev))
+        return self._prev_ids
 
     def _rebuild(self, nodes: tuple[NodeView, ...], types: dict[str, NodeType]) -> None:
         self._clear(types)
         for i, v in enumerate(nodes):  # bounded by the snapshot's nodes
             self._add(v, i)
         self.next_order = len(nodes)
-        self.prev, self.prev_ids = nodes, list(map(_ID, nodes))
+        self.prev, self._prev_ids = nodes, None
         self.dirty = False
 
     def _replace(self, v: NodeView) -> None:
@@ -228,13 +251,13 @@ class _Nodes:
         group = self.groups.get(state)
         if group is None:
             group = self.groups[state] = [b]
-            self._list(b, group=group, order=b.order, add=True)
+            self._list(b, group, b.order, True)
             return
         first = group[0]
         if b.order < first.order:
-            self._list(first, group=group, order=first.order, add=False)
+            self._list(first, group, first.order, False)
             group.insert(0, b)
-            self._list(b, group=group, order=b.order, add=True)
+            self._list(b, group, b.order, True)
         else:
             bisect.insort(group, b, key=_ORDER)
 
@@ -245,21 +268,29 @@ class _Nodes:
             return
         b.state = None
         group = self.groups[state]
-        i = bisect.bisect_left(group, b.order, key=_ORDER)
-        if i:
-            del group[i]
+        if group[0] is not b:
+            del group[bisect.bisect_left(group, b.order, key=_ORDER)]
             return
-        self._list(b, group=group, order=b.order, add=False)
-        del group[0]
-        if group:
-            self._list(group[0], group=group, order=group[0].order, add=True)
-        else:
+        self._list(b, group, b.order, False)
+        if len(group) == 1:
             del self.groups[state]
+            return
+        del group[0]
+        self._list(group[0], group, group[0].order, True)
 
-    def _list(self, b: _Bin, *, group: list[_Bin], order: int, add: bool) -> None:
+    def _list(self, b: _Bin, group: list[_Bin], order: int, add: bool) -> None:
+        """Add ``group``'s entry (keyed by ``b``'s free CPU and ``order``) to the scan lists, or remove it."""
         key = (-b.cap.cpu, order)
-        for gpu in (False, True) if any(b.cap.devs) else (False,):
-            keys, groups = self.scan[gpu][b.kind]
+        keys, groups = self.scan[0][b.kind]
+        i = bisect.bisect_left(keys, key)
+        if add:
+            keys.insert(i, key)
+            groups.insert(i, group)
+        else:
+            del keys[i]
+            del groups[i]
+        if any(b.cap.devs):
+            keys, groups = self.scan[1][b.kind]
             i = bisect.bisect_left(keys, key)
             if add:
                 keys.insert(i, key)

@@ -47,6 +47,7 @@ class _Work:
             self.types,
             (price, threshold),
             lambda nt, gpus, cpu: repack_waste(nt, gpus, cpu, price, threshold),
+            snap.changes,
         )
         nodes.dirty = True  # until :meth:`release` gives the bins back
         self.nodes = nodes

@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, cast
 
-from capstan.capacity._plan_types import NodeView, Snapshot
+from capstan.capacity._plan_types import NodeChanges, NodeView, Snapshot
 from capstan.capacity.controller import Activity
 from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, PodShape, Workload
 from capstan.capacity.placement import (
@@ -685,35 +685,45 @@ class Sim:
             self._recent_tuple = None
         if self._recent_tuple is None:
             self._recent_tuple = tuple(self.recent)
-        for nid in self._stale:  # the nodes touched since the last snapshot
-            n = self.nodes[nid]
-            if n.promised:
-                self._promising.add(nid)
-            else:
-                self._promising.discard(nid)
-            if not n.live:
-                self._views.pop(nid, None)
-                continue
-            if n.view is None:
-                avail = n.gpu_at if n.gpu_at is not None else n.requested_at + n.nt.boot_delay.mean()
-                n.view = NodeView(
-                    n.id,
-                    n.nt.name,
-                    n.state,
-                    n.cap.cpu,
-                    n.cap.mem,
-                    tuple(n.cap.devs),
-                    len(n.pods) + len(n.promised),
-                    avail,
-                    n.idle_since,
-                    tuple(self.pods[p].pod for p in n.pods),
-                    n.purpose,
-                )
-            self._views[nid] = n.view
+        changes: NodeChanges | None = None
         if self._stale:
+            changed: list[NodeView] = []
+            removed: list[str] = []
+            for nid in self._stale:  # the nodes touched since the last snapshot
+                n = self.nodes[nid]
+                if n.promised:
+                    self._promising.add(nid)
+                else:
+                    self._promising.discard(nid)
+                if not n.live:
+                    if self._views.pop(nid, None) is not None:
+                        removed.append(nid)
+                    continue
+                if n.view is None:
+                    avail = n.gpu_at if n.gpu_at is not None else n.requested_at + n.nt.boot_delay.mean()
+                    n.view = NodeView(
+                        n.id,
+                        n.nt.name,
+                        n.state,
+                        n.cap.cpu,
+                        n.cap.mem,
+                        tuple(n.cap.devs),
+                        len(n.pods) + len(n.promised),
+                        avail,
+                        n.idle_since,
+                        tuple(self.pods[p].pod for p in n.pods),
+                        n.purpose,
+                    )
+                if self._views[nid] is not n.view:
+                    self._views[nid] = n.view
+                    changed.append(n.view)
             self._stale.clear()
-            # every live node was touched at its launch, so each has its view by now
-            self._nodes = cast("tuple[NodeView, ...]", tuple(self._views.values()))
+            if changed or removed:
+                changed.sort(key=lambda v: self._launch_no[v.id])  # nodes new since come in launch order
+                since = self._nodes
+                # every live node was touched at its launch, so each has its view by now
+                self._nodes = cast("tuple[NodeView, ...]", tuple(self._views.values()))
+                changes = NodeChanges(since, tuple(changed), tuple(removed))
         by_launch = sorted(self._promising, key=self._launch_no.__getitem__)
         promised = tuple((name, nid) for nid in by_launch for name in self.nodes[nid].promised)
         return Snapshot(
@@ -721,6 +731,7 @@ class Sim:
             node_types=self.node_types,
             nodes=self._nodes,
             pending=tuple(sp.pod for sp in self.pending.values()),
+            changes=changes,
             promised=promised,
             recent=self._recent_tuple,
             next_id=self._next_id,
