@@ -7,12 +7,18 @@ Pods are openb tasks (shares, whole GPUs, GPU-model constraints from the gpuspec
 openb shapes plus cloud-like GPU types to make 20. That snapshot has no nodes, so it never has a repack to search
 for. A second table times full decisions on a busy cluster: openb default replayed by Capstan up to the arrival of
 its 5,000th task (``--snapshot-task``), with the next 1,000 tasks pending at once and with none added, planned
-with repacks in both orders (the default) and in one, and says whether the second order was planned. Prints Rich tables, writes bench/out/capacity_planner_speed.json and a PNG.
+with repacks in both orders (the default) and in one, and says whether the second order was planned. A third
+times decisions and replays against the cluster's size (issue 27 §5): clusters of 100, 1,000 and 5,000 ready
+openb nodes, each running a long task that is not safe to evict (every fifth node keeps one GPU free), with
+1,000 openb tasks pending at once (a placement decision, median), and the same 1,000 tasks replayed by Capstan
+at their trace times (seconds per pod). Prints Rich tables, writes bench/out/capacity_planner_speed.json and a
+PNG.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -32,6 +38,7 @@ from capstan.capacity import (
     PlannerConfig,
     Pod,
     Sim,
+    SimResult,
     Snapshot,
     Workload,
     inference_node_types,
@@ -103,7 +110,9 @@ def main() -> None:
         args.snapshot_task // 20 if args.smoke else args.snapshot_task, 100 if args.smoke else 1000, repeat
     )
     console.print(live_table(live))
-    busy += live
+    sized = cluster_sizes((20, 100) if args.smoke else (100, 1000, 5000), 100 if args.smoke else 1000, repeat)
+    console.print(sizes_table(sized))
+    busy += live + sized
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "capacity_planner_speed.json").write_text(json.dumps(rows + busy, indent=1))
     import matplotlib
@@ -273,6 +282,159 @@ def live_decisions(task: int, pending: int, repeat: int) -> list[dict[str, objec
             }
         )
     return out
+
+
+FILL_AT = -30 * 86400.0
+"""When the sized clusters' long tasks arrived: long before the forecast looks back (they are not arrivals it
+counts)."""
+
+
+class _Sized:
+    """Capstan's controller over a cluster that starts with ``layout``: a ready node of each type, each with its
+    task promised to it when the task arrives (before the controller sees it pending)."""
+
+    steers_placement = True
+
+    def __init__(self, layout: list[tuple[NodeType, Pod]], controller: Controller) -> None:
+        self.layout = layout
+        self.controller = controller
+        self.name = controller.name
+        self._fill: dict[str, str] = {}
+
+    def start(self, sim: Sim) -> None:
+        for i, (nt, task) in enumerate(self.layout):
+            sim.launch(nt.name, purpose="static", node_id=f"b{i}")
+            self._fill[task.name] = f"b{i}"
+        self.controller.start(sim)
+
+    def on_change(self, sim: Sim, now: float) -> None:
+        if self._fill:
+            for name in [n for n in sim.pending if n in self._fill]:
+                sim.promise(name, self._fill.pop(name))
+        self.controller.on_change(sim, now)
+
+    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
+        self.controller.on_wake(sim, now, tag)
+
+
+def sized_layout(types: tuple[NodeType, ...], n: int) -> list[tuple[NodeType, Pod]]:
+    """``n`` nodes of openb's types in the proportions of its node list (spread evenly, deterministic), each with
+    a task that runs for the whole replay and is not safe to evict: half the node's CPU and memory and all its
+    GPUs, but one GPU on every fifth node (on a 1-GPU node that task asks for none)."""
+    slots = sorted(
+        ((k + 0.5) / (t.max_count or 1), i, t) for i, t in enumerate(types) for k in range(t.max_count or 1)
+    )
+    pattern = [t for _, _, t in slots]
+    out = []
+    for i in range(n):
+        nt = pattern[i % len(pattern)]
+        gpus = nt.gpu - (1 if i % 5 == 0 and nt.gpu else 0)
+        task = Pod(
+            f"filler-{i}",
+            FILL_AT,
+            nt.cpu_milli // 2,
+            nt.memory_mib // 2,
+            gpus,
+            1000 if gpus else 0,
+            duration=1e9,
+            safe_to_evict=False,
+        )
+        out.append((replace(nt, max_count=None), task))
+    return out
+
+
+def sized_sim(n: int, tasks: tuple[Pod, ...]) -> Sim:
+    boot, ready = Delay("fixed", 300), Delay("fixed", 90)
+    types = read_openb_nodes(OPENB / "openb_node_list_all_node.csv", boot, ready)
+    layout = sized_layout(types, n)
+    types = tuple(replace(t, max_count=None) for t in types)
+    workload = Workload(f"{n} nodes", tuple(task for _, task in layout) + tasks)
+    return Sim(workload, types, _Sized(layout, Controller()), seed=0, record=False)
+
+
+def cluster_sizes(sizes: tuple[int, ...], pending: int, repeat: int) -> list[dict[str, object]]:
+    """Per cluster size: the median placement decision (snapshot, plan, actions) with openb default's first
+    ``pending`` tasks pending at once, each on a copy of the cluster as the controller left it (its cache warm),
+    and a replay of the same tasks at their trace times, timed from the first one's arrival to the end."""
+    tasks = read_openb_pods(OPENB / "openb_pod_list_default.csv").pods[:pending]
+    out: list[dict[str, object]] = []
+    for n in sizes:
+        sim = sized_sim(n, tuple(replace(p, arrival=0.0) for p in tasks))
+        sim.run(until=0.0)  # the nodes up and running their tasks, the pods pending
+        times = []
+        launches = 0
+        for _ in range(repeat):
+            trial = copy.deepcopy(sim)
+            before = trial.launches
+            t0 = time.perf_counter()
+            trial.policy.on_wake(trial, trial.now, "place")
+            times.append((time.perf_counter() - t0) * 1000)
+            launches = trial.launches - before
+        replay = sized_sim(n, tasks)
+        result, seconds = _replay_from_first_task(replay)
+        policy = replay.policy
+        assert isinstance(policy, _Sized)
+        out.append(
+            {
+                "case": f"cluster of {n} nodes",
+                "nodes": n,
+                "pods": pending,
+                "median_ms": statistics.median(times),
+                "min_ms": min(times),
+                "launches": launches,
+                "replay_s": seconds,
+                "replay_ms_per_pod": seconds / len(tasks) * 1000,
+                "replay_plans": sum(v for k, v in policy.controller.plans.items() if k != "skipped"),
+                "replay_launches": result.launches - n,
+            }
+        )
+    return out
+
+
+def _replay_from_first_task(sim: Sim) -> tuple[SimResult, float]:
+    """Run ``sim`` to its end: its result and the seconds from its first event at or after time 0 (the first
+    task's arrival; the long tasks arrived before) to the end."""
+    started: list[float] = []
+
+    def progress(f: float) -> None:
+        if f >= 0 and not started:
+            started.append(time.perf_counter())
+
+    sim.progress = progress
+    result = sim.run()
+    return result, time.perf_counter() - started[0]
+
+
+def sizes_table(rows: list[dict[str, object]]) -> Table:
+    table = Table(
+        title="Decision and replay time against cluster size (openb nodes, each running a long task)"
+    )
+    cols = (
+        "nodes",
+        "pending pods",
+        "decision median ms",
+        "min ms",
+        "launches",
+        "replay s",
+        "replay ms per pod",
+        "plans",
+        "replay launches",
+    )
+    for col in cols:
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            f"{r['nodes']:,}",
+            str(r["pods"]),
+            f"{float(str(r['median_ms'])):.1f}",
+            f"{float(str(r['min_ms'])):.1f}",
+            str(r["launches"]),
+            f"{float(str(r['replay_s'])):.2f}",
+            f"{float(str(r['replay_ms_per_pod'])):.2f}",
+            str(r["replay_plans"]),
+            str(r["replay_launches"]),
+        )
+    return table
 
 
 def live_table(rows: list[dict[str, object]]) -> Table:

@@ -152,6 +152,15 @@ GOALS: tuple[Goal, ...] = (
         "ms",
     ),
     Goal(
+        "capacity.decision_vs_nodes",
+        "GPU capacity",
+        "one placement decision at 5,000 nodes with 1,000 pending pods ≤ 100 ms, and a replay's time per pod "
+        "that does not grow with the cluster (100, 1,000 and 5,000 nodes)",
+        "capacity_planner_speed.py",
+        100,
+        "ms",
+    ),
+    Goal(
         "capacity.live_vs_autoscalers",
         "GPU capacity",
         "live on the same trace slice: pending p99 ≤ 0.2× and idle GPU-hours ≤ 0.5× the better of the real "

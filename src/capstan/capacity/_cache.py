@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from capstan.capacity._nodes import _Nodes
 from capstan.capacity._plan_types import PlannerConfig, Snapshot
 from capstan.capacity.forecast import Forecast, Forecaster, SlidingForecast, gpu_horizon, headroom_window
 from capstan.capacity.model import GPU_MILLI, NodeType, Pod, PodShape
@@ -48,8 +49,9 @@ def _queue_key(pod: Pod) -> tuple[int, int, int, int, float, str]:
 
 class PlanCache:
     """Memo of pure facts kept between decisions: which node types a pod shape may use and why not, which type
-    a new node for a shape and the shapes queued behind it should be, the last forecast, and the last repack
-    search that found nothing.
+    a new node for a shape and the shapes queued behind it should be, the last forecast, the last repack
+    search that found nothing, and the last snapshot's nodes as the placement search reads them (``nodes``:
+    each decision looks only at the nodes that changed since, :mod:`._nodes`).
 
     It never changes a plan, only how fast it is made, except through the :class:`Forecaster` it may be given
     (what headroom is held for; the planner's own :class:`SlidingForecast` by default). It resets itself when
@@ -80,6 +82,8 @@ class PlanCache:
         """What headroom is held for, if not the planner's own :class:`SlidingForecast`."""
         self._sliding: Forecaster = forecaster or SlidingForecast()
         self._phantoms: tuple[Forecast, PlannerConfig, list[Pod]] | None = None
+        self.nodes = _Nodes()
+        """The bins of the last snapshot's nodes and their indexes, brought up to date by each decision."""
         self.replans = 0
         """How many full plans made with this cache were made a second time, with the repack search first
         (``repack_both_orders``; see :func:`plan`). A count, not a memo: :meth:`reset` keeps it."""
@@ -154,6 +158,7 @@ class PlanCache:
         self._gpu_price = None
         self._sliding = self._forecaster or SlidingForecast()
         self._phantoms = None
+        self.nodes = _Nodes()
         return self
 
 

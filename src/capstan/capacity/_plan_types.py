@@ -4,8 +4,7 @@ mechanism that carries it out, ``k8s``). Plain frozen data: :mod:`capstan.capaci
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from capstan.capacity.model import NodeState, NodeType, Pod
@@ -53,13 +52,17 @@ class NodeView:
     purpose: str = "pods"
     """Why it was launched (a label on the node): ``repack`` nodes wait for the repack that wants them."""
 
-    @functools.cached_property
-    def smallest_bound(self) -> tuple[int, int]:
-        """The smallest CPU and memory requests among the bound pods (a view is reused while its node is
-        unchanged, so this is computed once per change, not once per decision)."""
-        return min((p.cpu_milli for p in self.bound), default=0), min(
-            (p.memory_mib for p in self.bound), default=0
-        )
+
+@dataclass(frozen=True)
+class NodeChanges:
+    """How a snapshot's ``nodes`` differ from an earlier snapshot's (``since``, that tuple itself): the views
+    of ``removed`` nodes are gone, ``views`` replace those of the same id, and the views of ids not in
+    ``since`` follow all the others in the order given. Only a hint: a planner that last saw a different
+    tuple reads ``nodes`` whole, and a plan is the same either way."""
+
+    since: tuple[NodeView, ...]
+    views: tuple[NodeView, ...]
+    removed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,9 @@ class Snapshot:
     node_prefix: str = "n"
     """A live cluster names its launches after the controller (``capstan-n12``), so they are valid, unique Node
     names; the simulator keeps ``n``."""
+    changes: NodeChanges | None = field(default=None, repr=False, compare=False)
+    """What changed in ``nodes`` since an earlier snapshot (the simulator says; None: not known), so a planner
+    that kept that snapshot's nodes reads only these."""
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capstan.capacity._cache import _queue_key
+from capstan.capacity._nodes import _Bin, repack_waste
 from capstan.capacity._plan_types import K8S_CONSOLIDATE, K8S_MOVE, Drain, Nomination, PlannerConfig
-from capstan.capacity._work import _Bin, _Work
+from capstan.capacity._work import _Work
 from capstan.capacity.model import GPU_MILLI, NodeType, Pod
 from capstan.capacity.placement import Assignment, choose_devices
 
@@ -28,11 +29,7 @@ def _repack_waste(w: _Work, nt: NodeType, gpus_free: float, cpu_free: int) -> fl
     node's 1.50) for 89 days. With these candidates too, Capstan cost 9.9 % less on openb default at 5
     minutes and 2.7 % less on gpuspec20, with the repack type chosen with the arrival mix
     (docs/benchmarks-history.md, "GPU capacity")."""
-    if nt.gpu:
-        waste = nt.price_per_hour - (nt.gpu - gpus_free) * w.cache.gpu_price
-        return waste if waste > 1e-6 else None
-    used = 1.0 - cpu_free / nt.cpu_milli
-    return nt.price_per_hour * (1.0 - used) if used < w.cfg.consolidation_threshold else None
+    return repack_waste(nt, gpus_free, cpu_free, w.cache.gpu_price, w.cfg.consolidation_threshold)
 
 
 @dataclass
@@ -130,7 +127,7 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
     """
     now = w.snap.now
     wasteful: list[tuple[float, int, _Bin]] = []
-    for b in w.bins:  # bounded by the snapshot's nodes
+    for b in w.touched:  # the bins this plan changed, as they stand now; bounded by the snapshot's nodes
         if not (
             b.kind == "ready"
             and b.pods
@@ -150,15 +147,30 @@ def _repack(w: _Work, cfg: PlannerConfig) -> tuple[list[Drain], list[Nomination]
         waste = _repack_waste(w, b.nt, _gpus_free(b), b.cap.cpu)
         if waste is not None:
             wasteful.append((-waste, b.order, b))
+    # the others as their nodes stand, most waste first: the first that have all run long enough are the only
+    # ones that can be among the candidates
+    nodes = w.nodes
+    untouched = 0
+    for neg, order, nid in nodes.wasteful:  # bounded by the snapshot's nodes
+        if untouched >= cfg.consolidation_candidates:
+            break
+        b = nodes.bins[nid]
+        if b.touched or now - nodes.newest[nid][0] < cfg.repack_min_age_s:
+            continue
+        wasteful.append((neg, order, b))
+        untouched += 1
     wasteful.sort(key=lambda c: c[:2])
     cands = [b for _, _, b in wasteful[: cfg.consolidation_candidates]]
     if not cands:
         return [], [], set()
     # the trial packings depend only on the candidates and every bin's free resources: skip them when those
-    # are exactly as they were when no repack paid
+    # are exactly as they were when no repack paid (the nodes' generation says the snapshot's bins are as they
+    # were; those this plan changed or opened are compared one by one)
+    changed = sorted([*w.touched, *w.new_bins], key=lambda b: b.order)
     key = (
         tuple(b.id for b in cands),
-        tuple((b.id, b.nt.name, b.kind, b.cap.cpu, b.cap.mem, tuple(b.cap.devs), b.pods) for b in w.bins),
+        nodes.generation,
+        tuple((b.id, b.nt.name, b.kind, b.cap.cpu, b.cap.mem, tuple(b.cap.devs), b.pods) for b in changed),
     )
     if w.cache.no_repack.get(w.repack_first) == key:
         return [], [], set()

@@ -12,13 +12,12 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from dataclasses import dataclass, field
-from typing import Literal
 
 from capstan.capacity._cache import PlanCache, _queue_key, pod_value
+from capstan.capacity._nodes import _Bin, repack_waste
 from capstan.capacity._plan_types import NodeView, PlannerConfig, Snapshot
 from capstan.capacity.forecast import Forecast, headroom_wait
-from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, PodShape
+from capstan.capacity.model import GPU_MILLI, NodeType, Pod, PodShape
 from capstan.capacity.placement import (
     Assignment,
     Capacity,
@@ -31,20 +30,6 @@ from capstan.capacity.placement import (
 )
 
 
-@dataclass(slots=True, eq=False)
-class _Bin:
-    id: str
-    nt: NodeType
-    cap: Capacity
-    kind: Literal["ready", "inflight", "new"]
-    order: int
-    pods: int = 0
-    real: list[str] = field(default_factory=list)
-    phantom: int = 0
-    scanned: bool = False
-    """In one of ``_Work``'s scan lists (it has room for the smallest pod of the decision)."""
-
-
 class _Work:
     """The mutable scratch state of one ``plan`` call (never escapes it)."""
 
@@ -55,14 +40,26 @@ class _Work:
             cache = PlanCache(snap.node_types) if cache is None else cache.reset(snap.node_types)
         self.cache = cache
         self.types = cache.by_name
-        self.count: dict[str, int] = dict.fromkeys(self.types, 0)
-        self.bins: list[_Bin] = []
+        nodes = cache.nodes
+        price, threshold = cache.gpu_price, cfg.consolidation_threshold
+        nodes.sync(
+            snap.nodes,
+            self.types,
+            (price, threshold),
+            lambda nt, gpus, cpu: repack_waste(nt, gpus, cpu, price, threshold),
+            snap.changes,
+        )
+        nodes.dirty = True  # until :meth:`release` gives the bins back
+        self.nodes = nodes
+        self.count: dict[str, int] = dict(nodes.count)
         self.new_bins: list[_Bin] = []
-        self.views: dict[str, NodeView] = {}
+        self.touched: list[_Bin] = []
+        """Bins of the snapshot's nodes this plan changed (:meth:`release` restores them)."""
+        self.views: dict[str, NodeView] = nodes.views
         self.next_id = snap.next_id
         self._mix: list[Pod] | None = None
         self.type_memo: dict[tuple[object, ...], NodeType | str] = {}
-        self.live: set[str] = set()
+        self.live: set[str] = nodes.live
         """Nodes neither draining nor gone (of any type)."""
         self.repack_first = False
         """This plan searches for repacks before it places headroom."""
@@ -71,66 +68,42 @@ class _Work:
         self._evictable: dict[int, list[_Bin]] = {}
         self.room_moves: list[tuple[Pod, _Bin]] = []
         """Running pods moved in this plan, and where, to free allocatable nodes for pending pods (:func:`_make_room`)."""
-        cpus: list[int] = []
-        mems: list[int] = []
-        bins, views, types, count = self.bins, self.views, self.types, self.count
-        for i, n in enumerate(snap.nodes):
-            if n.bound:
-                cpu, mem = n.smallest_bound
-                cpus.append(cpu)
-                mems.append(mem)
-            state = n.state  # enum members are singletons: identity is exact
-            if state is NodeState.DRAINING or state is NodeState.GONE:
-                continue
-            self.live.add(n.id)
-            nt = types.get(n.type)
-            if nt is None:
-                continue
-            count[nt.name] += 1
-            ready = state is NodeState.GPU_ALLOCATABLE or (state is NodeState.READY and nt.gpu == 0)
-            bins.append(
-                _Bin(
-                    n.id,
-                    nt,
-                    Capacity(n.cpu, n.mem, list(n.devs)),
-                    "ready" if ready else "inflight",
-                    i,
-                    n.pods,
-                )
-            )
-            views[n.id] = n
         self.fc = self.cache.forecast(snap, cfg) if cfg.headroom else Forecast((), None)
         # the phantoms headroom places (big forecast pods split into smaller ones), not the forecast's own pods
         self.phantoms = self.cache.phantoms(self.fc, cfg, self.ok_types) if cfg.headroom else []
-        # the smallest request this decision may place: bins with less free are left out of the scans
-        cpus.extend(p.cpu_milli for p in (*snap.pending, *self.phantoms))
-        mems.extend(p.memory_mib for p in (*snap.pending, *self.phantoms))
-        self.floor_cpu = min(cpus, default=0)
-        self.floor_mem = min(mems, default=0)
         # with a headroom wait, a pod that must wait for an in-flight node takes the one up first (best_bin)
         self.soonest = headroom_wait(cfg, cache.horizon) > 0
-        # bins with room for the smallest pod, by kind (a bin's kind never changes) and then only those with a
-        # free GPU thousandth (what pods asking for GPUs scan): each a list of sort keys and one of bins, most
-        # free CPU first (ties: snapshot order), so a scan stops at the first bin with less free CPU than the
+        # groups of bins alike (:mod:`._nodes`) by kind (a bin's kind never changes) and then only those with a
+        # free GPU thousandth (what pods asking for GPUs scan): each a list of sort keys and one of groups, most
+        # free CPU first (ties: snapshot order), so a scan stops at the first group with less free CPU than the
         # pod asks for
-        self._scan: tuple[dict[str, tuple[list[tuple[int, int]], list[_Bin]]], ...] = tuple(
-            {kind: ([], []) for kind in ("ready", "inflight", "new")} for _ in (False, True)
-        )
-        entries = sorted(
-            ((-b.cap.cpu, b.order), b)
-            for b in self.bins
-            if b.cap.cpu >= self.floor_cpu and b.cap.mem >= self.floor_mem
-        )
-        scan = self._scan
-        for k, b in entries:
-            keys, scanned = scan[0][b.kind]
-            keys.append(k)
-            scanned.append(b)
-            if any(b.cap.devs):
-                keys, scanned = scan[1][b.kind]
-                keys.append(k)
-                scanned.append(b)
-            b.scanned = True
+        self._scan = nodes.scan
+
+    @property
+    def bins(self) -> list[_Bin]:
+        """Every bin: the snapshot's live nodes in snapshot order, then this plan's new ones (O(nodes): for
+        tests and checks, not the placement search)."""
+        return sorted(self.nodes.bins.values(), key=lambda b: b.order) + self.new_bins
+
+    def bin(self, nid: str) -> _Bin | None:
+        got = self.nodes.bins.get(nid)
+        if got is None:
+            got = next((b for b in self.new_bins if b.id == nid), None)
+        return got
+
+    def release(self) -> None:
+        """The plan is made: give the snapshot's bins their nodes' state back for the next decision."""
+        self.nodes.restore(self.touched, self.new_bins)
+        self.touched = []
+
+    def unfilled(self) -> list[_Bin]:
+        """The bins that may have no pods left but phantoms, in :attr:`bins` order: those of empty nodes and
+        those this plan changed or opened (every other bin still runs its node's pods)."""
+        empty = [self.nodes.bins[nid] for nid in self.nodes.empty]
+        seen = {b.id for b in empty}
+        empty += [b for b in self.touched if b.id not in seen]
+        empty.sort(key=lambda b: b.order)
+        return empty + self.new_bins
 
     @property
     def mix(self) -> list[Pod]:
@@ -149,15 +122,10 @@ class _Work:
         this plan has put on them since)."""
         got = self._evictable.get(max_moves)
         if got is None:
-            cands: list[tuple[int, float, int, _Bin]] = []
-            for b in self.bins:  # the snapshot's nodes: a plan's new bins are never allocatable
-                if b.kind != "ready":
-                    continue
-                bound = self.views[b.id].bound
-                if bound and len(bound) <= max_moves and all(p.safe_to_evict for p in bound):
-                    cands.append((len(bound), b.nt.price_per_hour, b.order, b))
-            cands.sort(key=lambda c: c[:3])
-            got = self._evictable[max_moves] = [c[3] for c in cands]
+            index = self.nodes.evict  # the snapshot's nodes: a plan's new bins are never allocatable
+            end = bisect.bisect_left(index, (max_moves + 1,))
+            bins = self.nodes.bins
+            got = self._evictable[max_moves] = [bins[e[3]] for e in index[:end]]
         return got
 
     def cheapest(self, pod: Pod, max_gpus: float = math.inf) -> float:
@@ -213,11 +181,13 @@ class _Work:
         soonest = self.soonest
         gpu = pod.wants_gpu
         # kinds in order: a bin of an earlier kind always beats one of a later kind, so the first kind with a
-        # bin that fits decides
-        scored: set[tuple[object, ...]] | None = None
+        # bin that fits decides. Bins of one group (:mod:`._nodes`) score alike but for snapshot order, so only
+        # a group's first bin is scored (an exploratory count before groups: a 1,000-pod decision scored 25,363
+        # new bins in 420 states)
         scan = self._scan[gpu]
         for rank, kind in enumerate(kinds):
-            for b in scan[kind][1]:
+            for group in scan[kind][1]:
+                b = group[0]
                 cap = b.cap
                 if cpu > cap.cpu:
                     break  # the rest have even less free CPU
@@ -228,8 +198,13 @@ class _Work:
                     continue
                 if whole and devs.count(GPU_MILLI) < whole:
                     continue
-                if b.nt.name not in ok_types or b.id in exclude:
+                if b.nt.name not in ok_types:
                     continue
+                if exclude and b.id in exclude:
+                    # the group's first bin not excluded: the others alike but later in snapshot order
+                    b = next((m for m in group if m.id not in exclude), b)
+                    if b.id in exclude:
+                        continue
                 if not b.pods and b.nt.gpu > max_empty_gpus and b.nt.price_per_hour > max_empty_price:
                     continue
                 if first_fit and rank == 0:
@@ -238,20 +213,8 @@ class _Work:
                         first = (b.order, b)
                     continue
                 up = 0.0
-                if kind == "new":
-                    # a new bin in the same state as one scored before scores the same but comes later in
-                    # snapshot order (equal free CPU: the scan is in snapshot order), so it cannot win; new
-                    # nodes of one type are mostly alike (an exploratory count: a 1,000-pod decision scored
-                    # 25,363 bins in 420 states)
-                    state = (b.nt.name, cap.cpu, cap.mem, tuple(devs), b.pods > 0)
-                    if scored is None:
-                        scored = {state}
-                    elif state in scored:
-                        continue
-                    else:
-                        scored.add(state)
-                elif soonest and kind == "inflight":
-                    up = self.views[b.id].available_at
+                if soonest and kind == "inflight":
+                    up = b.avail
                 a = choose_devices(cap, pod)
                 used = 1.0 - cap.cpu / b.nt.cpu_milli
                 key = (
@@ -361,8 +324,9 @@ class _Work:
 
     def withdraw(self, ids: set[str]) -> None:
         """Leave no room on the bins ``ids`` for the rest of this plan (their nodes are being drained)."""
-        for b in self.bins:  # bounded by the snapshot's nodes and this plan's new ones
-            if b.id in ids:
+        for nid in ids:  # bounded by the drains
+            b = self.bin(nid)
+            if b is not None:
                 self._leave(b)
                 b.cap = Capacity(0, 0, [0] * len(b.cap.devs))
 
@@ -377,32 +341,13 @@ class _Work:
             self.close_bin(b)
 
     def _enter(self, b: _Bin) -> None:
-        if b.cap.cpu >= self.floor_cpu and b.cap.mem >= self.floor_mem:
-            key = (-b.cap.cpu, b.order)
-            keys, scanned = self._scan[0][b.kind]
-            i = bisect.bisect_left(keys, key)
-            keys.insert(i, key)
-            scanned.insert(i, b)
-            if any(b.cap.devs):
-                keys, scanned = self._scan[1][b.kind]
-                i = bisect.bisect_left(keys, key)
-                keys.insert(i, key)
-                scanned.insert(i, b)
-            b.scanned = True
+        self.nodes.enter(b)
 
     def _leave(self, b: _Bin) -> None:
-        if b.scanned:
-            key = (-b.cap.cpu, b.order)
-            keys, scanned = self._scan[0][b.kind]
-            i = bisect.bisect_left(keys, key)
-            del keys[i]
-            del scanned[i]
-            if any(b.cap.devs):
-                keys, scanned = self._scan[1][b.kind]
-                i = bisect.bisect_left(keys, key)
-                del keys[i]
-                del scanned[i]
-            b.scanned = False
+        if not b.touched and b.kind != "new":
+            b.touched = True
+            self.touched.append(b)
+        self.nodes.leave(b)
 
     def open_bin(self, nt: NodeType) -> _Bin:
         b = _Bin(
@@ -410,18 +355,16 @@ class _Work:
             nt,
             Capacity.of(nt),
             "new",
-            len(self.snap.nodes) + len(self.new_bins),
+            self.nodes.next_order + len(self.new_bins),
         )
         self.next_id += 1
         self.count[nt.name] += 1
-        self.bins.append(b)
         self.new_bins.append(b)
         self._enter(b)
         return b
 
     def close_bin(self, b: _Bin) -> None:
         self._leave(b)
-        self.bins.remove(b)
         self.new_bins.remove(b)
         self.count[b.nt.name] -= 1
         self.next_id -= 1

@@ -29,6 +29,7 @@ repack pass (``_repack``).
 from __future__ import annotations
 
 from capstan.capacity._cache import PlanCache, _queue_key
+from capstan.capacity._nodes import _Bin
 from capstan.capacity._plan_types import (
     K8S_LAUNCH,
     K8S_MOVE,
@@ -45,7 +46,7 @@ from capstan.capacity._plan_types import (
     Snapshot,
 )
 from capstan.capacity._repack import _repack
-from capstan.capacity._work import _Bin, _ever_fits, _place_unit, _Work
+from capstan.capacity._work import _ever_fits, _place_unit, _Work
 from capstan.capacity.model import Pod, PodShape
 from capstan.capacity.placement import choose_devices, fits
 
@@ -127,6 +128,15 @@ def _plan_once(
     """One plan (see :func:`plan`), the repack search after headroom or, with ``repack_first``, before it;
     also whether the repack search passed over a candidate because headroom held room on it."""
     w = _Work(snapshot, cfg, cache)
+    try:
+        return _plan_with(w, snapshot, cfg, scope, repack_first=repack_first)
+    finally:
+        w.release()  # the cache's bins are the snapshot's again, for the next plan
+
+
+def _plan_with(
+    w: _Work, snapshot: Snapshot, cfg: PlannerConfig, scope: Scope, *, repack_first: bool
+) -> tuple[Plan, bool]:
     w.repack_first = repack_first
     promised = {pod: node for pod, node in snapshot.promised if node in w.live}
 
@@ -219,7 +229,7 @@ def _plan_once(
     elif cfg.consolidate and scope == "full":
         drains, moves, kept = _repack(w, cfg)
     drained = {d.node for d in drains}
-    for b in w.bins:
+    for b in w.unfilled():  # the other bins run pods
         if b.id in drained:
             continue
         if b.kind == "new":

@@ -30,9 +30,9 @@ import random
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
-from capstan.capacity._plan_types import NodeView, Snapshot
+from capstan.capacity._plan_types import NodeChanges, NodeView, Snapshot
 from capstan.capacity.controller import Activity
 from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod, PodShape, Workload
 from capstan.capacity.placement import (
@@ -280,6 +280,22 @@ class Sim:
         self._gangs: dict[str, list[str]] = {}
         self._ok_types: dict[PodShape, frozenset[str]] = {}
         self._changed = False
+        # NOTE: what a controller reads is kept up to date from the nodes each event touched (``_touch``), so
+        # a snapshot and an activity cost what changed since the last, not the cluster's size
+        self._views: dict[str, NodeView | None] = {}
+        """The live nodes' views in launch order (None until the next snapshot builds it)."""
+        self._nodes: tuple[NodeView, ...] = ()
+        self._stale: set[str] = set()
+        """Nodes touched since the last snapshot."""
+        self._stale_activity: set[str] = set()
+        """Nodes touched since the last activity."""
+        self._launch_no: dict[str, int] = {}
+        self._promising: set[str] = set()
+        """Nodes with pods promised to them, as of the last snapshot."""
+        self._empty: set[str] = set()
+        """Allocatable nodes without pods not yet gone, as of the last activity."""
+        self._held: set[str] = set()
+        """Nodes that may be held as headroom (a superset)."""
 
     # ----- event core -----
     def _push(self, t: float, kind: str, ref: str) -> None:
@@ -324,6 +340,8 @@ class Sim:
     def _touch(self, n: SimNode) -> None:
         n.view = None
         self._changed = True
+        self._stale.add(n.id)
+        self._stale_activity.add(n.id)
 
     # ----- node lifecycle -----
     def launch(self, type_name: str, *, purpose: Purpose = "pods", node_id: str = "") -> SimNode:
@@ -333,6 +351,8 @@ class Sim:
         n = SimNode(nid, nt, NodeState.REQUESTED, Capacity.of(nt), self.now, purpose=purpose, last=self.now)
         self.nodes[nid] = n
         self.active[nid] = n
+        self._launch_no[nid] = len(self._launch_no)
+        self._views[nid] = None
         self.launches += 1
         self._log("node.requested", nid, type_name)
         n.set_state(NodeState.BOOTING)
@@ -378,24 +398,33 @@ class Sim:
 
     def hold_headroom(self, nids: Collection[str]) -> None:
         """Hold exactly ``nids`` of the live nodes empty for forecast demand (idle time on them is headroom)."""
-        for n in self.active.values():
-            held = n.id in nids
+        # only nodes held before (``_held``: every node whose flag is set) or now can change
+        seen = self._held | set(nids)
+        for nid in seen:
+            n = self.active.get(nid)
+            if n is None:
+                continue
+            held = nid in nids
             if n.headroom != held and n.live:
                 self._account(n)
                 n.headroom = held
+        self._held = {nid for nid in seen if (n := self.active.get(nid)) is not None and n.headroom}
 
     # ----- what a controller reads -----
     def has_pending(self) -> bool:
         return bool(self.pending)
 
     def activity(self) -> Activity:
-        empty = []
-        repack_waiting = False
-        for n in self.active.values():
-            if n.allocatable and not n.pods:
-                empty.append(n.id)
-                repack_waiting = repack_waiting or n.purpose == "repack"
-        return Activity(self.arrivals, self.launches, self.drains, tuple(empty), repack_waiting)
+        for nid in self._stale_activity:
+            n = self.nodes[nid]
+            if n.allocatable and not n.pods and nid in self.active:
+                self._empty.add(nid)
+            else:
+                self._empty.discard(nid)
+        self._stale_activity.clear()
+        empty = tuple(sorted(self._empty, key=self._launch_no.__getitem__))
+        repack_waiting = any(self.nodes[nid].purpose == "repack" for nid in empty)
+        return Activity(self.arrivals, self.launches, self.drains, empty, repack_waiting)
 
     def cordon(self, nid: str) -> None:
         """Take no new pods on ``nid`` (its pods stay); a later :meth:`drain` evicts them."""
@@ -428,7 +457,7 @@ class Sim:
             self.pending[name] = sp
         self._push(self.now + TERMINATION_S, "gone", nid)
         self._touch(n)
-        if evicted:
+        if evicted and not getattr(self.policy, "steers_placement", False):
             self._retry_pending(self.allocatable_nodes())
 
     def _node_gone(self, n: SimNode) -> None:
@@ -656,32 +685,53 @@ class Sim:
             self._recent_tuple = None
         if self._recent_tuple is None:
             self._recent_tuple = tuple(self.recent)
-        views = []
-        for n in self.active.values():
-            if not n.live:
-                continue
-            if n.view is None:
-                avail = n.gpu_at if n.gpu_at is not None else n.requested_at + n.nt.boot_delay.mean()
-                n.view = NodeView(
-                    n.id,
-                    n.nt.name,
-                    n.state,
-                    n.cap.cpu,
-                    n.cap.mem,
-                    tuple(n.cap.devs),
-                    len(n.pods) + len(n.promised),
-                    avail,
-                    n.idle_since,
-                    tuple(self.pods[p].pod for p in n.pods),
-                    n.purpose,
-                )
-            views.append(n.view)
-        promised = tuple((name, n.id) for n in self.active.values() for name in n.promised)
+        changes: NodeChanges | None = None
+        if self._stale:
+            changed: list[NodeView] = []
+            removed: list[str] = []
+            for nid in self._stale:  # the nodes touched since the last snapshot
+                n = self.nodes[nid]
+                if n.promised:
+                    self._promising.add(nid)
+                else:
+                    self._promising.discard(nid)
+                if not n.live:
+                    if self._views.pop(nid, None) is not None:
+                        removed.append(nid)
+                    continue
+                if n.view is None:
+                    avail = n.gpu_at if n.gpu_at is not None else n.requested_at + n.nt.boot_delay.mean()
+                    n.view = NodeView(
+                        n.id,
+                        n.nt.name,
+                        n.state,
+                        n.cap.cpu,
+                        n.cap.mem,
+                        tuple(n.cap.devs),
+                        len(n.pods) + len(n.promised),
+                        avail,
+                        n.idle_since,
+                        tuple(self.pods[p].pod for p in n.pods),
+                        n.purpose,
+                    )
+                if self._views[nid] is not n.view:
+                    self._views[nid] = n.view
+                    changed.append(n.view)
+            self._stale.clear()
+            if changed or removed:
+                changed.sort(key=lambda v: self._launch_no[v.id])  # nodes new since come in launch order
+                since = self._nodes
+                # every live node was touched at its launch, so each has its view by now
+                self._nodes = cast("tuple[NodeView, ...]", tuple(self._views.values()))
+                changes = NodeChanges(since, tuple(changed), tuple(removed))
+        by_launch = sorted(self._promising, key=self._launch_no.__getitem__)
+        promised = tuple((name, nid) for nid in by_launch for name in self.nodes[nid].promised)
         return Snapshot(
             now=self.now,
             node_types=self.node_types,
-            nodes=tuple(views),
+            nodes=self._nodes,
             pending=tuple(sp.pod for sp in self.pending.values()),
+            changes=changes,
             promised=promised,
             recent=self._recent_tuple,
             next_id=self._next_id,

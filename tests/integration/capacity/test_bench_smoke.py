@@ -54,6 +54,10 @@ def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
     live = [r for r in rows if str(r.get("case", "")).startswith("live")]
     assert [r["case"] for r in live] == ["live place decision", "live review decision"]
     assert all(r["pods"] == 100 and r["launches"] > 0 and r["running"] > 0 for r in live)
+    # decisions and replays against the cluster's size, at the smoke sizes
+    sized = [r for r in rows if str(r.get("case", "")).startswith("cluster of")]
+    assert [r["nodes"] for r in sized] == [20, 100]
+    assert all(r["pods"] == 100 and r["replay_plans"] > 0 and r["replay_ms_per_pod"] > 0 for r in sized)
 
 
 def test_capacity_seeds_bench_smoke(tmp_path: Path) -> None:
