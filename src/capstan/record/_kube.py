@@ -34,7 +34,7 @@ from capstan.kube import ApiError, Delta, Informer, KubeClient, KubeConnect, Res
 from capstan.record._diff import DiffPolicy
 from capstan.record._objects import ObjectHistory, event_record, kind_key
 from capstan.redact import Redactor
-from capstan.store import Batch, Gap, HistoryMetrics, HistoryWriter, KindCursor, ObservedVia
+from capstan.store import Batch, Gap, HistoryMetrics, HistoryWriter, KindCursor
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +208,11 @@ class KubeCollector:
                 elif relist is None and self._pending.size() >= self.config.max_batch:
                     self._wake.set()
                     await asyncio.sleep(0)
+                    # A burst the writer cannot keep up with waits here, in the API server's stream, instead of
+                    # growing the pending batch without bound: at most one batch being written and two waiting.
+                    while self._pending.size() >= 2 * self.config.max_batch and not stop.is_set():
+                        self._drained.clear()
+                        await self._drained.wait()
         finally:
             informer.stop()
 
@@ -241,11 +246,20 @@ class KubeCollector:
             if delta.via == "watch":
                 batch.kind_cursors.append(KindCursor(self.source, key, delta.resource_version))
             return
-        via: ObservedVia = "watch" if delta.via == "watch" else "relist"
-        part = history.observe(delta.type, obj, observed_at=now, via=via)
         if delta.via != "watch":
-            part.kind_cursors.clear()  # a relist's cursor is written with its last record (at "synced")
-        batch.extend(part)
+            # a relist's cursor is written with its last record (at "synced")
+            history.observe_into(batch, delta.type, obj, observed_at=now, via="relist")
+            return
+        history.observe_into(batch, delta.type, obj, observed_at=now, via="watch")
+        rv = delta.resource_version or str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if rv:
+            cursor = KindCursor(self.source, key, rv)
+            # one cursor per kind is enough: they all commit in the transaction of the records they cover
+            cursors = batch.kind_cursors
+            if cursors and cursors[-1].kind == key:
+                cursors[-1] = cursor
+            else:
+                cursors.append(cursor)
 
     # ---- writing ----------------------------------------------------------------------------------------------------
     async def _flush(self) -> None:
