@@ -193,6 +193,23 @@ GOALS: tuple[Goal, ...] = (
         "changes/s",
     ),
     Goal(
+        "history.ingest_e2e",
+        "durable history",
+        "the recorder's whole path (watch event → diff → committed row) ≥ 10,000 changes/s on SQLite and on "
+        "PostgreSQL",
+        "history_ingest.py",
+        10_000,
+        "changes/s",
+    ),
+    Goal(
+        "history.burst_memory",
+        "durable history",
+        "the recorder lagging under a burst of 100,000 changes never grows past 300 MB RSS",
+        "history_ingest.py",
+        300,
+        "MB",
+    ),
+    Goal(
         "history.timeline",
         "durable history",
         "one object's timeline ≤ 20 ms with 1M records stored",

@@ -8,7 +8,11 @@ local server from the Debian package, ``fsync=off`` as in the tests, so compare 
    ``--batch`` through ``Store.write`` (records + last states + the kind cursor in one transaction). Reported
    separately: building the batches (pure CPU) and writing them, one after the other on one thread, and both
    pipelined as ``capstan record`` runs them (diffing on one thread while a writer thread commits).
-2. Query: with ``--records`` changes stored (streamed straight into the store in the row shape the diff builder
+2. End to end: the recorder's whole path, as ``capstan record`` runs it: a ``KubeCollector`` reading one watch stream
+   that carries a burst of ``--burst`` Deployment changes (an API server behind httpx2's ``MockTransport``), through
+   the informer and the diff builder into committed rows (bench/_history_e2e.py), in a child process whose peak RSS
+   is the recorder's memory under that burst.
+3. Query: with ``--records`` changes stored (streamed straight into the store in the row shape the diff builder
    produces — a snapshot every 20 versions, small patches between — so that 1M rows load in minutes), the latency of
    ``Store.timeline(kind, namespace, name)`` for ``--queries`` random objects, and of ``Store.object_at`` (rebuild
    from snapshot + patches).
@@ -39,6 +43,7 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
 
+from _history_e2e import deployment, run_in_child
 from capstan.record import ObjectHistory
 from capstan.sandbox import PostgresServer
 from capstan.store import INGEST_CACHE_KIB, Batch, ObjectChange, Store, open_store
@@ -46,36 +51,6 @@ from goals import limit
 
 ROOT = Path(__file__).resolve().parent.parent
 console = Console(width=160)
-
-
-def deployment(k: int, version: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": f"svc-{k}",
-            "namespace": f"team-{k % 20}",
-            "uid": f"uid-{k:08d}",
-            "resourceVersion": str(version),
-            "labels": {"app": f"svc-{k}", "tier": "inference"},
-            "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
-        },
-        "spec": {
-            "replicas": 1 + version % 5,
-            "template": {
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "server",
-                            "image": f"registry.local/vllm:{version % 97}",
-                            "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "64Gi"}},
-                        }
-                    ]
-                }
-            },
-        },
-        "status": {"observedGeneration": version, "readyReplicas": version % 5},
-    }
 
 
 def diffed_batches(source: str, n_changes: int, n_objects: int, batch_size: int) -> Iterator[Batch]:
@@ -206,6 +181,15 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--objects", type=int, default=2_000)
     parser.add_argument("--batch", type=int, default=2_000)
+    parser.add_argument(
+        "--diff-workers", type=int, default=2, help="diff worker processes of the second end-to-end run"
+    )
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=100_000,
+        help="changes in the end-to-end burst (the recorder's whole path)",
+    )
     parser.add_argument("--records", type=int, default=1_000_000, help="stored changes for the query test")
     parser.add_argument("--query-objects", type=int, default=10_000)
     parser.add_argument(
@@ -230,12 +214,13 @@ def main() -> None:
         print(f"diff builder: {built} changes")
         return
     if args.smoke:
-        args.changes, args.objects, args.records, args.query_objects, args.queries = (
+        args.changes, args.objects, args.records, args.query_objects, args.queries, args.burst = (
             4_000,
             200,
             8_000,
             400,
             50,
+            3_000,
         )
     args.out.mkdir(parents=True, exist_ok=True)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -247,6 +232,7 @@ def main() -> None:
         "changes": args.changes,
         "objects": args.objects,
         "batch": args.batch,
+        "burst": args.burst,
         "records": args.records,
         "query_objects": args.query_objects,
         "build_changes_per_s": args.changes / build_s,
@@ -278,6 +264,20 @@ def main() -> None:
             store.close()
             if backend == "postgresql" and pg is not None:
                 pg.reset()
+            e2e: dict[int, dict[str, float]] = {}
+            for workers in (0, args.diff_workers):
+                console.print(
+                    f"[bold]{backend}[/]: end to end, a burst of {args.burst} changes, {workers} diff workers…"
+                )
+                e2e[workers] = run_in_child(
+                    str(workdir / f"e2e-{workers}.db") if backend == "sqlite" else url_a,
+                    args.burst,
+                    args.objects,
+                    args.batch,
+                    workers,
+                )
+                if backend == "postgresql" and pg is not None:
+                    pg.reset()
             console.print(f"[bold]{backend}[/]: loading {args.records} records for the query test…")
             store = open_store(url_b, writer_cache_kib=INGEST_CACHE_KIB)
             load_s = load_query_dataset(store, args.records, args.query_objects, args.span_days)
@@ -290,6 +290,13 @@ def main() -> None:
                 "ingest_with_diff_changes_per_s": args.changes / (write_s + build_s),
                 "pipelined_changes_per_s": args.changes / piped_s,
                 "bulk_load_changes_per_s": args.records / load_s,
+                "end_to_end_changes_per_s": e2e[0]["changes_per_s"],
+                "end_to_end_stored": int(e2e[0]["stored"]),
+                "burst_memory_mb": e2e[0]["memory_mb"],
+                "end_to_end_workers_changes_per_s": e2e[args.diff_workers]["changes_per_s"],
+                "end_to_end_workers_stored": int(e2e[args.diff_workers]["stored"]),
+                "burst_workers_memory_mb": e2e[args.diff_workers]["memory_mb"],
+                "burst_workers_helpers_pss_mb": e2e[args.diff_workers]["helpers_pss_mb"],
                 "stored_records": stored,
                 "store_bytes": size,
                 "timeline_p50_ms": statistics.median(lat["timeline_ms"]),
@@ -313,6 +320,10 @@ def main() -> None:
         "diff+write changes/s",
         "pipelined diff | write changes/s",
         "bulk load changes/s",
+        f"end to end changes/s (watch → row, {args.burst:,})",
+        "burst MB",
+        f"end to end, {args.diff_workers} diff workers",
+        "burst MB (all processes)",
     ):
         table.add_column(col, justify="right")
     for name, r in results["backends"].items():
@@ -322,9 +333,32 @@ def main() -> None:
             f"{r['ingest_with_diff_changes_per_s']:,.0f}",
             f"{r['pipelined_changes_per_s']:,.0f}",
             f"{r['bulk_load_changes_per_s']:,.0f}",
+            f"{r['end_to_end_changes_per_s']:,.0f}",
+            f"{r['burst_memory_mb']:,.0f}",
+            f"{r['end_to_end_workers_changes_per_s']:,.0f}",
+            f"{r['burst_workers_memory_mb']:,.0f}",
         )
     console.print(table)
     console.print(f"diff builder alone: {results['build_changes_per_s']:,.0f} changes/s")
+    e2e_goal, rss_goal = limit("history.ingest_e2e"), limit("history.burst_memory")
+    for name, r in results["backends"].items():
+        for label, rate, mb in (
+            ("in process", r["end_to_end_changes_per_s"], r["burst_memory_mb"]),
+            (
+                f"{args.diff_workers} diff workers",
+                r["end_to_end_workers_changes_per_s"],
+                r["burst_workers_memory_mb"],
+            ),
+        ):
+            console.print(
+                f"{name}, {label}: end to end {rate:,.0f} changes/s ({'met' if rate >= e2e_goal else 'missed'}, "
+                f"goal ≥ {e2e_goal:,}); memory under the burst {mb:,.0f} MB "
+                f"({'met' if mb <= rss_goal else 'missed'}, goal ≤ {rss_goal:,} MB)"
+            )
+    console.print(
+        "burst memory: the recorder's peak RSS, plus with diff workers the PSS of the workers and their fork "
+        "server at the end of the burst"
+    )
     table = Table(
         title=f"One object's timeline with {args.records:,} records stored ({args.queries} queries)"
     )

@@ -10,11 +10,15 @@ compact JSON that any reader parses to the same value (orjson writes non-ASCII c
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
 
 _STDLIB = b"\x00"  # first byte of encode()'s bytes when the standard library wrote them
+# NOTE: 19 digits in a row may be an integer beyond 64 bits (or one orjson reads as a float): such text, and any
+# text orjson refuses (NaN, lone surrogates), is read by the standard library.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
 def dumps(value: Any) -> str:
@@ -38,6 +42,16 @@ def encode(value: Any) -> tuple[str, bytes]:
         text = json.dumps(value, separators=(",", ":"))
         return text, _STDLIB + text.encode()
     return raw.decode(), raw
+
+
+def loads(text: bytes) -> Any:
+    """The value of JSON ``text`` exactly as ``json.loads`` reads it, read by orjson where that is the same."""
+    if _LONG_DIGITS.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def decode(raw: bytes) -> Any:

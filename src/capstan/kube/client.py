@@ -24,6 +24,7 @@ from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError
 
+from capstan import jsontext
 from capstan.config import read_mapping
 from capstan.errors import UserError
 from capstan.kube._exec import (
@@ -415,18 +416,20 @@ class KubeClient:
                 0, "Timeout", f"watch {resource.name}: no answer within {self.timeout:.0f} s"
             ) from None
         try:
+            # NOTE: the hot path of recording (one line per change): a read holding many lines is split once,
+            # and each line decoded by orjson where that reads it as json.loads would (capstan.jsontext.loads).
             buffer = b""
             async for chunk in resp.aiter_raw():
-                buffer += chunk
-                while True:
-                    nl = buffer.find(b"\n")
-                    if nl < 0:
-                        break
-                    line, buffer = buffer[:nl], buffer[nl + 1 :]
+                if b"\n" not in chunk:
+                    buffer += chunk
+                    continue
+                *lines, rest = (buffer + chunk).split(b"\n")
+                buffer = rest
+                for line in lines:
                     if line.strip():
-                        yield json.loads(line)
+                        yield jsontext.loads(line)
             if buffer.strip():
-                yield json.loads(buffer)
+                yield jsontext.loads(buffer)
         except httpx2.ReadTimeout:
             raise ApiError(
                 0, "Inactive", f"watch {resource.name}: silent for {inactivity_timeout:.0f} s"

@@ -254,14 +254,17 @@ class Informer:
         key = object_key(obj)
         old = self.state.get(key)
         out: list[Delta] = []
+        old_uid = _uid(old) if old is not None else ""
         if etype == "DELETED":
-            if old is not None and _uid(old) and _uid(old) != _uid(obj):
+            if old_uid and old_uid != _uid(obj):
                 return []  # a delete of an incarnation we never saw; the current one stays
             out.append(Delta("deleted", obj, "watch", rv))
             return out
-        if old is not None and _uid(old) and _uid(obj) and _uid(old) != _uid(obj):
-            out.append(Delta("deleted", dict(old), "watch", rv))
-            old = None
+        if old is not None and old_uid:
+            new_uid = _uid(obj)
+            if new_uid and old_uid != new_uid:
+                out.append(Delta("deleted", dict(old), "watch", rv))
+                old = None
         if old is not None and _rv(old) == rv:
             return out  # already seen (e.g. replayed after a resume)
         if old is None and not self.remember:

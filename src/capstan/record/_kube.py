@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -32,9 +33,10 @@ from pydantic import Field, field_validator
 from capstan.config import StrictModel
 from capstan.kube import ApiError, Delta, Informer, KubeClient, KubeConnect, Resource, resource_for
 from capstan.record._diff import DiffPolicy
+from capstan.record._diffpool import DiffPool
 from capstan.record._objects import ObjectHistory, event_record, kind_key
 from capstan.redact import Redactor
-from capstan.store import Batch, Gap, HistoryMetrics, HistoryWriter, KindCursor, ObservedVia
+from capstan.store import Batch, Gap, HistoryMetrics, HistoryWriter, KindCursor
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,13 @@ class KubernetesConfig(StrictModel):
     namespace: str | None = Field(default=None, description="record one namespace only (default: all)")
     flush_interval_s: float = Field(default=0.2, gt=0, le=10)
     max_batch: int = Field(default=2000, ge=1, le=100_000)
+    diff_workers: int = Field(
+        default=0,
+        ge=0,
+        le=32,
+        description="processes running the diff builder, sharded by object (0: in the recorder's own process); "
+        "worth it with spare cores (capstan.record._diffpool)",
+    )
 
     @field_validator("kinds")
     @classmethod
@@ -129,6 +138,7 @@ class KubeCollector:
         # None: the store's keyed redactor, read when the collector starts
         self._redactor = redactor
         self._pending = Batch()
+        self._pool: DiffPool | None = None
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()
         self.informers: dict[str, Informer] = {}
@@ -181,6 +191,7 @@ class KubeCollector:
                 target = relist if relist is not None else self._pending
                 if delta.type == "synced":
                     if relist is not None:
+                        await self._settle()  # every change of the relist is in it before its cursor
                         if delta.via == "relist" and last_rv is not None:
                             relist.gaps.append(self._relist_gap(key, last_rv, delta.resource_version))
                         relist.kind_cursors.append(KindCursor(self.source, key, delta.resource_version))
@@ -195,7 +206,10 @@ class KubeCollector:
                 self._observe(history, delta, target, resource, key, is_event)
                 if delta.via == "watch" and delta.resource_version:
                     last_rv = delta.resource_version
-                if relist is not None and relist.size() >= self.config.max_batch:
+                if self._pool is not None and self._pool.in_flight() >= self.config.max_batch:
+                    await self._pool.wait_below(self.config.max_batch // 2)
+                if relist is not None and self._relist_size(relist) >= self.config.max_batch:
+                    await self._settle()  # the chunk moves only with all its changes applied
                     # A long relist is written in chunks *without* its cursor: after a crash the cursor is still the
                     # old one, the next relist diffs against the states these chunks stored, and nothing is written
                     # twice. Memory stays at one chunk however large the list.
@@ -205,11 +219,24 @@ class KubeCollector:
                     while self._pending.size() >= self.config.max_batch:  # wait for the writer to take it
                         self._drained.clear()
                         await self._drained.wait()
-                elif relist is None and self._pending.size() >= self.config.max_batch:
+                elif relist is None and _records(self._pending) >= self.config.max_batch:
                     self._wake.set()
                     await asyncio.sleep(0)
+                    # A burst the writer cannot keep up with waits here, in the API server's stream, instead of
+                    # growing the pending batch without bound: at most one batch being written and two waiting.
+                    while _records(self._pending) >= 2 * self.config.max_batch and not stop.is_set():
+                        self._drained.clear()
+                        await self._drained.wait()
         finally:
             informer.stop()
+
+    def _relist_size(self, relist: Batch) -> int:
+        # with a pool, changes still being diffed count towards the chunk (they may belong to it)
+        return relist.size() + (self._pool.in_flight() if self._pool is not None else 0)
+
+    async def _settle(self) -> None:
+        if self._pool is not None:
+            await self._pool.settle()
 
     def _relist_gap(self, key: str, from_rv: str, to_rv: str) -> Gap:
         """The watch could not resume where it stopped (410 Gone: history compacted, or the stream was lost for
@@ -241,11 +268,26 @@ class KubeCollector:
             if delta.via == "watch":
                 batch.kind_cursors.append(KindCursor(self.source, key, delta.resource_version))
             return
-        via: ObservedVia = "watch" if delta.via == "watch" else "relist"
-        part = history.observe(delta.type, obj, observed_at=now, via=via)
+        pool = self._pool
         if delta.via != "watch":
-            part.kind_cursors.clear()  # a relist's cursor is written with its last record (at "synced")
-        batch.extend(part)
+            # a relist's cursor is written with its last record (at "synced")
+            if pool is not None:
+                pool.submit(batch, delta.type, obj, observed_at=now, via="relist")
+            else:
+                history.observe_into(batch, delta.type, obj, observed_at=now, via="relist")
+            return
+        rv = delta.resource_version or str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if pool is None:
+            history.observe_into(batch, delta.type, obj, observed_at=now, via="watch")
+            if rv:
+                _set_cursor(batch, KindCursor(self.source, key, rv))
+            return
+        # the watch's changes go to whatever batch is pending when their results arrive, and so does the cursor
+        # after them (a mark: applied only once every change before it is)
+        pool.submit(None, delta.type, obj, observed_at=now, via="watch")
+        if rv:
+            cursor = KindCursor(self.source, key, rv)
+            pool.mark(lambda: _set_cursor(self._pending, cursor))
 
     # ---- writing ----------------------------------------------------------------------------------------------------
     async def _flush(self) -> None:
@@ -266,6 +308,8 @@ class KubeCollector:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.config.flush_interval_s)
             self._wake.clear()
             await self._flush()
+        with contextlib.suppress(Exception):  # a failed pool: what it applied is still a consistent prefix
+            await asyncio.wait_for(self._settle(), timeout=10)
         await self._flush()
 
     def _kinds(self) -> list[tuple[Resource, bool]]:
@@ -314,21 +358,42 @@ class KubeCollector:
 
     async def run(self, stop: asyncio.Event) -> None:
         redactor = self._redactor or await asyncio.to_thread(self.store.redactor)
+        states = await asyncio.to_thread(self.store.object_states, self.source)
+        workers = self.config.diff_workers
+        # with a pool the workers hold the states; this process keeps only the rules (the Events' redactor)
         history = ObjectHistory(
-            self.source,
-            await asyncio.to_thread(self.store.object_states, self.source),
-            policy=self.policy,
-            redactor=redactor,
+            self.source, None if workers else states, policy=self.policy, redactor=redactor
         )
         kinds = self._kinds()
+        # NOTE: what is alive now (the libraries, the loaded states) lives as long as the recorder: frozen, the
+        # collector's full passes no longer walk it for every few thousand changes (about a tenth of the whole
+        # path's CPU under a burst, bench/history_ingest.py); capstan.mcp freezes its states the same way.
+        gc.collect()
+        gc.freeze()
+        if workers:
+            self._pool = DiffPool(
+                self.source,
+                states,
+                policy=self.policy,
+                redactor=history.redactor,
+                workers=workers,
+                sink=lambda: self._pending,
+            )
+        del states
         # the client is opened last: nothing between it and the ``finally`` that closes it can fail
-        client = await self._connect()
+        try:
+            client = await self._connect()
+        except BaseException:
+            self._close_pool()
+            raise
         writer = asyncio.create_task(self._writer(stop), name=f"{self.name}/writer")
         tasks = [
             asyncio.create_task(self._record_kind(client, history, r, ev, stop), name=f"{self.name}/{r.name}")
             for r, ev in kinds
         ]
         stop_wait = asyncio.create_task(stop.wait())
+        if self._pool is not None:
+            tasks.append(asyncio.create_task(self._pool.failure(), name=f"{self.name}/diff-workers"))
         try:
             done, _ = await asyncio.wait([*tasks, writer, stop_wait], return_when=asyncio.FIRST_COMPLETED)
             for t in done:
@@ -343,3 +408,28 @@ class KubeCollector:
                 await asyncio.wait_for(writer, timeout=30)
             stop_wait.cancel()
             await client.close()
+            self._close_pool()
+
+    def diff_worker_pids(self) -> list[int]:
+        """The process ids of the running diff workers (none when diffing in this process or not running)."""
+        return self._pool.pids() if self._pool is not None else []
+
+    def _close_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def _records(batch: Batch) -> int:
+    """What a watch adds to the pending batch, counted once per change (cheaper than ``Batch.size`` per delta)."""
+    return len(batch.object_changes) + len(batch.kube_events)
+
+
+def _set_cursor(batch: Batch, cursor: KindCursor) -> None:
+    """``cursor`` into ``batch``: one per kind is enough, they all commit in the transaction of the records they
+    cover."""
+    cursors = batch.kind_cursors
+    if cursors and cursors[-1].kind == cursor.kind:
+        cursors[-1] = cursor
+    else:
+        cursors.append(cursor)

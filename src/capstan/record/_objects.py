@@ -78,11 +78,8 @@ class ObjectHistory:
 
         The batch also carries the kind cursor at the object's resourceVersion (or ``resource_version``).
         """
-        etype = event_type.lower()
-        if etype not in ("added", "modified", "deleted"):
-            raise ValueError(f"unknown watch event type {event_type!r}")
         batch = Batch()
-        self._apply(batch, etype, obj, observed_at, via)  # type: ignore[arg-type]
+        self.observe_into(batch, event_type, obj, observed_at=observed_at, via=via)
         meta = obj.get("metadata") or {}
         rv = resource_version or str(meta.get("resourceVersion", ""))
         if rv:
@@ -92,6 +89,16 @@ class ObjectHistory:
                 )
             )
         return batch
+
+    def observe_into(
+        self, batch: Batch, event_type: str, obj: JsonDict, *, observed_at: float, via: ObservedVia = "watch"
+    ) -> None:
+        """:meth:`observe` appending its record and state to ``batch`` (the recorder's pending batch), without the
+        kind cursor: the caller puts one cursor per kind in the batch it writes, not one per change."""
+        etype = event_type.lower()
+        if etype not in ("added", "modified", "deleted"):
+            raise ValueError(f"unknown watch event type {event_type!r}")
+        self._apply(batch, etype, obj, observed_at, via)  # type: ignore[arg-type]
 
     def relist(
         self,

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import JSON, Connection, bindparam, delete, literal_column, update
+from sqlalchemy import Connection, bindparam, delete, literal_column, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
@@ -24,7 +24,7 @@ from capstan.store import _rows
 from capstan.store import _schema as s
 from capstan.store._database import Database
 from capstan.store._metrics import HistoryMetrics
-from capstan.store._models import Batch, EngineEntry, ObjectState, WriteResult, to_us
+from capstan.store._models import Batch, EngineEntry, ObjectChange, ObjectState, WriteResult, to_us
 from capstan.store._partitions import day_of
 
 log = logging.getLogger(__name__)
@@ -81,13 +81,11 @@ def write_rows(conn: Connection, db: Database, batch: Batch, inserted: dict[str,
             inserted[name] = inserted.get(name, 0) + len(result.all())
 
     if batch.object_changes and db.dialect == "sqlite":
-        change_rows = [_rows.change_row(c) for c in batch.object_changes]
-        inserted["object_changes"] = _sqlite_insert_ignore(conn, s.object_changes, change_rows)
+        result = conn.exec_driver_sql(_SQLITE_CHANGE_INSERT, _change_tuples(batch.object_changes))
+        # sqlite3's rowcount of an executemany is the number of rows inserted
+        inserted["object_changes"] = max(int(result.rowcount), 0)
     elif batch.object_changes:
-        change_rows = _claim_keys(conn, "object_changes", [_rows.change_row(c) for c in batch.object_changes])
-        if change_rows:
-            conn.execute(s.object_changes.insert(), change_rows)
-        inserted["object_changes"] = len(change_rows)
+        inserted["object_changes"] = _postgres_copy_changes(conn, batch.object_changes)
     if batch.state_deletes:
         for source, uid in batch.state_deletes:
             conn.execute(
@@ -105,7 +103,7 @@ def write_rows(conn: Connection, db: Database, batch: Batch, inserted: dict[str,
         if puts and db.dialect == "sqlite":
             _sqlite_upsert_states(conn, puts, now_us)
         elif puts:
-            conn.execute(stmt, [_rows.state_row(st, now_us) for st in puts])
+            _postgres_upsert_states(conn, puts, now_us)
     if batch.kind_cursors:
         ins = db.insert(s.kind_cursors)
         stmt = ins.on_conflict_do_update(
@@ -239,6 +237,66 @@ def _claim_keys(conn: Connection, table: str, rows: list[dict[str, Any]]) -> lis
     return [r for k, r in first.items() if k in new]
 
 
+def _postgres_copy_changes(conn: Connection, changes: Sequence[ObjectChange]) -> int:
+    """The PostgreSQL hot path of ingest: the batch's keys claimed in one statement (arrays, unnest), then the rows
+    whose key was new streamed into the partitioned table with COPY (the first of each key in the batch wins, as on
+    SQLite). Returns the rows inserted."""
+    first: dict[tuple[str, str, str, str], int] = {}
+    for i, c in enumerate(changes):
+        first.setdefault((c.source, c.uid, c.resource_version, c.change_type), i)
+    kept = [changes[i] for i in first.values()]
+    result = conn.exec_driver_sql(
+        _POSTGRES_CLAIM_CHANGE_KEYS,
+        (
+            [c.source for c in kept],
+            [c.uid for c in kept],
+            [c.resource_version for c in kept],
+            [c.change_type for c in kept],
+            [to_us(c.observed_at) for c in kept],
+        ),
+    )
+    new = {tuple(row) for row in result.all()}
+    fresh = [c for c in kept if (c.source, c.uid, c.resource_version, c.change_type) in new]
+    if fresh:
+        _postgres_copy(conn, _POSTGRES_COPY_CHANGES, _change_tuples(fresh))
+    return len(fresh)
+
+
+def _postgres_copy(conn: Connection, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """``rows`` through ``COPY … FROM STDIN`` on the transaction's own psycopg connection; a database error is
+    raised as SQLAlchemy raises it (so the caller's rollback and StoreWriteError apply)."""
+    import psycopg  # the PostgreSQL driver: imported only where PostgreSQL is written
+
+    raw: Any = conn.connection.dbapi_connection
+    try:
+        with raw.cursor() as cur, cur.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(sql, None, exc, psycopg.Error) from exc
+
+
+def _postgres_upsert_states(conn: Connection, states: Sequence[ObjectState], now_us: int) -> None:
+    """Last states upserted on PostgreSQL in one statement (arrays, unnest), the object JSON taken as the diff
+    builder already encoded it; ``states`` hold each key once (PostgreSQL refuses to upsert a key twice in one
+    statement)."""
+    conn.exec_driver_sql(
+        _POSTGRES_STATE_UPSERT,
+        (
+            [st.source for st in states],
+            [st.uid for st in states],
+            [st.kind for st in states],
+            [st.api_version for st in states],
+            [st.namespace for st in states],
+            [st.name for st in states],
+            [st.resource_version for st in states],
+            [st.version_seq for st in states],
+            [st.encoded if st.encoded is not None else jsontext.dumps(st.object) for st in states],
+            [now_us] * len(states),
+        ),
+    )
+
+
 def _write_engine_entries_partitioned(
     conn: Connection, immutable: list[EngineEntry], mutable: list[EngineEntry], inserted: dict[str, int]
 ) -> None:
@@ -277,21 +335,49 @@ def _write_engine_entries_partitioned(
 
 
 # ---------------------------------------------------------------------- row mapping
-def _sqlite_insert_ignore(conn: Connection, table: Any, rows: list[dict[str, Any]]) -> int:
-    """The hot path of ingest on SQLite: one DB-API executemany with JSON pre-encoded, skipping SQLAlchemy's
-    per-row parameter processing; sqlite3's rowcount of an executemany is the number of rows inserted."""
-    cols = [c.name for c in table.columns if c.name in rows[0]]
-    json_cols = {c.name for c in table.columns if isinstance(c.type, JSON)}
-    sql = (
-        f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
-        "ON CONFLICT DO NOTHING"
-    )
-    params = [
-        tuple((None if r[c] is None else jsontext.dumps(r[c])) if c in json_cols else r[c] for c in cols)
-        for r in rows
+_CHANGE_COLUMNS = (
+    "source",
+    "observed_at",
+    "kind",
+    "api_version",
+    "namespace",
+    "name",
+    "uid",
+    "resource_version",
+    "change_type",
+    "observed_via",
+    "version_seq",
+    "patch",
+    "snapshot",
+)
+_SQLITE_CHANGE_INSERT = (
+    f"INSERT INTO object_changes ({', '.join(_CHANGE_COLUMNS)}) VALUES ({', '.join('?' * len(_CHANGE_COLUMNS))}) "
+    "ON CONFLICT DO NOTHING"
+)
+
+
+def _change_tuples(changes: Sequence[ObjectChange]) -> list[tuple[Any, ...]]:
+    """The hot path of ingest: object changes as the parameter tuples of :data:`_CHANGE_COLUMNS`, their JSON
+    encoded here once (no row dicts, no per-row parameter processing)."""
+    dumps = jsontext.dumps
+    return [
+        (
+            c.source,
+            to_us(c.observed_at),
+            c.kind,
+            c.api_version,
+            c.namespace,
+            c.name,
+            c.uid,
+            c.resource_version,
+            c.change_type,
+            c.observed_via,
+            c.version_seq,
+            None if c.patch is None else dumps(c.patch),
+            None if c.snapshot is None else dumps(c.snapshot),
+        )
+        for c in changes
     ]
-    result = conn.exec_driver_sql(sql, params)
-    return max(int(result.rowcount), 0)
 
 
 _STATE_COLUMNS = (
@@ -333,3 +419,18 @@ def _sqlite_upsert_states(conn: Connection, states: Sequence[ObjectState], now_u
             for st in states
         ],
     )
+
+
+_POSTGRES_CLAIM_CHANGE_KEYS = (
+    "INSERT INTO object_change_keys (source, uid, resource_version, change_type, observed_at) "
+    "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[]) "
+    "ON CONFLICT DO NOTHING RETURNING source, uid, resource_version, change_type"
+)
+_POSTGRES_COPY_CHANGES = f"COPY object_changes ({', '.join(_CHANGE_COLUMNS)}) FROM STDIN"
+_POSTGRES_STATE_UPSERT = (
+    f"INSERT INTO object_state ({', '.join(_STATE_COLUMNS)}) "
+    "SELECT s, u, k, a, ns, n, rv, seq, o::jsonb, t FROM unnest("
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::integer[], "
+    "%s::text[], %s::bigint[]) AS r(s, u, k, a, ns, n, rv, seq, o, t) "
+    "ON CONFLICT (source, uid) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _STATE_COLUMNS[2:])
+)

@@ -246,15 +246,20 @@ class Batch:
     restarts: list[Restart] = field(default_factory=list)
     restart_counts: list[RestartCount] = field(default_factory=list)
 
+    # NOTE: the recorder calls these once per observed change: the field names are read once (_BATCH_FIELDS), not
+    # through dataclasses.fields() on every call.
     def is_empty(self) -> bool:
-        return not any(getattr(self, f.name) for f in dataclasses.fields(self))
+        return not any(getattr(self, name) for name in _BATCH_FIELDS)
 
     def size(self) -> int:
-        return sum(len(getattr(self, f.name)) for f in dataclasses.fields(self))
+        return sum(len(getattr(self, name)) for name in _BATCH_FIELDS)
 
     def extend(self, other: Batch) -> None:
-        for f in dataclasses.fields(self):
-            getattr(self, f.name).extend(getattr(other, f.name))
+        for name in _BATCH_FIELDS:
+            getattr(self, name).extend(getattr(other, name))
+
+
+_BATCH_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Batch))
 
 
 @dataclass(frozen=True, slots=True)

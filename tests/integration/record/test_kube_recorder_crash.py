@@ -28,7 +28,9 @@ pytestmark = pytest.mark.integration
 CM = resources.CONFIGMAPS
 
 
-def start_recorder(tmp_path: Path, kubeconfig: Path, namespace: str, db: str) -> subprocess.Popen[bytes]:
+def start_recorder(
+    tmp_path: Path, kubeconfig: Path, namespace: str, db: str, *, diff_workers: int = 0
+) -> subprocess.Popen[bytes]:
     cfg = {
         "store": db,
         "source": "crash",
@@ -37,6 +39,7 @@ def start_recorder(tmp_path: Path, kubeconfig: Path, namespace: str, db: str) ->
             "events": False,
             "namespace": namespace,
             "flush_interval_s": 0.1,
+            "diff_workers": diff_workers,
         },
     }
     path = tmp_path / "record.yaml"
@@ -153,12 +156,14 @@ def records(db: str, namespace: str) -> list[Any]:
         store.close()
 
 
+@pytest.mark.parametrize("diff_workers", [0, 2])
 async def test_kill_9_mid_burst_then_resume_keeps_every_change_exactly_once(
-    kube: KubeClient, namespace: str, kubeconfig: Path, tmp_path: Path
+    kube: KubeClient, namespace: str, kubeconfig: Path, tmp_path: Path, diff_workers: int
 ) -> None:
+    """With the diff builder in the recorder and in 2 diff workers (which exit when the recorder is killed)."""
     db = str(tmp_path / "history.db")
     written: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    proc = start_recorder(tmp_path, kubeconfig, namespace, db)
+    proc = start_recorder(tmp_path, kubeconfig, namespace, db, diff_workers=diff_workers)
     try:
         await wait_cursor(db)
         task = asyncio.create_task(burst(kube, namespace, 5000, written, seed=1))
@@ -171,7 +176,7 @@ async def test_kill_9_mid_burst_then_resume_keeps_every_change_exactly_once(
         if proc.poll() is None:
             proc.kill()
     assert sum(len(v) for v in written.values()) == 5000
-    proc = start_recorder(tmp_path, kubeconfig, namespace, db)
+    proc = start_recorder(tmp_path, kubeconfig, namespace, db, diff_workers=diff_workers)
     try:
         await converge(db, kube, namespace)
         await asyncio.sleep(1)

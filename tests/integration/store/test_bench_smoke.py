@@ -19,6 +19,10 @@ def test_history_ingest_bench_smoke(tmp_path: Path) -> None:
     assert set(data["backends"]) == {"sqlite", "postgresql"}
     assert data["backends"]["sqlite"]["stored_records"] == data["records"]
     assert all(b["pipelined_changes_per_s"] > 0 for b in data["backends"].values())
+    # the recorder's whole path, in its process and with diff workers: every change of the burst stored once
+    for b in data["backends"].values():
+        assert b["end_to_end_stored"] == b["end_to_end_workers_stored"] == data["burst"]
+        assert b["burst_memory_mb"] > 0 and b["burst_workers_memory_mb"] > 0
     assert (tmp_path / "history_ingest.png").stat().st_size > 0
 
 

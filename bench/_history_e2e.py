@@ -1,0 +1,200 @@
+"""The recorder's whole path for bench/history_ingest.py: watch event → informer → diff builder → committed row.
+
+A :class:`~capstan.record.KubeCollector` (the one ``capstan record`` runs) records Deployments from an API server
+behind httpx2's ``MockTransport``: the list is empty, then one watch stream carries a burst of ``changes`` Deployment
+changes over ``objects`` objects, as fast as the recorder reads them (the stream is pulled, so the API server's side
+costs only the JSON encoding of each event, in the same process). The run ends when the commit holding the last
+change is done; the figure is changes over the seconds from the collector's start to that commit.
+
+It runs in a child process (:func:`run_in_child` runs this file) so that its peak RSS (``VmHWM``) is the
+recorder's own: the interpreter, the libraries, the store connection and whatever the lag makes the recorder hold
+during the burst (nothing of the parent bench, which holds its prebuilt batches and plotting library).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+
+from capstan.kube import KubeClient, resources
+from capstan.record import KubeCollector, KubernetesConfig
+from capstan.store import INGEST_CACHE_KIB, Batch, open_store
+
+EVENTS_PER_CHUNK = 16  # watch lines per network read (a real stream arrives in reads of many lines)
+
+
+def deployment(k: int, version: int) -> dict[str, Any]:
+    """Deployment ``k`` at ``version`` (every version differs: replicas, image, observedGeneration)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": f"svc-{k}",
+            "namespace": f"team-{k % 20}",
+            "uid": f"uid-{k:08d}",
+            "resourceVersion": str(version),
+            "labels": {"app": f"svc-{k}", "tier": "inference"},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+        },
+        "spec": {
+            "replicas": 1 + version % 5,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "server",
+                            "image": f"registry.local/vllm:{version % 97}",
+                            "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "64Gi"}},
+                        }
+                    ]
+                }
+            },
+        },
+        "status": {"observedGeneration": version, "readyReplicas": version % 5},
+    }
+
+
+def _stream(changes: int, objects: int) -> AsyncIterator[bytes]:
+    async def gen() -> AsyncIterator[bytes]:
+        lines: list[bytes] = []
+        for i in range(changes):
+            obj = deployment(i % objects, 101 + i)
+            lines.append(orjson.dumps({"type": "ADDED" if i < objects else "MODIFIED", "object": obj}))
+            if len(lines) >= EVENTS_PER_CHUNK:
+                yield b"\n".join(lines) + b"\n"
+                lines = []
+        if lines:
+            yield b"\n".join(lines) + b"\n"
+        await asyncio.Event().wait()  # the stream stays open until the recorder stops
+
+    return gen()
+
+
+async def _record(url: str, changes: int, objects: int, max_batch: int, workers: int) -> dict[str, float]:
+    res = resources.DEPLOYMENTS
+    path = res.collection_path(None)
+
+    async def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path != path:
+            return httpx2.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
+        if request.url.params.get("watch") == "true":
+            return httpx2.Response(
+                200, headers={"content-type": "application/json"}, content=_stream(changes, objects)
+            )
+        body = {"kind": "DeploymentList", "apiVersion": "apps/v1", "metadata": {"resourceVersion": "100"}}
+        return httpx2.Response(200, json={**body, "items": []})
+
+    async def connect() -> KubeClient:
+        http = httpx2.AsyncClient(transport=httpx2.MockTransport(handle), base_url="https://bench-apiserver")
+        return KubeClient(http, timeout=30.0, source="bench")
+
+    store = open_store(url, writer_cache_kib=INGEST_CACHE_KIB)  # as `capstan record` opens it
+    stop = asyncio.Event()
+    written = [0]
+    done_at = [0.0]
+    loop = asyncio.get_running_loop()
+
+    helpers_kib = [0]
+
+    def committed(batch: Batch) -> None:  # called on the writer's thread after each commit
+        written[0] += len(batch.object_changes)
+        if written[0] >= changes and not done_at[0]:
+            done_at[0] = time.perf_counter()
+            helpers_kib[0] = _helpers_pss_kib(collector.diff_worker_pids())
+            loop.call_soon_threadsafe(stop.set)
+
+    store.history.add_commit_listener(committed)
+    collector = KubeCollector(
+        KubernetesConfig(kinds=["Deployment"], events=False, max_batch=max_batch, diff_workers=workers),
+        store.history,
+        connect=connect,
+        source="bench-e2e",
+    )
+    start = time.perf_counter()
+    try:
+        async with asyncio.timeout(3600):  # a guard against a hang, never a measurement
+            await collector.run(stop)
+    finally:
+        stored = store.database.count("object_changes")
+        store.close()
+    return {
+        "seconds": done_at[0] - start,
+        "changes_per_s": changes / (done_at[0] - start),
+        "stored": float(stored),
+        "peak_rss_mb": _peak_rss_kib() / 1024,
+        "helpers_pss_mb": helpers_kib[0] / 1024,
+        # the recorder's memory: this process's peak RSS and what its diff workers and their fork server add
+        "memory_mb": (_peak_rss_kib() + helpers_kib[0]) / 1024,
+    }
+
+
+def _peak_rss_kib() -> int:
+    """This process's peak RSS (VmHWM). NOTE: not ``ru_maxrss``, which a process started by a large one (the bench
+    holding its prebuilt batches) inherits across fork and exec."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _helpers_pss_kib(pids: list[int]) -> int:
+    """The summed proportional set size (PSS: shared pages split between the processes sharing them) of the diff
+    workers and of their parent, the fork server, now (at the end of the burst). Their RSS summed would count the
+    libraries they share, copy-on-write, once per process."""
+    procs = set(pids)
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            procs.add(int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]))
+    procs.discard(os.getpid())
+    total = 0
+    for pid in procs:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def run_in_child(url: str, changes: int, objects: int, max_batch: int, workers: int) -> dict[str, float]:
+    """The whole path in a fresh interpreter running this file; its figures."""
+    argv = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        url,
+        *(str(v) for v in (changes, objects, max_batch, workers)),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the end-to-end child exited with {proc.returncode}: {proc.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url")
+    parser.add_argument("changes", type=int)
+    parser.add_argument("objects", type=int)
+    parser.add_argument("max_batch", type=int)
+    parser.add_argument("workers", type=int, help="diff worker processes (0: diff in the recorder's process)")
+    args = parser.parse_args()
+    print(
+        json.dumps(asyncio.run(_record(args.url, args.changes, args.objects, args.max_batch, args.workers)))
+    )
+
+
+if __name__ == "__main__":
+    main()
