@@ -18,7 +18,9 @@ cache
   When the engine's block hashes differ from the router's (a real vLLM with its own seed), a ``rekey``
   function
   turns the token ids carried by ``BlockStored`` into router keys and an engine→router key map lets
-  ``BlockRemoved`` evict, the dual-key scheme of llm-d-kv-cache.
+  ``BlockRemoved`` evict, the dual-key scheme of llm-d-kv-cache. Its :class:`InFlightOverlay` adds what the
+  events cannot know yet: the blocks of requests the router has sent and not seen confirmed (queued behind a
+  busy engine), so that affinity holds while queues build (issue 28).
 """
 
 from __future__ import annotations
