@@ -73,6 +73,16 @@ GOALS: tuple[Goal, ...] = (
         "× pooled",
     ),
     Goal(
+        "route.mooncake_hit_under_load",
+        "cache-aware routing",
+        "Mooncake, arrival rate 50–100 % of the recorded one: hit ratio ≥ 95 % of the pooled-cache reference at "
+        "every capacity and every load up to where the pooled reference's uncached prefill work exceeds the "
+        "replicas' prefill capacity, busiest prefill ≤ 1.2× mean",
+        "route_sim.py",
+        0.95,
+        "× pooled",
+    ),
+    Goal(
         "route.agentic_reuse",
         "cache-aware routing",
         "agentic sessions: ≥ 98 % reuse where the bound allows",

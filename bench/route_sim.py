@@ -54,6 +54,7 @@ from capstan.route import (
     recommended_scheduler,
     simulate,
 )
+from goals import limit
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT.parent / "shared/data/traces/mooncake-fast25/conversation_trace.jsonl"
@@ -72,8 +73,11 @@ def policies() -> dict[str, dict[str, Any]]:
     recommended = recommended_scheduler().model_dump(mode="json")
     return {
         "capstan-precise": recommended,
+        # the same without the in-flight overlay: what the KV events alone give (the index before issue 28)
+        "capstan-precise-events": {**recommended, "prefix": {"kind": "precise", "inflight": False}},
         "capstan-approx": {**recommended, "prefix": {"kind": "approximate"}},
-        "llmd-weights-precise": {"prefix": {"kind": "precise"}, "scorers": LLMD_SCORERS},
+        # llm-d's precise scorer reads the KV events only
+        "llmd-weights-precise": {"prefix": {"kind": "precise", "inflight": False}, "scorers": LLMD_SCORERS},
         "llmd-weights-approx": {"prefix": {"kind": "approximate"}, "scorers": LLMD_SCORERS},
         "least-loaded": {"prefix": {"kind": "none"}, "scorers": [{"type": "in-flight", "weight": 1}]},
         "round-robin": {"prefix": {"kind": "none"}, "picker": {"type": "round-robin"}},
@@ -81,7 +85,13 @@ def policies() -> dict[str, dict[str, Any]]:
     }
 
 
-SWEEP_POLICIES = ["capstan-precise", "capstan-approx", "llmd-weights-precise", "round-robin"]  # plotted
+SWEEP_POLICIES = [
+    "capstan-precise",
+    "capstan-precise-events",
+    "capstan-approx",
+    "llmd-weights-precise",
+    "round-robin",
+]  # plotted
 
 # Agentic shapes. "chat": short tool-using sessions on three shared agent prompts (AgenticConfig's defaults).
 # "coding": llm-d-benchmark's agentic_code_generation profile (shared system prompt 3,000 tokens, a per-session
@@ -176,6 +186,73 @@ def print_table(title: str, rows: list[dict[str, Any]], pooled: float, bound: fl
     console.print(
         f"  pooled-cache reference hit {pooled:.3f}; infinite-cache bound {bound:.3f}"
         + (f"; {rejected:,} requests the engines reject, left out of both" if rejected else "")
+    )
+
+
+def prefill_capacity_tok_s(engine: EngineConfig) -> float:
+    """Prompt tokens one replica computes per second at most: full chunks of ``max_num_batched_tokens`` back to
+    back, decode left out (so it is an upper bound)."""
+    chunk = engine.max_num_batched_tokens
+    return chunk / engine.latency.step_time(chunk, 0)
+
+
+def saturation_load(
+    uncached_tokens: int, recorded_span_s: float, engine: EngineConfig, replicas: int
+) -> float:
+    """The load factor at which the pooled reference's uncached prefill work (prompt tokens it does not hit)
+    equals the replicas' prefill capacity over the trace's recorded span stretched by the load. The pooled
+    reference depends on the order of arrivals only, so its uncached work is the same at every load; above this
+    load no routing can keep up, whatever it hits (inf: no uncached work)."""
+    if uncached_tokens <= 0:
+        return float("inf")
+    return replicas * prefill_capacity_tok_s(engine) * recorded_span_s / uncached_tokens
+
+
+def print_load_table(
+    name: str,
+    replicas: int,
+    sweep: list[dict[str, Any]],
+    loads: list[float],
+    caps: list[int],
+    saturation: dict[int, float],
+) -> None:
+    """Hit ratio over the pooled reference as a function of load, one row per (capacity, policy), loads above the
+    capacity's saturation point marked "*"; then the goal's verdict for Capstan's recommended policy."""
+    goal = limit("route.mooncake_hit_under_load")
+    t = Table(title=f"{name}: hit / pooled by load (* = above saturation), {replicas} replicas")
+    t.add_column("KV tokens/replica", justify="right")
+    t.add_column("saturation load", justify="right")
+    t.add_column("policy", no_wrap=True)
+    for load in loads:
+        t.add_column(f"{load:g}", justify="right")
+    t.add_column("worst busiest prefill/mean ≤ sat.", justify="right")
+    by = {(p["kv_tokens_per_replica"] // DEFAULT_BLOCK_SIZE, p["load"]): p for p in sweep}
+    names = [r["policy"] for r in sweep[0]["rows"]]
+    for cap in caps:
+        sat = saturation[cap]
+        for policy in names:
+            cells = []
+            worst = 0.0
+            for load in loads:
+                r = next(x for x in by[(cap, load)]["rows"] if x["policy"] == policy)
+                cells.append(f"{r['hit_vs_pooled']:.3f}" + ("*" if load > sat else ""))
+                if load <= sat:
+                    worst = max(worst, r["busiest_prefill_over_mean"])
+            t.add_row(f"{cap * DEFAULT_BLOCK_SIZE:,}", f"{sat:.3f}", policy, *cells, f"{worst:.2f}")
+    console.print(t)
+    misses = []
+    for p in sweep:
+        if p["load"] > p["saturation_load"]:
+            continue
+        r = next(x for x in p["rows"] if x["policy"] == "capstan-precise")
+        if r["hit_vs_pooled"] < goal or r["busiest_prefill_over_mean"] > 1.2:
+            misses.append(
+                f"{p['kv_tokens_per_replica']:,} tokens at load {p['load']:g}: {r['hit_vs_pooled']:.3f} of pooled, "
+                f"busiest prefill {r['busiest_prefill_over_mean']:.2f}× the mean"
+            )
+    console.print(
+        f"  route.mooncake_hit_under_load (capstan-precise ≥ {goal} of pooled, busiest prefill ≤ 1.2× the mean, "
+        "at every point up to saturation): " + ("met" if not misses else "missed at " + "; ".join(misses))
     )
 
 
@@ -287,6 +364,19 @@ def run() -> None:
         f"{[c * DEFAULT_BLOCK_SIZE for c in caps]} tokens × load {loads}"
     )
     sweep: list[dict[str, Any]] = []
+    recorded_span = base[-1].arrival - base[0].arrival
+    saturation: dict[int, float] = {}
+    for cap in caps:  # the pooled reference sees only the order of arrivals: its uncached work is load-free
+        engine = EngineConfig(latency=preset.latency, num_gpu_blocks=cap, max_num_seqs=preset.max_num_seqs)
+        ref = pooled_cache_reference(base, cap * args.replicas, engine=engine)
+        saturation[cap] = saturation_load(ref.queries - ref.hits, recorded_span, engine, args.replicas)
+        console.print(
+            f"  {cap * DEFAULT_BLOCK_SIZE:,} KV tokens/replica: pooled reference leaves "
+            f"{ref.queries - ref.hits:,} prompt tokens to compute; {args.replicas} replicas prefill at most "
+            f"{args.replicas * prefill_capacity_tok_s(engine):,.0f} tok/s, so saturation at load "
+            f"{saturation[cap]:.3f} (the pooled work needs {1 / saturation[cap]:.3f} of their prefill "
+            "capacity at load 1)"
+        )
     for load in loads:
         reqs = [replace(r, arrival=r.arrival / load) for r in base]
         for cap in caps:
@@ -313,6 +403,7 @@ def run() -> None:
                     "load": load,
                     "arrival_span_s": reqs[-1].arrival - reqs[0].arrival,
                     "pooled": ref.hit_ratio,
+                    "saturation_load": saturation[cap],
                     "bound": bound,
                     "rejected": ref.rejected,
                     "rows": rows,
@@ -343,6 +434,7 @@ def run() -> None:
                 f"{r['rejected']:,}",
             )
     console.print(summary)
+    print_load_table(name, args.replicas, sweep, loads, caps, saturation)
     results["trace"] = {
         "name": name,
         "path": str(args.trace),
@@ -350,6 +442,7 @@ def run() -> None:
         "working_set_blocks": ws,
         "loads": loads,
         "kv_tokens_per_replica": [c * DEFAULT_BLOCK_SIZE for c in caps],
+        "saturation_load": {str(c * DEFAULT_BLOCK_SIZE): saturation[c] for c in caps},
         "points": sweep,
     }
 

@@ -318,6 +318,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "Endpoint",
         "EndpointSource",
         "EndpointState",
+        "InFlightOverlay",
         "KubernetesDiscoveryConfig",
         "KubernetesEndpointSource",
         "NoEndpointError",

@@ -1,7 +1,8 @@
 """Cache-aware OpenAI-compatible routing: a scheduling core (filters → scorers → picker) and its shells.
 
 The core (:class:`Scheduler` over :class:`EndpointState` snapshots, the prefix indexes, the plugins chosen by
-``type`` in :class:`SchedulerConfig`; :func:`recommended_scheduler` is Capstan's tuned one) is pure and runs unchanged in two shells:
+``type`` in :class:`SchedulerConfig`; :func:`recommended_scheduler` is Capstan's tuned one) is pure and runs unchanged in two shells
+(the precise index's :class:`InFlightOverlay` counts the blocks of requests sent and not yet confirmed):
 
 * :class:`Router`, the HTTP gateway (``capstan route serve``): give it a :class:`RouteConfig`, an
   :class:`EndpointSource` (default: the configured endpoints; :class:`KubernetesEndpointSource` discovers serving
@@ -24,7 +25,7 @@ from capstan.route._config import (
     recommended_scheduler,
     serving_problem,
 )
-from capstan.route._index import ApproximatePrefixIndex, PreciseKVIndex
+from capstan.route._index import ApproximatePrefixIndex, InFlightOverlay, PreciseKVIndex
 from capstan.route._model import Decision, Endpoint, EndpointState, RouteRequest
 from capstan.route._scheduler import NoEndpointError, Scheduler
 
@@ -64,6 +65,7 @@ __all__ = [
     "Endpoint",
     "EndpointSource",
     "EndpointState",
+    "InFlightOverlay",
     "KubernetesDiscoveryConfig",
     "KubernetesEndpointSource",
     "NoEndpointError",

@@ -295,6 +295,19 @@ class PrefixIndexConfig(StrictModel):
         default=4, ge=1, description="approximate: index every k-th block (k × block_size tokens)"
     )
     max_blocks_per_endpoint: int = Field(default=4_000_000, ge=1, description="precise: memory guard")
+    inflight: bool = Field(
+        default=True,
+        description="precise: also count the blocks of requests sent and not yet answered (the in-flight "
+        "overlay), so that affinity holds while an engine's queue builds",
+    )
+    inflight_ttl_s: float = Field(
+        default=600.0, gt=0, description="precise: an in-flight request's blocks expire after this long"
+    )
+    max_inflight_requests: int = Field(
+        default=65_536,
+        ge=1,
+        description="precise: in-flight requests the overlay remembers (oldest go first)",
+    )
 
 
 PickerType = Literal["max-score", "random", "round-robin"]

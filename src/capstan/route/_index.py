@@ -18,7 +18,9 @@ cache
   When the engine's block hashes differ from the router's (a real vLLM with its own seed), a ``rekey``
   function
   turns the token ids carried by ``BlockStored`` into router keys and an engine→router key map lets
-  ``BlockRemoved`` evict, the dual-key scheme of llm-d-kv-cache.
+  ``BlockRemoved`` evict, the dual-key scheme of llm-d-kv-cache. Its :class:`InFlightOverlay` adds what the
+  events cannot know yet: the blocks of requests the router has sent and not seen confirmed (queued behind a
+  busy engine), so that affinity holds while queues build (issue 28).
 """
 
 from __future__ import annotations
@@ -203,28 +205,186 @@ class ApproximatePrefixIndex:
 Rekey = Callable[[int | None, Sequence[int], int], list[int]]
 
 
-class PreciseKVIndex:
-    """Blocks each endpoint reported holding through its KV events.
+class _Sent:
+    """One request the router sent and has not seen answered: where, its blocks, and when (the shell's clock)."""
 
-    NOTE: per endpoint, ``_blocks`` maps engine hash → router key in insertion order; ``_holders`` maps
-    router key →
-    endpoints. Both are kept consistent by :meth:`apply`; ``max_blocks_per_endpoint`` bounds memory if an
-    engine
-    never sends its removals (the oldest entries go first).
+    __slots__ = ("at", "endpoint", "hashes")
+
+    def __init__(self, endpoint: str, hashes: Sequence[int], at: float) -> None:
+        self.endpoint = endpoint
+        self.hashes = hashes
+        self.at = at
+
+
+class InFlightOverlay:
+    """The blocks of requests sent to each endpoint and not yet confirmed: what the engines will hold once
+    they reach them.
+
+    The KV events say only what an engine has stored; a request queued behind a busy replica is invisible to
+    them, so without this the next request of the same conversation goes wherever the events point, and
+    affinity is lost exactly when queues build. :class:`PreciseKVIndex` matches against the union of the two.
+
+    A request's blocks leave the overlay when (a) the engine's events confirm them (:meth:`stored`: a
+    ``BlockStored`` of the request's last block on its endpoint; the chain before it is stored by then, and
+    from then on the confirmed set, with its removals, is the truth), (b) the shell settles the request
+    (:meth:`settle`: the answer finished or failed, or the engine refused it), (c) the engine cleared its cache
+    or the endpoint left (:meth:`forget`), or (d) it is older than ``ttl_s`` on the shell's clock
+    (:meth:`expire`, run at each :meth:`add`). A ``BlockRemoved`` before (a) does not touch the overlay: a
+    request still waiting will compute and store those blocks again when it runs.
+
+    NOTE: memory is bounded by ``max_requests`` tickets (the oldest go first); a ticket keeps a reference to the
+    request's own hash sequence, not a copy. Per endpoint, ``_refs`` counts the tickets holding each key, and
+    ``_holders`` has the endpoint's bit exactly where the count is positive; ``_tails`` finds the tickets a
+    stored block confirms. Time is whatever the shell passes, non-decreasing (``time.perf_counter`` in the proxy,
+    the virtual clock in the harness), so the oldest ticket is always the first one.
     """
 
-    def __init__(self, rekey: Rekey | None = None, max_blocks_per_endpoint: int = 4_000_000) -> None:
+    def __init__(self, ttl_s: float = 600.0, max_requests: int = 65_536) -> None:
+        if not ttl_s > 0 or max_requests < 1:
+            raise ValueError("ttl_s must be > 0 and max_requests >= 1")
+        self.ttl_s = ttl_s
+        self.max_requests = max_requests
+        self._sent: dict[int, _Sent] = {}  # ticket -> request, in the order sent
+        self._refs: dict[str, dict[int, int]] = {}
+        self._tails: dict[str, dict[int, list[int]]] = {}  # endpoint -> last key -> tickets
+        self._holders = _Holders()
+        self.expired = 0
+        """Tickets dropped by the timeout or the request bound rather than confirmed or settled."""
+        self.confirmed = 0
+        """Tickets the engines' events confirmed."""
+
+    def add(self, ticket: int, endpoint: str, hashes: Sequence[int], now: float) -> None:
+        """Ticket ``ticket`` (unique per shell) with ``hashes`` went to ``endpoint`` at ``now``."""
+        self.expire(now)
+        self.settle(ticket)  # a reused ticket replaces its old request
+        if not hashes:
+            return
+        while len(self._sent) >= self.max_requests:  # bounded: one pass per ticket held
+            self._drop(next(iter(self._sent)))
+            self.expired += 1
+        self._sent[ticket] = _Sent(endpoint, hashes, now)
+        self._tails.setdefault(endpoint, {}).setdefault(hashes[-1], []).append(ticket)
+        refs = self._refs.setdefault(endpoint, {})
+        for h in hashes:
+            c = refs.get(h, 0)
+            if not c:
+                self._holders.add(h, endpoint)
+            refs[h] = c + 1
+
+    def settle(self, ticket: int) -> None:
+        """The request is answered, failed or refused: its blocks are no longer in flight (unknown: no-op)."""
+        if ticket in self._sent:
+            self._drop(ticket)
+
+    def expire(self, now: float) -> None:
+        """Drop the tickets sent ``ttl_s`` or more before ``now``."""
+        # bounded: each pass removes the oldest ticket or stops
+        while self._sent:
+            ticket, sent = next(iter(self._sent.items()))
+            if now - sent.at < self.ttl_s:
+                break
+            self._drop(ticket)
+            self.expired += 1
+
+    def stored(self, endpoint: str, keys: Iterable[int]) -> None:
+        """``endpoint`` reported storing ``keys``: the requests whose last block is among them are confirmed."""
+        tails = self._tails.get(endpoint)
+        if not tails:
+            return
+        for k in keys:
+            tickets = tails.get(k)
+            if tickets:
+                for ticket in list(tickets):
+                    self._drop(ticket)
+                    self.confirmed += 1
+                if not tails:
+                    return
+
+    def forget(self, endpoint: str) -> None:
+        """The engine cleared its cache or the endpoint went away: nothing in flight there counts any more."""
+        for ticket in [t for t, s in self._sent.items() if s.endpoint == endpoint]:
+            self._drop(ticket)
+
+    def _drop(self, ticket: int) -> None:
+        sent = self._sent.pop(ticket)
+        name = sent.endpoint
+        tails = self._tails[name]
+        waiting = tails[sent.hashes[-1]]
+        waiting.remove(ticket)
+        if not waiting:
+            del tails[sent.hashes[-1]]
+        refs = self._refs[name]
+        for h in sent.hashes:
+            c = refs[h]
+            if c > 1:
+                refs[h] = c - 1
+            else:
+                del refs[h]
+                self._holders.discard(h, name)
+        if not refs:
+            del self._refs[name], self._tails[name]
+            self._holders.release(name)
+
+    def match(self, hashes: Sequence[int], names: Iterable[str]) -> dict[str, int]:
+        """Per endpoint, the leading blocks of ``hashes`` that requests in flight there carry."""
+        return self._holders.longest_runs(hashes, names)
+
+    def __contains__(self, ticket: int) -> bool:
+        return ticket in self._sent
+
+    @property
+    def requests(self) -> int:
+        return len(self._sent)
+
+    @property
+    def size(self) -> int:
+        """(endpoint, block) entries held."""
+        return sum(len(r) for r in self._refs.values())
+
+
+class PreciseKVIndex:
+    """Blocks each endpoint reported holding through its KV events, and (``inflight``) the blocks of the
+    requests sent to it and not yet answered.
+
+    NOTE: per endpoint, ``_blocks`` maps engine hash → router key in insertion order; ``_holders`` maps
+    router key → endpoints. Both are kept consistent by :meth:`apply`; ``max_blocks_per_endpoint`` bounds
+    memory if an engine never sends its removals (the oldest entries go first). A match is the longer of the
+    confirmed run and the in-flight run: both holdings are prefix-closed (a request's hashes are a whole chain
+    from the root), so the longest run of their union is the longer of the two.
+    """
+
+    def __init__(
+        self,
+        rekey: Rekey | None = None,
+        max_blocks_per_endpoint: int = 4_000_000,
+        inflight: InFlightOverlay | None = None,
+    ) -> None:
         self._rekey = rekey
         self.max_blocks = max_blocks_per_endpoint
         self._blocks: dict[str, dict[int, int]] = {}
         self._holders = _Holders()
+        self.inflight = inflight
         self.events_applied = 0
 
     def indexed(self, hashes: Sequence[int]) -> Sequence[int]:
         return hashes
 
     def match(self, hashes: Sequence[int], names: Iterable[str]) -> dict[str, int]:
-        return self._holders.longest_runs(hashes, names)
+        confirmed = self._holders.longest_runs(hashes, names)
+        if self.inflight is None or not self.inflight.requests:
+            return confirmed
+        sent = self.inflight.match(hashes, confirmed)
+        return {n: max(run, sent[n]) for n, run in confirmed.items()}
+
+    def sent(self, ticket: int, name: str, hashes: Sequence[int], now: float) -> None:
+        """The router sent ``hashes`` to ``name`` as ``ticket`` at ``now`` (no overlay: nothing to do)."""
+        if self.inflight is not None:
+            self.inflight.add(ticket, name, hashes, now)
+
+    def settle(self, ticket: int) -> None:
+        """``ticket``'s request was answered, failed or refused."""
+        if self.inflight is not None:
+            self.inflight.settle(ticket)
 
     def apply(self, name: str, events: Iterable[KVEvent]) -> None:
         """Apply one endpoint's events, in the order the engine published them."""
@@ -241,6 +401,8 @@ class PreciseKVIndex:
                 while len(blocks) > self.max_blocks:
                     eh = next(iter(blocks))
                     self._holders.discard(blocks.pop(eh), name)
+                if self.inflight is not None:
+                    self.inflight.stored(name, keys)
             elif isinstance(ev, BlockRemoved):
                 for eh in ev.block_hashes:
                     removed = blocks.pop(eh, None)
@@ -262,6 +424,8 @@ class PreciseKVIndex:
         for rk in self._blocks.pop(name, {}).values():
             self._holders.discard(rk, name)
         self._holders.release(name)
+        if self.inflight is not None:
+            self.inflight.forget(name)
 
     @property
     def size(self) -> int:

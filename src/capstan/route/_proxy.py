@@ -189,7 +189,7 @@ class _RelayResponse(Response):
         finally:
             with anyio.CancelScope(shield=True):
                 await up.response.aclose()
-            tracker.finish(up.ticket)
+            router.request_done(up.ticket)
 
 
 class Router:
@@ -288,6 +288,11 @@ class Router:
             for name in index.endpoints():
                 if name not in names:
                     index.forget(name)
+
+    def request_done(self, ticket: int) -> None:
+        """A request sent as ``ticket`` is answered or failed, or never left: no longer in flight."""
+        self.tracker.finish(ticket)
+        self.scheduler.settle(ticket)
 
     # -- state ---------------------------------------------------------------------------------------------
     def known_models(self) -> set[str] | None:
@@ -404,12 +409,13 @@ class Router:
                 self.metrics.predicted_cached_tokens.inc(decision.predicted_cached_tokens)
             ep = decision.endpoint.endpoint
             tid = self.tracker.start(ep.name, rreq.prompt_tokens - decision.predicted_cached_tokens)
+            self.scheduler.sending(decision, tid, self.clock())
             self.metrics.requests.labels(ep.name).inc()
             opening = self.upstream.open(f"{ep.url}{path}", raw, headers, read_timeout_s=read_timeout_s)
             try:
                 upstream = await await_or_disconnect(request, opening)
             except UpstreamError as exc:
-                self.tracker.finish(tid)
+                self.request_done(tid)
                 self.metrics.errors.labels(ep.name, "timeout" if exc.timeout else "connect").inc()
                 log.warning("upstream %s failed before answering: %s", ep.name, exc)
                 self.monitor.mark_failed(ep.name)
@@ -421,17 +427,17 @@ class Router:
                         break
                 continue
             except ClientDisconnect:
-                self.tracker.finish(tid)
+                self.request_done(tid)
                 self.metrics.errors.labels(ep.name, "client_disconnect").inc()
                 raise
             except BaseException:
-                self.tracker.finish(tid)
+                self.request_done(tid)
                 raise
             if upstream.status_code >= 500:
                 self.metrics.errors.labels(ep.name, "status").inc()
             if upstream.status_code in _RETRY_STATUSES:
                 await upstream.aclose()
-                self.tracker.finish(tid)
+                self.request_done(tid)
                 tried.add(ep.name)
                 failures.append(f"{ep.name}: HTTP {upstream.status_code}")
                 continue
@@ -489,7 +495,7 @@ class Router:
             raise
         finally:
             await up.response.aclose()
-            self.tracker.finish(up.ticket)
+            self.request_done(up.ticket)
         headers = {k: v for k, v in up.response.headers if k.lower() not in _HOP_BY_HOP}
         headers.pop("content-encoding", None)
         return Response(content, status_code=up.response.status_code, headers=headers)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from capstan.config import plugin_for
 from capstan.errors import UserError
 from capstan.route._config import FILTERS, PICKERS, SCORERS, SchedulerConfig, picker_problem
-from capstan.route._index import ApproximatePrefixIndex, PreciseKVIndex, Rekey
+from capstan.route._index import ApproximatePrefixIndex, InFlightOverlay, PreciseKVIndex, Rekey
 from capstan.route._model import Decision, EndpointState, RouteRequest
 from capstan.route._plugins import Filter, Picker, SchedulingContext, Scorer
 
@@ -61,7 +61,9 @@ class Scheduler:
         if cfg.prefix.kind == "approximate":
             self.approximate = ApproximatePrefixIndex(cfg.prefix.capacity_per_endpoint, cfg.prefix.stride)
         elif cfg.prefix.kind == "precise":
-            self.precise = PreciseKVIndex(rekey, cfg.prefix.max_blocks_per_endpoint)
+            p = cfg.prefix
+            overlay = InFlightOverlay(p.inflight_ttl_s, p.max_inflight_requests) if p.inflight else None
+            self.precise = PreciseKVIndex(rekey, p.max_blocks_per_endpoint, overlay)
         # NOTE: one seeded RNG, the picker's: decisions are reproducible from the config's seed
         self.picker: Picker = pick(random.Random(cfg.seed))
 
@@ -122,3 +124,19 @@ class Scheduler:
             weighted.scorer.picked(ctx, decision.endpoint)
         if self.approximate is not None and ctx.request.block_hashes:
             self.approximate.record(decision.endpoint.name, ctx.request.block_hashes)
+
+    def sending(self, decision: Decision, ticket: int, now: float) -> None:
+        """The shell is sending ``decision``'s request to its endpoint as ``ticket`` (its own unique id) at
+        ``now`` (its clock): the precise index's in-flight overlay counts the request's blocks as on their way
+        there until the engine's events confirm them or :meth:`settle` is called with ``ticket``. Called before
+        the request leaves, so a request waiting in the engine's queue is already known; a shell that sent it
+        must settle it on every way out (answered, failed, refused). No overlay: nothing to do."""
+        ctx = decision.context
+        if self.precise is not None and ctx is not None and ctx.request.block_hashes:
+            self.precise.sent(ticket, decision.endpoint.name, ctx.request.block_hashes, now)
+
+    def settle(self, ticket: int) -> None:
+        """The request sent as ``ticket`` is answered, failed or was refused: its blocks leave the in-flight
+        overlay (the KV events have the truth from now on). Unknown tickets are ignored."""
+        if self.precise is not None:
+            self.precise.settle(ticket)

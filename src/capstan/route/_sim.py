@@ -152,6 +152,7 @@ def simulate(
             t = tickets.pop(c.request_id, None)
             if t is not None:
                 tracker.finish(t[1])
+                sched.settle(t[1])
             if c.ttft is not None:
                 ttft.append(c.ttft)
             e2e.append(c.e2e)
@@ -236,11 +237,16 @@ def simulate(
         decision_s.append(clock() - t0)
         chosen = decision.endpoint.name
         predicted += decision.predicted_cached_tokens
+        # as the proxy does: counted as in flight (and its blocks in the overlay) before it leaves
+        tid = tracker.start(chosen, req.prompt_tokens - decision.predicted_cached_tokens)
+        sched.sending(decision, tid, now)
         try:
             engines[chosen].submit(
                 EngineRequest(req.request_id, req.prompt_tokens, req.block_hashes, req.output_tokens), now
             )
         except RequestRejected:
+            tracker.finish(tid)
+            sched.settle(tid)
             rejected += 1
             on_finish.append((req.request_id, now))
             release()
@@ -249,7 +255,6 @@ def simulate(
         sched.learn(decision)
         learn_s.append(clock() - t0)
         per_replica_requests[chosen] += 1
-        tid = tracker.start(chosen, req.prompt_tokens - decision.predicted_cached_tokens)
         tickets[req.request_id] = (chosen, tid)
         drain(chosen)
     # Run every engine dry.

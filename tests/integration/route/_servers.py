@@ -104,7 +104,7 @@ class Upstream:
             return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
         if mode == f"error={self.name}":
             return JSONResponse({"error": {"message": "engine failed"}}, status_code=500)
-        if mode == f"hang={self.name}":
+        if mode in (f"hang={self.name}", "hang"):
             await asyncio.sleep(30)
         if not body.get("stream"):
             return JSONResponse({"id": "x", "served_by": self.name, "choices": [{"text": "hi"}]})

@@ -69,8 +69,12 @@ def test_route_sim_bench_takes_any_trace_and_any_point(tmp_path: Path) -> None:
     assert data["name"] == "my-sessions.jsonl" and data["requests"] == 31
     points = {(p["kv_tokens_per_replica"], p["load"]): p for p in data["points"]}
     assert set(points) == {(20000, 0.5), (20000, 2.0), (40000, 0.5), (40000, 2.0)}
-    policies = {"capstan-precise", "capstan-approx", "llmd-weights-precise", "llmd-weights-approx"}
-    policies |= {"least-loaded", "round-robin", "random"}
+    policies = {"capstan-precise", "capstan-precise-events", "capstan-approx", "llmd-weights-precise"}
+    policies |= {"llmd-weights-approx", "least-loaded", "round-robin", "random"}
+    # the saturation point per capacity: printed, stored, and the same at every load of that capacity
+    assert "saturation at load" in proc.stdout and "route.mooncake_hit_under_load" in proc.stdout
+    assert set(data["saturation_load"]) == {"20000", "40000"}
+    assert all(p["saturation_load"] == data["saturation_load"][str(kv)] > 0 for (kv, _), p in points.items())
     for (kv, _), p in points.items():
         assert {r["policy"] for r in p["rows"]} == policies  # every policy at every point
         # 30,010 tokens need 1,876 KV blocks: a replica of 20,000 tokens has 1,250, one of 40,000 has 2,500

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -14,7 +16,7 @@ import zmq
 
 from capstan.config import load_model
 from capstan.kvcache import BlockStored, Tokenizer, block_hashes, encode_kv_batch, render_chat
-from capstan.route import RouteConfig, Router, upstream_for
+from capstan.route import RouteConfig, Router, recommended_scheduler, upstream_for
 
 from ._servers import ServerThread, Upstream
 
@@ -299,3 +301,57 @@ def test_precise_index_follows_kv_events_over_zmq(upstreams: list[tuple[Upstream
         for p in pubs:
             p.close(linger=0)
         ctx.term()
+
+
+def test_precise_index_keeps_affinity_for_a_request_still_in_flight(
+    upstreams: list[tuple[Upstream, ServerThread]],
+) -> None:
+    """The in-flight overlay over HTTP: while a first request is still unanswered (no KV event has said
+    anything), the next turn of the same conversation goes where it went, although that endpoint has the most
+    prefill pending (without the overlay the prefill-cost scorer sends it elsewhere); when the client gives up,
+    the request leaves the overlay."""
+    cfg = {
+        "endpoints": [
+            {"name": u.name, "url": s.url, "models": ["m"], "kv_events": f"tcp://127.0.0.1:{free_port()}"}
+            for u, s in upstreams
+        ],
+        "proxy": {"poll_interval_s": 0.05},
+        "scheduler": recommended_scheduler().model_dump(mode="json"),  # precise; prefix 3 + prefill-cost 1
+    }
+    route = load_model(RouteConfig, cfg, "test")
+    router = Router(route, upstream=upstream_for(route.proxy))
+    overlay = router.scheduler.precise.inflight if router.scheduler.precise is not None else None
+    assert overlay is not None
+    first = " ".join(f"turn{i}" for i in range(400))
+    with ServerThread(router.app) as srv:
+        wait_until(lambda: all(e.healthy for e in router.snapshot(set())))
+
+        def hang() -> None:  # the upstream never answers; the client gives up after 3 s
+            with contextlib.suppress(httpx.TimeoutException):
+                httpx.post(
+                    f"{srv.url}/v1/chat/completions",
+                    json=chat(first),
+                    headers={"x-test-mode": "hang"},
+                    timeout=3,
+                )
+
+        waiting = threading.Thread(target=hang)
+        waiting.start()
+        try:
+            wait_until(lambda: overlay.requests == 1)
+            (busy,) = [n for n, count in router.tracker.in_flight.items() if count]
+            body = {
+                "model": "m",
+                "messages": [
+                    {"role": "user", "content": first},
+                    {"role": "assistant", "content": "ok"},
+                    {"role": "user", "content": "and then?"},
+                ],
+            }
+            answer = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=10).json()
+            assert answer["served_by"] == busy
+            assert overlay.requests == 1  # the answered one settled, the hanging one is still there
+        finally:
+            waiting.join()
+        wait_until(lambda: overlay.requests == 0)  # the client left: settled, nothing kept
+    assert overlay.size == 0

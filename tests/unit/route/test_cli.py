@@ -31,10 +31,10 @@ def test_check_accepts_a_good_config_and_names_a_bad_key(
     assert len(err) == 1 and "bad.yaml: scheduler.picker.type" in err[0]
 
 
-def _trace(tmp_path: Path, extra: str = "") -> Path:
+def _trace(tmp_path: Path, extra: str = "", step_ms: int = 100) -> Path:
     trace = tmp_path / "conversations.jsonl"
     lines = [
-        f'{{"timestamp": {i * 100}, "input_length": 1100, "output_length": 4, "hash_ids": [0, {i % 3 + 1}, {i + 10}]}}'
+        f'{{"timestamp": {i * step_ms}, "input_length": 1100, "output_length": 4, "hash_ids": [0, {i % 3 + 1}, {i + 10}]}}'
         for i in range(12)
     ]
     trace.write_text("\n".join(lines) + "\n" + extra)
@@ -82,7 +82,9 @@ def test_simulate_without_a_config_runs_the_recommended_scheduler(
 ) -> None:
     from capstan.route import SchedulerConfig, recommended_scheduler
 
-    trace = _trace(tmp_path)
+    # arrivals 50 ms apart: close enough that the bare default (the approximate index, llm-d's weights) and the
+    # recommended scheduler decide differently on these 12 requests
+    trace = _trace(tmp_path, step_ms=50)
     rec = tmp_path / "rec.yaml"
     rec.write_text(yaml.safe_dump({"scheduler": recommended_scheduler().model_dump(mode="json")}))
     bare = tmp_path / "bare.yaml"
