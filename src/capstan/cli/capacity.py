@@ -517,6 +517,12 @@ def run(
         "60s", "--review-interval", help="Reviews (headroom, drains) at most this often."
     ),
     no_headroom: bool = typer.Option(False, "--no-headroom", help="Hold no forecast headroom."),
+    suspended_jobs: bool = typer.Option(
+        False,
+        "--read-suspended-jobs",
+        help="Read Jobs created suspended (in --namespace) as demand announced ahead: nodes for their pods are "
+        "launched before the Jobs run.",
+    ),
     placeholder_namespace: str | None = typer.Option(
         None,
         "--placeholder-namespace",
@@ -554,12 +560,13 @@ def run(
 
     from prometheus_client import start_http_server
 
-    from capstan.capacity import Controller, Delay, PlannerConfig, load_node_type_file
+    from capstan.capacity import Controller, Delay, PlannerConfig, QueuedDemand, load_node_type_file
     from capstan.capacity.live import (
         ControllerMetrics,
         EventRecorder,
         KarpenterProvider,
         KwokProvider,
+        SuspendedJobs,
         live_config,
         other_autoscalers,
         run_controller,
@@ -584,7 +591,16 @@ def run(
     if lease_s < 3:
         raise UserError(f"--lease-duration {lease_duration!r}: must be at least 3 s")
     path = cluster_kubeconfig(kubeconfig)
-    controller = Controller(live_config(PlannerConfig(headroom=not no_headroom)), review_interval=review)
+    if suspended_jobs and no_headroom:
+        raise UserError(
+            "--read-suspended-jobs holds headroom for the Jobs' pods: it cannot go with --no-headroom"
+        )
+    queue = SuspendedJobs() if suspended_jobs else None
+    controller = Controller(
+        live_config(PlannerConfig(headroom=not no_headroom)),
+        review_interval=review,
+        forecaster=QueuedDemand(queue) if queue is not None else None,
+    )
 
     async def main() -> None:
         client = await KubeClient.from_kubeconfig(path)
@@ -643,6 +659,7 @@ def run(
                 metrics=metrics,
                 events=EventRecorder(client, host=socket.gethostname()),
                 placeholder_namespace=placeholder_namespace,
+                queue=queue,
             )
         finally:
             await client.close()

@@ -569,3 +569,112 @@ def test_capacity_run_against_an_unreachable_cluster_is_one_line_and_exit_2(tmp_
     r = capstan_run("--node-types", str(types), "--kubeconfig", str(kubeconfig), "--duration", "2s")
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
     assert f"cluster {kubeconfig}:" in r.stderr and "Traceback" not in r.stderr
+
+
+async def test_a_suspended_job_gets_its_node_before_it_runs(
+    kube: KubeClient, namespace: str, cleanup_nodes: None
+) -> None:
+    """A Job created suspended (its pods gated for Capstan) is demand announced ahead: with
+    ``SuspendedJobs``/``QueuedDemand`` the controller launches a node for its two one-GPU pods while no pod
+    exists; once the Job is resumed, the Job controller's pods are placed on that node and nothing more is
+    launched (the planner's own forecast is left out, so the only headroom is the Job's)."""
+    from capstan.capacity import Forecast, QueuedDemand
+    from capstan.capacity.live import SuspendedJobs
+
+    class NoForecast:
+        def forecast(self, snap: object, cfg: object, horizon: float) -> Forecast:
+            return Forecast((), None)
+
+    nt = node_type(namespace)
+    template = gated_pod("unused", namespace)
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": namespace},
+        "spec": {
+            "suspend": True,
+            "parallelism": 2,
+            "completions": 2,
+            "template": {
+                "metadata": {"labels": {"app": "train"}},
+                "spec": {**template["spec"], "restartPolicy": "Never"},
+            },
+        },
+    }
+    await kube.create(resources.JOBS, job)
+    queue = SuspendedJobs(refresh_s=0.5)
+    controller = Controller(
+        live_config(PlannerConfig(min_idle_s=60.0, headroom_wait_s=0.0)),
+        react=0.2,
+        review_interval=0.5,
+        forecaster=QueuedDemand(queue, NoForecast()),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_controller(kube, KwokProvider(kube), controller, (nt,), stop=stop, namespace=namespace, tick_s=0.2,
+                       queue=queue)
+    )  # fmt: skip
+    try:
+
+        async def launched() -> bool:
+            return len(await labelled_nodes(kube, namespace)) >= 1
+
+        await until("a node launched for the suspended Job", launched)
+        pods, _ = await kube.list(resources.PODS, namespace=namespace)
+        assert pods == []  # launched ahead: the Job has no pod yet
+        nodes = await labelled_nodes(kube, namespace)
+        assert len(nodes) == 1 and nodes[0]["metadata"]["labels"][PURPOSE_LABEL] == "headroom"
+        await kube.patch(resources.JOBS, "train", {"spec": {"suspend": False}}, namespace=namespace)
+
+        async def both_bound() -> bool:
+            pods, _ = await kube.list(resources.PODS, namespace=namespace, label_selector="app=train")
+            return len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods)
+
+        await until("the Job's pods to be bound", both_bound)
+        pods, _ = await kube.list(resources.PODS, namespace=namespace, label_selector="app=train")
+        assert {p["spec"]["nodeName"] for p in pods} == {nodes[0]["metadata"]["name"]}
+        assert len(await labelled_nodes(kube, namespace)) == 1
+    finally:
+        stop.set()
+        stats = await asyncio.wait_for(task, 30)
+        await kube.delete(resources.JOBS, "train", namespace)
+        pods, _ = await kube.list(resources.PODS, namespace=namespace, label_selector="app=train")
+        for pod in pods:
+            await kube.delete(resources.PODS, pod["metadata"]["name"], namespace, grace_seconds=0)
+    assert not stats.failures
+
+
+async def test_capacity_run_reads_suspended_jobs_when_asked(
+    kube: KubeClient, namespace: str, kubeconfig: Path, tmp_path: Path, cleanup_nodes: None
+) -> None:
+    """``--read-suspended-jobs``: a dry run plans a node for a suspended Job that has no pod yet (and writes
+    nothing); with ``--no-headroom`` it is one line, exit 2."""
+    template = gated_pod("unused", namespace)
+    await kube.create(
+        resources.JOBS,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "queued", "namespace": namespace},
+            "spec": {"suspend": True, "template": {"spec": {**template["spec"], "restartPolicy": "Never"}}},
+        },
+    )
+    types = write_node_types(tmp_path / "types.yaml", namespace)
+    common = ("--node-types", str(types), "--kubeconfig", str(kubeconfig), "--namespace", namespace)
+    r = await asyncio.to_thread(
+        capstan_run,
+        *common,
+        "--dry-run",
+        "--duration",
+        "4s",
+        "--review-interval",
+        "1s",
+        "--read-suspended-jobs",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "dry run, nothing written:" in r.stdout and "1 launches" in r.stdout
+    assert "for headroom" in r.stderr + r.stdout
+    assert not await labelled_nodes(kube, namespace)
+    bad = await asyncio.to_thread(capstan_run, *common, "--read-suspended-jobs", "--no-headroom")
+    assert bad.returncode == 2 and "--no-headroom" in bad.stderr and "Traceback" not in bad.stderr
+    await kube.delete(resources.JOBS, "queued", namespace)

@@ -59,3 +59,25 @@ def test_a_pod_not_safe_to_evict_carries_both_autoscalers_annotations() -> None:
     assert "schedulingGates" not in manifest["spec"]
     movable = pod_manifest(Pod("t-2", 0.0, 2000, 4096), "r1-t-2", "ns", pool="p", gated=True)
     assert "annotations" not in movable["metadata"] and movable["spec"]["schedulingGates"]
+
+
+def test_a_suspended_job_announces_the_pods_it_will_run_at_once() -> None:
+    from capstan.capacity.live import MAX_PODS_PER_JOB, SuspendedJobs, job_pods
+
+    spec = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "2", "nvidia.com/gpu": "1"}}}]}
+
+    def job(name: str, **extra: object) -> dict[str, object]:
+        return {"metadata": {"name": name, "namespace": "ml"}, "spec": {"template": {"spec": spec}, **extra}}
+
+    pods = job_pods(job("train", suspend=True, parallelism=3, completions=2), 50.0)
+    assert [p.name for p in pods] == ["ml/train-0", "ml/train-1"]
+    assert all(p.arrival == 50.0 and p.num_gpu == 1 and p.cpu_milli == 2000 for p in pods)
+    assert job_pods(job("running", suspend=False, parallelism=3), 50.0) == ()
+    assert len(job_pods(job("wide", suspend=True, parallelism=10_000), 0.0)) == MAX_PODS_PER_JOB
+    assert len(job_pods(job("one", suspend=True), 0.0)) == 1
+    queue = SuspendedJobs(refresh_s=2.0)
+    queue.follow({"ml/b": job("b", suspend=True), "ml/a": job("a", suspend=True), "ml/c": job("c")})
+    announced, again = queue.announced(10.0)
+    assert [p.name for p in announced] == ["ml/a-0", "ml/b-0"] and again == 12.0
+    with pytest.raises(ValueError, match="refresh_s"):
+        SuspendedJobs(refresh_s=0)

@@ -4,7 +4,7 @@ replays, over the Node and Pod informers, acting through a :class:`Provider`.
 Entry points: :func:`run_controller` (the loop; until its ``stop`` event), :class:`LiveCluster` (the informers'
 view as a :class:`capstan.capacity.Cluster`), :class:`KwokProvider` (nodes for the sandbox), :class:`KarpenterProvider` (NodeClaims: Capstan decides, Karpenter launches), :func:`live_config`
 (the planner's settings for a live cluster), :class:`ControllerMetrics` and :class:`EventRecorder` (what it
-tells people), :func:`replay_pods` (a workload's pods created and deleted on a cluster, time-compressed, and how
+tells people), :class:`SuspendedJobs` (suspended Jobs as demand announced ahead, for ``QueuedDemand``), :func:`replay_pods` (a workload's pods created and deleted on a cluster, time-compressed, and how
 long each waited) and :func:`replay_under_controller` (the same, placed by the controller), and the names pods and nodes carry (:data:`GATE`,
 :data:`PROMISED_ANNOTATION`, :data:`PURPOSE_LABEL`, the taints). docs/capacity.md, "Live", says how pods are
 handed to Capstan and what each decision does in Kubernetes.
@@ -31,6 +31,7 @@ from capstan.capacity.live._objects import (
     PURPOSE_LABEL,
     pod_from_object,
 )
+from capstan.capacity.live._queue import MAX_PODS_PER_JOB, SuspendedJobs, job_pods
 from capstan.capacity.live._replay import (
     POOL_LABEL,
     ControlledReplay,
@@ -49,6 +50,7 @@ __all__ = [
     "DRAINING_TAINT",
     "FORGET_AFTER_S",
     "GATE",
+    "MAX_PODS_PER_JOB",
     "NODECLAIMS",
     "NODE_PREFIX",
     "POOL_LABEL",
@@ -64,8 +66,10 @@ __all__ = [
     "Provider",
     "ReplayResult",
     "RunStats",
+    "SuspendedJobs",
     "ensure_namespace",
     "follow_scale_down",
+    "job_pods",
     "live_config",
     "other_autoscalers",
     "pod_from_object",

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from capstan.backoff import Backoff
 from capstan.capacity.controller import Controller
 from capstan.capacity.live._cluster import ActionLog, EventSink, LiveCluster, Provider
+from capstan.capacity.live._queue import SuspendedJobs
 from capstan.capacity.live._report import ControllerMetrics, record_pass
 from capstan.capacity.model import NodeType
 from capstan.kube import Informer, KubeClient, LeaderElection, resources
@@ -62,15 +63,18 @@ async def run_controller(
     metrics: ControllerMetrics | None = None,
     events: EventSink | None = None,
     placeholder_namespace: str | None = None,
+    queue: SuspendedJobs | None = None,
 ) -> RunStats:
     """Run until ``stop`` is set; ``namespace`` limits the pods Capstan places (nodes are cluster-wide). With
+    ``queue`` (the announcements the controller's :class:`~capstan.capacity.QueuedDemand` reads) a Job informer
+    in ``namespace`` feeds it the suspended Jobs. With
     ``election`` the loop acts only while it holds the Lease: it waits as a candidate, and stops (with
     :attr:`RunStats.lost_leadership`) the moment leadership is lost; a clean stop releases the Lease."""
     await provider.check()
 
     def acting_until(until: asyncio.Event) -> Awaitable[RunStats]:
         return _run(client, provider, controller, node_types, until, namespace, dry_run, tick_s, clock, on_pass,
-                    metrics, events, placeholder_namespace)  # fmt: skip
+                    metrics, events, placeholder_namespace, queue)  # fmt: skip
 
     if election is None:
         return await acting_until(stop)
@@ -112,11 +116,16 @@ async def _run(
     metrics: ControllerMetrics | None,
     events: EventSink | None,
     placeholder_namespace: str | None,
+    queue: SuspendedJobs | None,
 ) -> RunStats:
     nodes_inf = Informer(client, resources.NODES)
     pods_inf = Informer(client, resources.PODS)
+    informers = {"nodes": nodes_inf, "pods": pods_inf}
+    if queue is not None:
+        informers["jobs"] = Informer(client, resources.JOBS, namespace=namespace)
+        queue.follow(informers["jobs"].state)
     changed = asyncio.Event()
-    synced = {"nodes": asyncio.Event(), "pods": asyncio.Event()}
+    synced = {name: asyncio.Event() for name in informers}
 
     async def follow(name: str, inf: Informer) -> None:
         async for delta in inf.deltas():
@@ -124,7 +133,7 @@ async def _run(
                 synced[name].set()
             changed.set()
 
-    tasks = [asyncio.create_task(follow("nodes", nodes_inf)), asyncio.create_task(follow("pods", pods_inf))]
+    tasks = [asyncio.create_task(follow(name, inf)) for name, inf in informers.items()]
     cluster = LiveCluster(
         node_types,
         nodes_inf.state,
@@ -209,8 +218,8 @@ async def _run(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(_either(changed, stop), timeout=wait)
     finally:
-        nodes_inf.stop()
-        pods_inf.stop()
+        for inf in informers.values():
+            inf.stop()
         for t in tasks:
             t.cancel()
         for t in tasks:
