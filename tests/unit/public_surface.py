@@ -133,6 +133,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "Expectation",
         "KubectlToolbox",
         "Kubelet",
+        "LogsNotServed",
         "McpToolbox",
         "ModelError",
         "ObjectKey",

@@ -23,7 +23,7 @@ from capstan.faults._scenario import (
     parse_scenario,
 )
 from capstan.faults._score import Score, missing_keywords, score
-from capstan.faults.kubelet import Kubelet, Termination
+from capstan.faults.kubelet import Kubelet, LogsNotServed, Termination
 from capstan.lazy import lazy_attributes
 
 # The runner needs the recorder and the store; loading the scenarios (`capstan faults list`) does not.
@@ -102,6 +102,7 @@ __all__ = [
     "Expectation",
     "KubectlToolbox",
     "Kubelet",
+    "LogsNotServed",
     "McpToolbox",
     "ModelError",
     "ObjectKey",

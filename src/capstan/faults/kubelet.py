@@ -23,6 +23,11 @@ from typing import Any, Literal
 from capstan.kube import ApiError, KubeClient, resources
 from capstan.sandbox import GPU_RESOURCE, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
 
+
+class LogsNotServed(RuntimeError):
+    """kwok never began serving a pod's log after its ``Logs`` object was applied (the log reads would fail)."""
+
+
 ContainerKind = Literal["container", "init", "sidecar"]
 Clock = Callable[[], dt.datetime]
 
@@ -163,15 +168,23 @@ class Kubelet:
         uid = str(meta.get("uid") or "")
         if uid in self._logs_served or not names:
             return
+        if not spec.get("nodeName"):
+            return  # no node serves an unscheduled pod's log; a later call waits once it is bound
         # kwok learns of a new Logs object through its own watch; until then the log API answers an error. Wait
         # until it serves this pod, so a restart made visible next finds its previous log, as with a real kubelet.
-        for _ in range(300):  # bounded: 15 s
+        last: ApiError | None = None
+        for _ in range(600):  # bounded: 30 s (kwok's watch lags on a loaded machine)
             try:
                 await self.client.pod_log(meta["namespace"], meta["name"], names[-1], tail_lines=1)
-                break
-            except ApiError:
+                self._logs_served.add(uid)
+                return
+            except ApiError as exc:
+                last = exc
                 await asyncio.sleep(0.05)
-        self._logs_served.add(uid)
+        raise LogsNotServed(
+            f"kwok did not serve the log of pod {meta['namespace']}/{meta['name']} within 30 s"
+            + (f" (last answer: {last.status} {last.message[:200]})" if last else "")
+        )
 
     async def write_log(self, namespace: str, pod: str, container: str, lines: list[str]) -> None:
         """Append lines to the container's current log (what `kubectl logs` shows now)."""

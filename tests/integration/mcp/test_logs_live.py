@@ -78,6 +78,7 @@ async def test_the_previous_log_of_a_crash_looping_pod_is_served_without_its_sec
     answer = payload(previous)
     assert not previous.is_error and answer["pods"] == 1
     (entry,) = answer["containers"]
+    assert "unreadable" not in entry, entry
     assert (entry["pod"], entry["container"], entry["matched"]) == ("worker", "app", 1)
     (line,) = entry["lines"]
     assert "FATAL: password authentication failed for user admin" in line
