@@ -8,7 +8,7 @@ PostgreSQL through psycopg 3. Anything else is one :class:`~capstan.errors.UserE
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import (
     Column,
@@ -22,7 +22,7 @@ from sqlalchemy import (
     inspect,
     text,
 )
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from capstan.errors import UserError
@@ -168,8 +168,22 @@ def migrate(sql_engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     with sql_engine.begin() as conn:
+        _lock_schema(
+            conn
+        )  # another process upgrading at the same moment finishes first; this one then finds head
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+# pg_advisory_xact_lock's key: any constant other Capstan tables' users are unlikely to pick ("capstan" in ASCII)
+_SCHEMA_LOCK_KEY: Final = 0x63617073_74616E
+
+
+def _lock_schema(conn: Connection) -> None:
+    """On PostgreSQL, hold the schema lock until the transaction ends: several recorders (shards of one store)
+    starting at once on an empty database create its tables once. (SQLite's writer begins IMMEDIATE already.)"""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
 
 
 def _create_fresh(sql_engine: Engine) -> bool:
@@ -186,6 +200,7 @@ def _create_fresh(sql_engine: Engine) -> bool:
     with (
         sql_engine.begin() as conn
     ):  # the SQLite writer begins IMMEDIATE: two processes creating at once serialize
+        _lock_schema(conn)
         inspector = inspect(conn)
         if inspector.has_table("alembic_version"):
             return True  # another process created it meanwhile

@@ -5,6 +5,7 @@ migrating a store that holds data from the unpartitioned schema."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -312,3 +313,35 @@ def test_a_fresh_postgres_store_has_exactly_the_partitioned_schema(pg: Store) ->
         )
     assert diff == []
     assert kinds == {"object_changes": "p", "object_change_keys": "r"}
+
+
+def test_stores_opened_at_once_on_an_empty_database_create_its_schema_once(
+    postgres_server: PostgresServer,
+) -> None:
+    """Shards of one store (several recorders) start together: each opens the empty database at the same moment;
+    the schema lock lets one create the tables while the others wait and then find them."""
+    postgres_server.reset()
+    gate = threading.Barrier(6)
+    errors: list[BaseException] = []
+    opened: list[Store] = []
+
+    def open_one() -> None:
+        gate.wait(30)
+        try:
+            opened.append(open_store(postgres_server.url))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        assert not errors, errors[0]
+        assert len(opened) == 6
+        with create_engine(parse_database_url(postgres_server.url)).connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
+    finally:
+        for store in opened:
+            store.close()
