@@ -257,6 +257,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "RedisTargetConfig",
         "RingEntry",
         "ServerInfo",
+        "Watch",
         "apply_patch",
         "event_record",
         "kind_key",

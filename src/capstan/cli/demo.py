@@ -200,9 +200,7 @@ async def restarts_and_history_step(
         )  # fmt: skip
         async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
             recorder = KubeCollector(
-                KubernetesConfig(
-                    kinds=["Deployment", "ReplicaSet", "Pod", "ConfigMap", "Node"], namespace=None
-                ),
+                KubernetesConfig(kinds=["Deployment", "ReplicaSet", "Pod", "ConfigMap", "Node"]),
                 store.history,
                 connect=functools.partial(KubeClient.from_kubeconfig, kubeconfig),
                 source="default",

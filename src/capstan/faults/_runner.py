@@ -315,7 +315,7 @@ class _Play:
         self.store = open_store(str(self.tmp / "history.db"))
         collector = KubeCollector(
             KubernetesConfig(
-                kinds=list(RECORDED_KINDS), namespace=self.ns, events=False, flush_interval_s=0.05
+                kinds=list(RECORDED_KINDS), namespaces=[self.ns], events=False, flush_interval_s=0.05
             ),
             self.store.history,
             source=_SOURCE,

@@ -8,7 +8,7 @@ logs (planned by the pure :func:`plan_ring`, :func:`plan_config`, :func:`plan_se
 """
 
 from capstan.record._diff import DiffPolicy, apply_patch, make_patch, normalize
-from capstan.record._kube import DEFAULT_KINDS, KubeCollector, KubernetesConfig
+from capstan.record._kube import DEFAULT_KINDS, KubeCollector, KubernetesConfig, Watch
 from capstan.record._objects import ObjectHistory, event_record, kind_key
 from capstan.record._redis import RedisCollector, RedisTargetConfig
 from capstan.record._redis_core import (
@@ -42,6 +42,7 @@ __all__ = [
     "RedisTargetConfig",
     "RingEntry",
     "ServerInfo",
+    "Watch",
     "apply_patch",
     "event_record",
     "kind_key",

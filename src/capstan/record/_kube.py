@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
+import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from capstan.config import StrictModel
 from capstan.kube import ApiError, Delta, Informer, KubeClient, KubeConnect, Resource, resource_for
@@ -68,6 +71,8 @@ DEFAULT_KINDS: tuple[str, ...] = (
     "ClusterRoleBinding",
 )
 EVENT_KINDS: tuple[str, ...] = ("Event", "events.k8s.io/v1/Event")
+_NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_CURSOR_KEY_CHARS = 300  # kind_cursors.kind
 
 
 class CustomKind(StrictModel):
@@ -79,13 +84,28 @@ class CustomKind(StrictModel):
 
 
 class KubernetesConfig(StrictModel):
-    """The ``kubernetes:`` section of the recorder configuration."""
+    """The ``kubernetes:`` section of the recorder configuration.
+
+    ``namespaces`` and ``exclude_namespaces`` make the recorder one shard of several writing into one store: each
+    watch keeps its own cursor (keyed by the kind and the namespaces it covers) and a relist compares only against
+    the stored states of its own namespaces, so shards with disjoint namespaces (or disjoint kinds) record exactly
+    the rows one recorder would. A shard that names ``namespaces`` records namespaced kinds only (the default kinds
+    lose their cluster-scoped ones; naming one is an error): cluster-scoped kinds belong to the shard that takes the
+    rest, with ``exclude_namespaces`` or no namespaces at all."""
 
     kubeconfig: Path | None = None
-    kinds: list[str] = Field(default_factory=lambda: list(DEFAULT_KINDS))
+    kinds: list[str] | None = Field(
+        default=None,
+        description="kinds to record (default: DEFAULT_KINDS, the namespaced ones with `namespaces`)",
+    )
     events: bool = True
     custom: list[CustomKind] = Field(default_factory=list)
-    namespace: str | None = Field(default=None, description="record one namespace only (default: all)")
+    namespaces: list[str] = Field(
+        default_factory=list, description="record these namespaces only, one watch each (default: all)"
+    )
+    exclude_namespaces: list[str] = Field(
+        default_factory=list, description="record every namespace but these (the shard that takes the rest)"
+    )
     flush_interval_s: float = Field(default=0.2, gt=0, le=10)
     max_batch: int = Field(default=2000, ge=1, le=100_000)
     diff_workers: int = Field(
@@ -96,17 +116,119 @@ class KubernetesConfig(StrictModel):
         "worth it with spare cores (capstan.record._diffpool)",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_namespace(cls, data: Any) -> Any:
+        """``namespace: x`` (one namespace) is kept as the shorthand of ``namespaces: [x]``."""
+        if isinstance(data, dict) and "namespace" in data:
+            data = dict(data)
+            one = data.pop("namespace")
+            if one is not None:
+                if data.get("namespaces"):
+                    raise ValueError("give namespace or namespaces, not both")
+                data["namespaces"] = [one]
+        return data
+
     @field_validator("kinds")
     @classmethod
-    def _known_kinds(cls, v: list[str]) -> list[str]:
-        for spec in v:
+    def _known_kinds(cls, v: list[str] | None) -> list[str] | None:
+        for spec in v or ():
             resource_for(spec)  # raises a UserError naming an unknown kind
         return v
 
+    @field_validator("namespaces", "exclude_namespaces")
+    @classmethod
+    def _namespace_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not _NAMESPACE_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a namespace name (lower-case letters, digits and '-')")
+        if len(set(v)) != len(v):
+            raise ValueError("a namespace is named twice")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> KubernetesConfig:
+        if self.namespaces and self.exclude_namespaces:
+            raise ValueError("give namespaces or exclude_namespaces, not both")
+        if self.namespaces:
+            explicit = [resource_for(k) for k in self.kinds or ()]
+            explicit += [resource_for(c.kind, plural=c.plural, namespaced=c.namespaced) for c in self.custom]
+            scoped = sorted({r.kind for r in explicit if not r.namespaced})
+            if scoped:
+                raise ValueError(
+                    f"{', '.join(scoped)} {'is' if len(scoped) == 1 else 'are'} cluster-scoped: a shard of namespaces records namespaced kinds only "
+                    "(record it in the shard with exclude_namespaces, or without namespaces)"
+                )
+        return self
+
+    @property
+    def namespace(self) -> str | None:
+        """The one namespace this recorder covers (None: several, or all)."""
+        return self.namespaces[0] if len(self.namespaces) == 1 else None
+
     def resources(self) -> list[Resource]:
-        out = [resource_for(k) for k in self.kinds]
+        """The kinds to record (custom ones last)."""
+        if self.kinds is not None:
+            out = [resource_for(k) for k in self.kinds]
+        else:
+            out = [r for r in map(resource_for, DEFAULT_KINDS) if r.namespaced or not self.namespaces]
         out += [resource_for(c.kind, plural=c.plural, namespaced=c.namespaced) for c in self.custom]
         return out
+
+    def watches(self) -> list[Watch]:
+        """One :class:`Watch` per kind and namespace this recorder covers (Events included when ``events``)."""
+        kinds = [(r, False) for r in self.resources()]
+        if self.events:
+            kinds += [(resource_for(k), True) for k in EVENT_KINDS]
+        out: list[Watch] = []
+        for resource, is_event in kinds:
+            if not resource.namespaced:
+                out.append(Watch(resource, is_event))
+            elif self.namespaces:
+                out += [Watch(resource, is_event, namespace=ns) for ns in self.namespaces]
+            else:
+                out.append(Watch(resource, is_event, excluded=tuple(self.exclude_namespaces)))
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Watch:
+    """One watch of a recorder: a kind, cluster-wide, in one namespace, or in every namespace but ``excluded``.
+
+    ``key`` names its cursor in the store: the kind's key (``/v1/Pod``) for a cluster-wide watch, with
+    ``@ns=<namespace>`` or ``@ns!=<excluded,…>`` after it for a shard's, so shards never share a cursor."""
+
+    resource: Resource
+    is_event: bool
+    namespace: str | None = None
+    excluded: tuple[str, ...] = ()
+
+    @property
+    def kind_key(self) -> str:
+        return kind_key(self.resource.api_version, self.resource.kind)
+
+    @property
+    def key(self) -> str:
+        if self.namespace is not None:
+            return f"{self.kind_key}@ns={self.namespace}"
+        if self.excluded:
+            names = ",".join(self.excluded)
+            if len(self.kind_key) + len(names) > _CURSOR_KEY_CHARS - 5:
+                names = "sha1:" + hashlib.sha1(names.encode()).hexdigest()
+            return f"{self.kind_key}@ns!={names}"
+        return self.kind_key
+
+    @property
+    def field_selector(self) -> str | None:
+        """The API server's filter for the excluded namespaces (``metadata.namespace!=…``, which every kind
+        supports)."""
+        return ",".join(f"metadata.namespace!={ns}" for ns in self.excluded) or None
+
+    def covers(self, namespace: str) -> bool:
+        """Whether an object stored in ``namespace`` is this watch's (a relist compares against those only)."""
+        if self.namespace is not None:
+            return namespace == self.namespace
+        return namespace not in self.excluded
 
 
 class KubeCollector:
@@ -145,10 +267,14 @@ class KubeCollector:
         self.synced: dict[str, asyncio.Event] = {}
 
     # ---- state from the store -----------------------------------------------------------------------------------
-    def _known(self, history: ObjectHistory, resource: Resource) -> dict[str, dict[str, Any]]:
+    def _known(self, watch: Watch) -> dict[str, dict[str, Any]]:
+        """The stored states this watch covers: a relist compares against these (not another shard's)."""
+        resource = watch.resource
         known: dict[str, dict[str, Any]] = {}
         for st in self.store.object_states(self.source, resource.kind).values():
             if st.api_version != resource.api_version:
+                continue
+            if resource.namespaced and not watch.covers(st.namespace or ""):
                 continue
             meta: dict[str, Any] = {"name": st.name, "uid": st.uid, "resourceVersion": st.resource_version}
             if st.namespace:
@@ -159,20 +285,16 @@ class KubeCollector:
 
     # ---- one kind -----------------------------------------------------------------------------------------------
     async def _record_kind(
-        self,
-        client: KubeClient,
-        history: ObjectHistory,
-        resource: Resource,
-        is_event: bool,
-        stop: asyncio.Event,
+        self, client: KubeClient, history: ObjectHistory, watch: Watch, stop: asyncio.Event
     ) -> None:
-        key = kind_key(resource.api_version, resource.kind)
+        resource, is_event, key = watch.resource, watch.is_event, watch.key
         cursor = self.store.kind_cursor(self.source, key)
-        known = {} if is_event else self._known(history, resource)
+        known = {} if is_event else self._known(watch)
         informer = Informer(
             client,
             resource,
-            namespace=self.config.namespace,
+            namespace=watch.namespace,
+            field_selector=watch.field_selector,
             known=known if (known or cursor) else None,
             resource_version=cursor.resource_version if cursor else None,
             keep_objects=False,
@@ -193,13 +315,13 @@ class KubeCollector:
                     if relist is not None:
                         await self._settle()  # every change of the relist is in it before its cursor
                         if delta.via == "relist" and last_rv is not None:
-                            relist.gaps.append(self._relist_gap(key, last_rv, delta.resource_version))
+                            relist.gaps.append(self._relist_gap(watch, last_rv, delta.resource_version))
                         relist.kind_cursors.append(KindCursor(self.source, key, delta.resource_version))
                         last_rv = delta.resource_version
                         self._pending.extend(relist)
                         relist = None
                         if self.metrics is not None and delta.via == "relist":
-                            self.metrics.relists.labels(self.source, key).inc()
+                            self.metrics.relists.labels(self.source, watch.kind_key).inc()
                     synced.set()
                     self._wake.set()
                     continue
@@ -238,18 +360,24 @@ class KubeCollector:
         if self._pool is not None:
             await self._pool.settle()
 
-    def _relist_gap(self, key: str, from_rv: str, to_rv: str) -> Gap:
+    def _relist_gap(self, watch: Watch, from_rv: str, to_rv: str) -> Gap:
         """The watch could not resume where it stopped (410 Gone: history compacted, or the stream was lost for
         too long): the final state of every object is recorded by the relist, but versions in between and objects
         created and deleted in between are not recoverable — said explicitly, not silently."""
         return Gap(
             source=self.source,
             log="kubernetes",
-            key=f"{key}@{to_rv}"[-256:],
+            key=f"{watch.key}@{to_rv}"[-256:],
             observed_at=self.clock(),
             lost=None,
             reason="watch could not resume (410 Gone); relisted: intermediate versions are not recoverable",
-            detail={"kind": key, "from_resource_version": from_rv, "to_resource_version": to_rv},
+            detail={
+                "kind": watch.kind_key,
+                **({"namespace": watch.namespace} if watch.namespace is not None else {}),
+                **({"excluded_namespaces": list(watch.excluded)} if watch.excluded else {}),
+                "from_resource_version": from_rv,
+                "to_resource_version": to_rv,
+            },
         )
 
     def _observe(
@@ -312,28 +440,24 @@ class KubeCollector:
             await asyncio.wait_for(self._settle(), timeout=10)
         await self._flush()
 
-    def _kinds(self) -> list[tuple[Resource, bool]]:
-        """What this collector records: ``(resource, is_event)``."""
-        kinds = [(r, False) for r in self.config.resources()]
-        if self.config.events:
-            kinds += [(resource_for(k), True) for k in EVENT_KINDS]
-        return kinds
-
     async def record_once(self, *, timeout_s: float = 120.0) -> str | None:
         """List every kind once and record it as a start-up does (against the stored states, with the cursors),
         then stop: ``capstan record --once``. Returns the error line of this target (None: recorded). Each kind is
         asked for once first, so a kind the credentials may not list is named at once instead of retried."""
-        kinds = self._kinds()
+        watches = self.config.watches()
         client = await self._connect()
         try:
-            for resource, _ in kinds:
+            for w in watches:
                 try:
-                    await client.list_page(resource, namespace=self.config.namespace, limit=1)
+                    await client.list_page(
+                        w.resource, namespace=w.namespace, field_selector=w.field_selector, limit=1
+                    )
                 except ApiError as exc:
-                    return f"cannot list {resource.name}: {exc}"
+                    where = f" in namespace {w.namespace}" if w.namespace else ""
+                    return f"cannot list {w.resource.name}{where}: {exc}"
         finally:
             await client.close()
-        keys = [kind_key(r.api_version, r.kind) for r, _ in kinds]
+        keys = [w.key for w in watches]
         for key in keys:
             self.synced.setdefault(key, asyncio.Event())
         stop = asyncio.Event()
@@ -364,7 +488,7 @@ class KubeCollector:
         history = ObjectHistory(
             self.source, None if workers else states, policy=self.policy, redactor=redactor
         )
-        kinds = self._kinds()
+        watches = self.config.watches()
         # NOTE: what is alive now (the libraries, the loaded states) lives as long as the recorder: frozen, the
         # collector's full passes no longer walk it for every few thousand changes (about a tenth of the whole
         # path's CPU under a burst, bench/history_ingest.py); capstan.mcp freezes its states the same way.
@@ -388,8 +512,8 @@ class KubeCollector:
             raise
         writer = asyncio.create_task(self._writer(stop), name=f"{self.name}/writer")
         tasks = [
-            asyncio.create_task(self._record_kind(client, history, r, ev, stop), name=f"{self.name}/{r.name}")
-            for r, ev in kinds
+            asyncio.create_task(self._record_kind(client, history, w, stop), name=f"{self.name}/{w.key}")
+            for w in watches
         ]
         stop_wait = asyncio.create_task(stop.wait())
         if self._pool is not None:

@@ -33,7 +33,7 @@ PLANTED_SECRET_VALUE = "planted-secret-value-Zk31"
 @contextlib.asynccontextmanager
 async def recording(store: Store, kubeconfig: Path, namespace: str) -> AsyncIterator[KubeCollector]:
     collector = KubeCollector(
-        KubernetesConfig(kinds=["ConfigMap", "Secret", "Pod", "Service"], namespace=namespace,
+        KubernetesConfig(kinds=["ConfigMap", "Secret", "Pod", "Service"], namespaces=[namespace],
                          flush_interval_s=0.05),
         store.history, source="test", connect=functools.partial(KubeClient.from_kubeconfig, kubeconfig),
     )  # fmt: skip

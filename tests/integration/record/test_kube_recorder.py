@@ -34,7 +34,7 @@ async def recording(
     store: Store, kubeconfig: Path, namespace: str, kinds: list[str], max_batch: int = 2000
 ) -> Any:
     collector = KubeCollector(
-        KubernetesConfig(kinds=kinds, namespace=namespace, flush_interval_s=0.05, max_batch=max_batch), store.history, source="test",
+        KubernetesConfig(kinds=kinds, namespaces=[namespace], flush_interval_s=0.05, max_batch=max_batch), store.history, source="test",
         connect=functools.partial(KubeClient.from_kubeconfig, kubeconfig),
     )  # fmt: skip
     stop = asyncio.Event()

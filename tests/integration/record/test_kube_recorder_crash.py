@@ -57,12 +57,12 @@ def start_recorder(
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def wait_cursor(db: str, timeout: float = 120) -> None:
+async def wait_cursor(db: str, namespace: str, timeout: float = 120) -> None:
     store = open_store(db)
     try:
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
-        while store.history.kind_cursor("crash", "/v1/ConfigMap") is None:
+        while store.history.kind_cursor("crash", f"/v1/ConfigMap@ns={namespace}") is None:
             if loop.time() > end:
                 pytest.fail("the recorder never stored a cursor")
             await asyncio.sleep(0.2)
@@ -165,7 +165,7 @@ async def test_kill_9_mid_burst_then_resume_keeps_every_change_exactly_once(
     written: dict[str, list[tuple[str, str]]] = defaultdict(list)
     proc = start_recorder(tmp_path, kubeconfig, namespace, db, diff_workers=diff_workers)
     try:
-        await wait_cursor(db)
+        await wait_cursor(db, namespace)
         task = asyncio.create_task(burst(kube, namespace, 5000, written, seed=1))
         while sum(len(v) for v in written.values()) < 2000:  # kill it mid-burst
             await asyncio.sleep(0.05)
@@ -204,7 +204,7 @@ async def test_changes_while_down_after_compaction_arrive_as_relist_records(
     proc = start_recorder(tmp_path, kubeconfig, namespace, db)
     written: dict[str, list[tuple[str, str]]] = defaultdict(list)
     try:
-        await wait_cursor(db)
+        await wait_cursor(db, namespace)
         await burst(kube, namespace, 500, written, seed=2)
         await converge(db, kube, namespace)
     finally:
@@ -244,7 +244,7 @@ async def test_a_forced_410_during_a_burst_loses_no_change(
     proc = start_recorder(tmp_path, kubeconfig, namespace, db)
     written: dict[str, list[tuple[str, str]]] = defaultdict(list)
     try:
-        await wait_cursor(db)
+        await wait_cursor(db, namespace)
         await burst(kube, namespace, 1000, written, seed=4)
         # no waiting for the recorder: it is still consuming the burst when its history is compacted away and
         # its stream is cut, so it resumes at a compacted version

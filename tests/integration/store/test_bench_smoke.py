@@ -44,3 +44,16 @@ def test_slowlog_vs_exporter_bench_smoke(tmp_path: Path) -> None:
         assert exporter["scrapes"] > 0 and exporter["counted"] > 0
     assert tuple(int(p) for p in data["engines"]["valkey"]["version"].split(".")[:2]) >= (8, 1)
     assert (tmp_path / "history_slowlog_vs_exporter.png").stat().st_size > 0
+
+
+def test_history_shards_bench_smoke(tmp_path: Path) -> None:
+    proc = run_smoke("history_shards.py", tmp_path)
+    assert "shards of one store" in proc.stdout
+    data = json.loads((tmp_path / "history_shards.json").read_text())
+    assert set(data["backends"]) == {"sqlite", "postgresql"}
+    for runs in data["backends"].values():
+        assert [r["shards"] for r in runs] == [1, 2]
+        # every change of the burst stored once, whether one recorder or two shards wrote it
+        assert all(r["stored"] == r["changes"] == data["burst"] for r in runs)
+        assert len(runs[1]["shard_changes_per_s"]) == 2 and runs[0]["against_one"] == 1.0
+    assert (tmp_path / "history_shards.png").stat().st_size > 0

@@ -22,7 +22,7 @@ from tests.unit.kube.fakeapi import FakeApiServer, Watch
 pytestmark = pytest.mark.unit
 
 NS = "app"
-KEY = "/v1/ConfigMap"
+KEY = f"/v1/ConfigMap@ns={NS}"  # the cursor of the one namespace it records
 
 
 async def record_until_the_script_ends(
@@ -33,7 +33,7 @@ async def record_until_the_script_ends(
     config = KubernetesConfig(
         kinds=["ConfigMap"],
         events=False,
-        namespace=NS,
+        namespaces=[NS],
         flush_interval_s=0.01,
         diff_workers=diff_workers,
         max_batch=max_batch,
@@ -170,7 +170,7 @@ async def test_a_failing_diff_worker_stops_the_collector(tmp_path: Path) -> None
     store = open_store(str(tmp_path / "history.db"))
     collector = KubeCollector(
         KubernetesConfig(
-            kinds=["ConfigMap"], events=False, namespace=NS, flush_interval_s=0.01, diff_workers=2
+            kinds=["ConfigMap"], events=False, namespaces=[NS], flush_interval_s=0.01, diff_workers=2
         ),
         store.history,
         connect=fake.connect,
@@ -232,7 +232,7 @@ async def test_a_store_that_fails_at_start_leaves_no_client_open(tmp_path: Path)
 
         store.history.object_states = broken  # type: ignore[method-assign,assignment]
         collector = KubeCollector(
-            KubernetesConfig(kinds=["ConfigMap"], events=False, namespace=NS),
+            KubernetesConfig(kinds=["ConfigMap"], events=False, namespaces=[NS]),
             store.history,
             connect=connect,
             source="test",
