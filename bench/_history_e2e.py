@@ -36,15 +36,16 @@ from capstan.store import INGEST_CACHE_KIB, Batch, open_store
 EVENTS_PER_CHUNK = 16  # watch lines per network read (a real stream arrives in reads of many lines)
 
 
-def deployment(k: int, version: int) -> dict[str, Any]:
-    """Deployment ``k`` at ``version`` (every version differs: replicas, image, observedGeneration)."""
+def deployment(k: int, version: int, namespace: str | None = None) -> dict[str, Any]:
+    """Deployment ``k`` at ``version`` (every version differs: replicas, image, observedGeneration); in
+    ``namespace`` (a shard's: the uid says which) or spread over 20 namespaces."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
             "name": f"svc-{k}",
-            "namespace": f"team-{k % 20}",
-            "uid": f"uid-{k:08d}",
+            "namespace": namespace or f"team-{k % 20}",
+            "uid": f"uid-{namespace + '-' if namespace else ''}{k:08d}",
             "resourceVersion": str(version),
             "labels": {"app": f"svc-{k}", "tier": "inference"},
             "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
@@ -67,11 +68,11 @@ def deployment(k: int, version: int) -> dict[str, Any]:
     }
 
 
-def _stream(changes: int, objects: int) -> AsyncIterator[bytes]:
+def _stream(changes: int, objects: int, namespace: str | None) -> AsyncIterator[bytes]:
     async def gen() -> AsyncIterator[bytes]:
         lines: list[bytes] = []
         for i in range(changes):
-            obj = deployment(i % objects, 101 + i)
+            obj = deployment(i % objects, 101 + i, namespace)
             lines.append(orjson.dumps({"type": "ADDED" if i < objects else "MODIFIED", "object": obj}))
             if len(lines) >= EVENTS_PER_CHUNK:
                 yield b"\n".join(lines) + b"\n"
@@ -83,16 +84,20 @@ def _stream(changes: int, objects: int) -> AsyncIterator[bytes]:
     return gen()
 
 
-async def _record(url: str, changes: int, objects: int, max_batch: int, workers: int) -> dict[str, float]:
+async def _record(
+    url: str, changes: int, objects: int, max_batch: int, workers: int, namespace: str | None
+) -> dict[str, float]:
     res = resources.DEPLOYMENTS
-    path = res.collection_path(None)
+    path = res.collection_path(namespace)
 
     async def handle(request: httpx2.Request) -> httpx2.Response:
         if request.url.path != path:
             return httpx2.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
         if request.url.params.get("watch") == "true":
             return httpx2.Response(
-                200, headers={"content-type": "application/json"}, content=_stream(changes, objects)
+                200,
+                headers={"content-type": "application/json"},
+                content=_stream(changes, objects, namespace),
             )
         body = {"kind": "DeploymentList", "apiVersion": "apps/v1", "metadata": {"resourceVersion": "100"}}
         return httpx2.Response(200, json={**body, "items": []})
@@ -118,7 +123,13 @@ async def _record(url: str, changes: int, objects: int, max_batch: int, workers:
 
     store.history.add_commit_listener(committed)
     collector = KubeCollector(
-        KubernetesConfig(kinds=["Deployment"], events=False, max_batch=max_batch, diff_workers=workers),
+        KubernetesConfig(
+            kinds=["Deployment"],
+            events=False,
+            max_batch=max_batch,
+            diff_workers=workers,
+            namespaces=[namespace] if namespace else [],
+        ),
         store.history,
         connect=connect,
         source="bench-e2e",
@@ -131,6 +142,8 @@ async def _record(url: str, changes: int, objects: int, max_batch: int, workers:
         stored = store.database.count("object_changes")
         store.close()
     return {
+        "started_at": start,  # perf_counter is CLOCK_MONOTONIC: comparable between processes on one machine
+        "done_at": done_at[0],
         "seconds": done_at[0] - start,
         "changes_per_s": changes / (done_at[0] - start),
         "stored": float(stored),
@@ -168,18 +181,34 @@ def _helpers_pss_kib(pids: list[int]) -> int:
     return total
 
 
-def run_in_child(url: str, changes: int, objects: int, max_batch: int, workers: int) -> dict[str, float]:
-    """The whole path in a fresh interpreter running this file; its figures."""
+def run_in_child(
+    url: str, changes: int, objects: int, max_batch: int, workers: int, *, namespace: str | None = None
+) -> dict[str, float]:
+    """The whole path in a fresh interpreter running this file; its figures. With ``namespace`` the recorder is
+    the shard of that namespace (and the API server's stream carries that namespace's changes only)."""
+    return finish_child(start_child(url, changes, objects, max_batch, workers, namespace=namespace))
+
+
+def start_child(
+    url: str, changes: int, objects: int, max_batch: int, workers: int, *, namespace: str | None = None
+) -> subprocess.Popen[str]:
+    """:func:`run_in_child` started, not waited for (shards run at once); :func:`finish_child` reads it."""
     argv = [
         sys.executable,
         str(Path(__file__).resolve()),
         url,
         *(str(v) for v in (changes, objects, max_batch, workers)),
+        *(["--namespace", namespace] if namespace else []),
     ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_child(proc: subprocess.Popen[str]) -> dict[str, float]:
+    """The figures of a child :func:`start_child` started, once it ends."""
+    stdout, stderr = proc.communicate(timeout=3600)
     if proc.returncode != 0:
-        raise RuntimeError(f"the end-to-end child exited with {proc.returncode}: {proc.stderr[-2000:]}")
-    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"the end-to-end child exited with {proc.returncode}: {stderr[-2000:]}")
+    result: dict[str, float] = json.loads(stdout.strip().splitlines()[-1])
     return result
 
 
@@ -190,10 +219,12 @@ def main() -> None:
     parser.add_argument("objects", type=int)
     parser.add_argument("max_batch", type=int)
     parser.add_argument("workers", type=int, help="diff worker processes (0: diff in the recorder's process)")
+    parser.add_argument("--namespace", help="record as the shard of this namespace")
     args = parser.parse_args()
-    print(
-        json.dumps(asyncio.run(_record(args.url, args.changes, args.objects, args.max_batch, args.workers)))
+    figures = asyncio.run(
+        _record(args.url, args.changes, args.objects, args.max_batch, args.workers, args.namespace)
     )
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":
