@@ -179,6 +179,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "parse_timestamp",
         "resource_for",
         "resources",
+        "while_leading",
     ),
     "capstan.kvcache": (
         "DEFAULT_BLOCK_SIZE",

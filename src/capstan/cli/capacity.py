@@ -553,7 +553,6 @@ def run(
     """Run Capstan's capacity controller on a cluster: pods gated by `capstan.io/capacity` are placed by the same
     planner the simulator replays; nodes are launched and drained through the provider. Prints what it did."""
     import asyncio
-    import os
     import signal
     import socket
     import time
@@ -621,15 +620,8 @@ def run(
             loop.call_later(stop_after, stop.set)
         election = None
         if leader_elect and not dry_run:
-            identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
-            election = LeaderElection(
-                client,
-                lease_name,
-                lease_namespace,
-                identity,
-                lease_duration_s=lease_s,
-                renew_deadline_s=lease_s * 2 / 3,
-                retry_period_s=lease_s * 2 / 15,
+            election = LeaderElection.for_this_process(
+                client, lease_name, lease_namespace, lease_duration_s=lease_s
             )
         metrics = ControllerMetrics()
         server = None

@@ -173,16 +173,20 @@ class Kubelet:
         # kwok learns of a new Logs object through its own watch; until then the log API answers an error. Wait
         # until it serves this pod, so a restart made visible next finds its previous log, as with a real kubelet.
         last: ApiError | None = None
-        for _ in range(600):  # bounded: 30 s (kwok's watch lags on a loaded machine)
+        for _ in range(1200):  # bounded: 60 s (kwok's queue lags far behind on a loaded machine)
             try:
                 await self.client.pod_log(meta["namespace"], meta["name"], names[-1], tail_lines=1)
                 self._logs_served.add(uid)
                 return
             except ApiError as exc:
+                if (
+                    exc.not_found
+                ):  # the pod's node is gone (or never was): nothing serves its log, as in a cluster
+                    return
                 last = exc
                 await asyncio.sleep(0.05)
         raise LogsNotServed(
-            f"kwok did not serve the log of pod {meta['namespace']}/{meta['name']} within 30 s"
+            f"kwok did not serve the log of pod {meta['namespace']}/{meta['name']} within 60 s"
             + (f" (last answer: {last.status} {last.message[:200]})" if last else "")
         )
 

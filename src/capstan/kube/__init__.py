@@ -29,6 +29,7 @@ _LAZY = {
     "object_key": "capstan.kube.informer",
     "LeaderElection": "capstan.kube.lease",
     "lease_verdict": "capstan.kube.lease",
+    "while_leading": "capstan.kube.lease",
 }
 
 __getattr__ = lazy_attributes("capstan.kube", _LAZY)
@@ -36,7 +37,7 @@ __getattr__ = lazy_attributes("capstan.kube", _LAZY)
 if TYPE_CHECKING:
     from capstan.kube.client import ApiError, KubeClient, KubeConnect
     from capstan.kube.informer import Delta, Informer, InformerStats, diff_states, object_key
-    from capstan.kube.lease import LeaderElection, lease_verdict
+    from capstan.kube.lease import LeaderElection, lease_verdict, while_leading
 
 __all__ = [
     "ApiError",
@@ -56,4 +57,5 @@ __all__ = [
     "parse_timestamp",
     "resource_for",
     "resources",
+    "while_leading",
 ]

@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from capstan.kube._time import parse_timestamp
 from capstan.kube.client import ApiError, KubeClient
@@ -29,6 +31,7 @@ from capstan.kube.resources import LEASES
 log = logging.getLogger(__name__)
 
 Verdict = Literal["take", "renew", "wait"]
+T = TypeVar("T")
 
 
 def micro_time(at: float) -> str:
@@ -82,6 +85,23 @@ class LeaderElection:
         self.lost = asyncio.Event()
         self.transitions = 0
         self._last_renew = 0.0
+
+    @classmethod
+    def for_this_process(
+        cls, client: KubeClient, name: str, namespace: str, *, lease_duration_s: float = 15.0
+    ) -> LeaderElection:
+        """A candidate named by ``POD_NAME`` (the Downward API) or ``<host>_<pid>``, with client-go's default
+        proportions of ``lease_duration_s`` (15 s: renew deadline 10 s, retry every 2 s)."""
+        identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
+        return cls(
+            client,
+            name,
+            namespace,
+            identity,
+            lease_duration_s=lease_duration_s,
+            renew_deadline_s=lease_duration_s * 2 / 3,
+            retry_period_s=lease_duration_s * 2 / 15,
+        )
 
     async def _try(self) -> bool:
         """One attempt to take or renew the Lease; True when this candidate holds it afterwards."""
@@ -174,3 +194,41 @@ class LeaderElection:
                 return
             lease["spec"] = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1}
             await self.client.replace(LEASES, lease, self.namespace)
+
+
+async def while_leading(
+    election: LeaderElection, stop: asyncio.Event, work: Callable[[asyncio.Event], Awaitable[T]]
+) -> T | None:
+    """Campaign for the Lease; once it is held, run ``work(until)`` and return what it returns. ``until`` is set
+    when ``stop`` is, or the moment leadership is lost (:attr:`LeaderElection.lost`): ``work`` must then stop
+    acting at once. None: stopped, or lost, before this candidate ever led. On a clean stop the Lease is
+    released."""
+    campaign_stop = asyncio.Event()
+    campaign = asyncio.create_task(election.run(campaign_stop))
+    until = asyncio.Event()
+
+    async def watch() -> None:
+        await _either(stop, election.lost)
+        until.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await _either(election.leading, until)
+        if until.is_set() or not election.leading.is_set():
+            return None
+        return await work(until)
+    finally:
+        campaign_stop.set()
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await campaign
+
+
+async def _either(a: asyncio.Event, b: asyncio.Event) -> None:
+    ta, tb = asyncio.create_task(a.wait()), asyncio.create_task(b.wait())
+    try:
+        await asyncio.wait({ta, tb}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ta.cancel()
+        tb.cancel()

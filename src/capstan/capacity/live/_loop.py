@@ -24,7 +24,7 @@ from capstan.capacity.live._cluster import ActionLog, EventSink, LiveCluster, Pr
 from capstan.capacity.live._queue import SuspendedJobs
 from capstan.capacity.live._report import ControllerMetrics, record_pass
 from capstan.capacity.model import NodeType
-from capstan.kube import Informer, KubeClient, LeaderElection, resources
+from capstan.kube import Informer, KubeClient, LeaderElection, resources, while_leading
 
 log = logging.getLogger(__name__)
 
@@ -78,28 +78,11 @@ async def run_controller(
 
     if election is None:
         return await acting_until(stop)
-    campaign_stop = asyncio.Event()
-    campaign = asyncio.create_task(election.run(campaign_stop))
-    acting = asyncio.Event()
-
-    async def watch() -> None:
-        await _either(stop, election.lost)
-        acting.set()
-
-    watcher = asyncio.create_task(watch())
-    try:
-        await _either(election.leading, acting)
-        if acting.is_set() or not election.leading.is_set():
-            return RunStats(lost_leadership=election.lost.is_set())
-        stats = await acting_until(acting)
-        stats.lost_leadership = election.lost.is_set()
-        return stats
-    finally:
-        campaign_stop.set()
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-        await campaign
+    stats = await while_leading(election, stop, acting_until)
+    if stats is None:
+        return RunStats(lost_leadership=election.lost.is_set())
+    stats.lost_leadership = election.lost.is_set()
+    return stats
 
 
 async def _run(
