@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
+from capstan.aio import wait_any
 from capstan.kube._time import parse_timestamp
 from capstan.kube.client import ApiError, KubeClient
 from capstan.kube.resources import LEASES
@@ -208,12 +209,12 @@ async def while_leading(
     until = asyncio.Event()
 
     async def watch() -> None:
-        await _either(stop, election.lost)
+        await wait_any(stop, election.lost)
         until.set()
 
     watcher = asyncio.create_task(watch())
     try:
-        await _either(election.leading, until)
+        await wait_any(election.leading, until)
         if until.is_set() or not election.leading.is_set():
             return None
         return await work(until)
@@ -223,12 +224,3 @@ async def while_leading(
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
         await campaign
-
-
-async def _either(a: asyncio.Event, b: asyncio.Event) -> None:
-    ta, tb = asyncio.create_task(a.wait()), asyncio.create_task(b.wait())
-    try:
-        await asyncio.wait({ta, tb}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        ta.cancel()
-        tb.cancel()

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from capstan.aio import wait_any
 from capstan.backoff import Backoff
 from capstan.capacity.controller import Controller
 from capstan.capacity.live._cluster import ActionLog, EventSink, LiveCluster, Provider
@@ -199,7 +200,7 @@ async def _run(
             if nxt is not None:
                 wait = min(wait, max(0.0, nxt - clock()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_either(changed, stop), timeout=wait)
+                await asyncio.wait_for(wait_any(changed, stop), timeout=wait)
     finally:
         for inf in informers.values():
             inf.stop()
@@ -209,15 +210,6 @@ async def _run(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
     return stats
-
-
-async def _either(a: asyncio.Event, b: asyncio.Event) -> None:
-    ta, tb = asyncio.create_task(a.wait()), asyncio.create_task(b.wait())
-    try:
-        await asyncio.wait({ta, tb}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        ta.cancel()
-        tb.cancel()
 
 
 def _log_new_actions(cluster: LiveCluster, dry_run: bool) -> None:
