@@ -39,7 +39,7 @@ from capstan.record._diff import DiffPolicy
 from capstan.record._diffpool import DiffPool
 from capstan.record._objects import ObjectHistory, event_record, kind_key
 from capstan.redact import Redactor
-from capstan.store import Batch, Gap, HistoryMetrics, HistoryWriter, KindCursor
+from capstan.store import Batch, Gap, HistoryMetrics, HistoryWriter, KindCursor, ObjectState
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +155,10 @@ class KubernetesConfig(StrictModel):
             explicit += [resource_for(c.kind, plural=c.plural, namespaced=c.namespaced) for c in self.custom]
             scoped = sorted({r.kind for r in explicit if not r.namespaced})
             if scoped:
+                verb = "is" if len(scoped) == 1 else "are"
                 raise ValueError(
-                    f"{', '.join(scoped)} {'is' if len(scoped) == 1 else 'are'} cluster-scoped: a shard of namespaces records namespaced kinds only "
-                    "(record it in the shard with exclude_namespaces, or without namespaces)"
+                    f"{', '.join(scoped)} {verb} cluster-scoped: a shard of namespaces records namespaced kinds "
+                    "only (record it in the shard with exclude_namespaces, or without namespaces)"
                 )
         return self
 
@@ -265,13 +266,18 @@ class KubeCollector:
         self._drained = asyncio.Event()
         self.informers: dict[str, Informer] = {}
         self.synced: dict[str, asyncio.Event] = {}
+        self._stored_states: dict[str, list[ObjectState]] = {}  # per kind, for the watches of one run
 
     # ---- state from the store -----------------------------------------------------------------------------------
     def _known(self, watch: Watch) -> dict[str, dict[str, Any]]:
         """The stored states this watch covers: a relist compares against these (not another shard's)."""
         resource = watch.resource
+        if resource.kind not in self._stored_states:  # read once per kind, however many namespaces watch it
+            self._stored_states[resource.kind] = list(
+                self.store.object_states(self.source, resource.kind).values()
+            )
         known: dict[str, dict[str, Any]] = {}
-        for st in self.store.object_states(self.source, resource.kind).values():
+        for st in self._stored_states[resource.kind]:
             if st.api_version != resource.api_version:
                 continue
             if resource.namespaced and not watch.covers(st.namespace or ""):
@@ -489,6 +495,7 @@ class KubeCollector:
             self.source, None if workers else states, policy=self.policy, redactor=redactor
         )
         watches = self.config.watches()
+        self._stored_states = {}  # a new run reads what the last one stored
         # NOTE: what is alive now (the libraries, the loaded states) lives as long as the recorder: frozen, the
         # collector's full passes no longer walk it for every few thousand changes (about a tenth of the whole
         # path's CPU under a burst, bench/history_ingest.py); capstan.mcp freezes its states the same way.
