@@ -81,7 +81,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.burst, args.objects, args.shards = 3_000, 200, "1,2"
-    counts = sorted({int(n) for n in args.shards.split(",") if n.strip()})
+    try:
+        counts = sorted({int(n) for n in args.shards.split(",") if n.strip()})
+    except ValueError:
+        counts = []
     if not counts or counts[0] < 1:
         raise SystemExit("--shards: give shard counts ≥ 1, e.g. 1,2,4")
     if counts[0] != 1:

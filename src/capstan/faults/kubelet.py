@@ -179,9 +179,8 @@ class Kubelet:
                 self._logs_served.add(uid)
                 return
             except ApiError as exc:
-                if (
-                    exc.not_found
-                ):  # the pod's node is gone (or never was): nothing serves its log, as in a cluster
+                # the pod's node is gone (or never was): nothing serves its log, as in a cluster
+                if exc.not_found:
                     return
                 last = exc
                 await asyncio.sleep(0.05)

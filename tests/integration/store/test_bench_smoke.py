@@ -55,5 +55,5 @@ def test_history_shards_bench_smoke(tmp_path: Path) -> None:
         assert [r["shards"] for r in runs] == [1, 2]
         # every change of the burst stored once, whether one recorder or two shards wrote it
         assert all(r["stored"] == r["changes"] == data["burst"] for r in runs)
-        assert len(runs[1]["shard_changes_per_s"]) == 2 and runs[0]["against_one"] == 1.0
+        assert len(runs[1]["shard_changes_per_s"]) == 2 and all(v > 0 for v in runs[1]["shard_changes_per_s"])
     assert (tmp_path / "history_shards.png").stat().st_size > 0
