@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from capstan.cli.options import check_lease_name, parse_duration, parse_interval, parse_lease_duration
 from capstan.errors import UserError
 
 if TYPE_CHECKING:
@@ -27,24 +27,6 @@ if TYPE_CHECKING:
 # `capstan capacity … --help` and usage errors answer without loading it.
 
 app = typer.Typer(help="GPU capacity planning: simulate policies on real traces.", no_args_is_help=True)
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
-
-
-def parse_duration(text: str, option: str) -> float:
-    """``90``, ``90s``, ``5m`` or ``1.5h`` in seconds; anything else is a one-line error naming the option."""
-    m = _DURATION.match(text)
-    if not m:
-        raise UserError(f"{option} {text!r}: expected seconds, or a number with s/m/h (e.g. 5m)")
-    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-
-
-def parse_interval(text: str, option: str) -> float:
-    """:func:`parse_duration` of a controller interval, which must be longer than 0 s."""
-    seconds = parse_duration(text, option)
-    if not seconds > 0:
-        raise UserError(f"{option} {text!r}: must be longer than 0 s")
-    return seconds
 
 
 def parse_wait(text: str, option: str) -> tuple[float, float]:
@@ -586,9 +568,8 @@ def run(
         Delay("fixed", parse_duration(gpu_ready_delay, "--gpu-ready-delay")),
     )
     review = parse_interval(review_interval, "--review-interval")
-    lease_s = parse_interval(lease_duration, "--lease-duration")
-    if lease_s < 3:
-        raise UserError(f"--lease-duration {lease_duration!r}: must be at least 3 s")
+    lease_s = parse_lease_duration(lease_duration)
+    check_lease_name(lease_name)
     path = cluster_kubeconfig(kubeconfig)
     if suspended_jobs and no_headroom:
         raise UserError(

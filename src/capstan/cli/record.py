@@ -12,7 +12,10 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
+    from capstan.kube import KubeConnect
     from capstan.record import Recorder
+
+_Lease = tuple[str, str, float]  # namespace, name, duration in seconds
 
 # NOTE: capstan.record (the store, Redis, the cluster client) is imported inside the command, so `--help` and
 # usage errors answer without loading it.
@@ -32,23 +35,57 @@ def record(
         "--kubeconfig",
         help="Record this cluster (overrides kubernetes.kubeconfig; enables the section).",
     ),
+    leader_elect: bool = typer.Option(
+        False,
+        "--leader-elect/--no-leader-elect",
+        help="Record only while holding a Lease in the recorded cluster: of several replicas of one recorder, one "
+        "records and the others stand by; a standby takes over within --lease-duration when the leader dies, "
+        "resuming from the stored cursors.",
+    ),
+    lease_namespace: str = typer.Option("kube-system", "--lease-namespace", help="Namespace of the Lease."),
+    lease_name: str | None = typer.Option(
+        None,
+        "--lease-name",
+        help="Name of the Lease [default: capstan-record-<source>-<8 hex digits of what the recorder covers>, one "
+        "per shard].",
+    ),
+    lease_duration: str = typer.Option(
+        "15s",
+        "--lease-duration",
+        help="A leader that has not renewed for this long is replaced (renews every 2/15 of it).",
+    ),
 ) -> None:
     """Run the recorder until SIGINT/SIGTERM; a failing target is retried, a failing store stops it (exit 1), and
     a configuration that cannot work (the file, the kubeconfig, its credentials) is one line and exit 2 before
-    anything starts."""
+    anything starts. With --leader-elect it records only while it holds the Lease, and exits 1 if it loses it."""
+    from capstan.cli.options import check_lease_name, parse_lease_duration
     from capstan.errors import UserError
     from capstan.kube import KubeClient
     from capstan.record import KubernetesConfig, Recorder, load_recorder_config
     from capstan.store import StoreWriteError
 
+    lease_s = parse_lease_duration(lease_duration)
+    if lease_name is not None:
+        check_lease_name(lease_name)
+    check_lease_name(lease_namespace, "--lease-namespace")
     cfg = load_recorder_config(config)
     if kubeconfig is not None:
         cfg.kubernetes = (cfg.kubernetes or KubernetesConfig()).model_copy(update={"kubeconfig": kubeconfig})
+    lease = None
+    if leader_elect:
+        if once:
+            raise UserError("--leader-elect: not with --once (a single poll has nothing to hand over)")
+        if cfg.kubernetes is None:
+            raise UserError(
+                f"{config}: --leader-elect: the Lease lives in the recorded cluster; this configuration records "
+                "none (add a kubernetes: section, or give --kubeconfig)"
+            )
+        lease = (lease_namespace, lease_name or cfg.lease_name(), lease_s)
     kube_connect = None
     if cfg.kubernetes is not None:
         if cfg.kubernetes.kubeconfig is None:
             raise UserError(f"{config}: kubernetes.kubeconfig: not set (set it, or give --kubeconfig)")
-        asyncio.run(_check_cluster_access(cfg.kubernetes.kubeconfig))
+        asyncio.run(_check_cluster_access(cfg.kubernetes.kubeconfig, lease))
         # each run of the collector opens its own client inside its event loop (capstan.record.KubeCollector)
         kube_connect = functools.partial(KubeClient.from_kubeconfig, cfg.kubernetes.kubeconfig)
     recorder = Recorder(cfg, kube_connect=kube_connect)
@@ -66,7 +103,17 @@ def record(
             if any(error is not None for error in results.values()):
                 raise typer.Exit(1)
             return
-        asyncio.run(_run(recorder))
+        if lease is None or kube_connect is None:
+            asyncio.run(_run(recorder))
+        elif asyncio.run(_run_leading(recorder, kube_connect, lease)):
+            namespace, name, _ = lease
+            Console(stderr=True).print(
+                f"capstan record: lost the leader Lease {namespace}/{name}; stopped recording (the next leader "
+                "resumes from the stored cursors; restart this one to stand by again)",
+                markup=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(1)
     except StoreWriteError as exc:
         Console(stderr=True).print(f"capstan record: history store write failed, recorder stopped: {exc}")
         raise typer.Exit(1) from None
@@ -74,18 +121,52 @@ def record(
         recorder.close()
 
 
-async def _check_cluster_access(kubeconfig: Path) -> None:
+async def _check_cluster_access(kubeconfig: Path, lease: _Lease | None) -> None:
     """Open the cluster client once: a missing, empty, binary or broken kubeconfig, or a failing credential
-    plugin, is a UserError here, not a collector that crashes and is restarted for ever."""
-    from capstan.kube import KubeClient
+    plugin, is a UserError here, not a collector that crashes and is restarted for ever. With a Lease, read it
+    once: a Lease this identity may not read (403) is one line too, not a candidate that campaigns for ever."""
+    from capstan.errors import UserError
+    from capstan.kube import ApiError, KubeClient, resources
 
     client = await KubeClient.from_kubeconfig(kubeconfig)
-    await client.close()
+    try:
+        if lease is not None:
+            namespace, name, _ = lease
+            try:
+                await client.get(resources.LEASES, name, namespace)
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise UserError(
+                        f"--leader-elect: cannot read the Lease {namespace}/{name}: {exc}"
+                    ) from None
+    finally:
+        await client.close()
 
 
-async def _run(recorder: Recorder) -> None:
+def _stop_on_signals() -> asyncio.Event:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await recorder.run(stop)
+    return stop
+
+
+async def _run(recorder: Recorder) -> None:
+    await recorder.run(_stop_on_signals())
+
+
+async def _run_leading(recorder: Recorder, kube_connect: KubeConnect, lease: _Lease) -> bool:
+    """Stand by until this process holds the Lease, then record until a signal or until leadership is lost;
+    True when it was lost (the recorder stopped at once; what it had written stays, and the cursors it stored
+    tell the next leader where to resume)."""
+    from capstan.kube import LeaderElection, while_leading
+
+    namespace, name, duration_s = lease
+    stop = _stop_on_signals()
+    client = await kube_connect()
+    try:
+        election = LeaderElection.for_this_process(client, name, namespace, lease_duration_s=duration_s)
+        await while_leading(election, stop, recorder.run)
+        return election.lost.is_set()
+    finally:
+        await client.close()

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -88,6 +90,18 @@ class RecorderConfig(StrictModel):
         if dupes:
             raise ValueError(f"redis target names must be unique: {', '.join(dupes)}")
         return self
+
+    def lease_name(self) -> str:
+        """The Lease ``capstan record --leader-elect`` campaigns for unless told another:
+        ``capstan-record-<source>-<scope>``, ``scope`` being 8 hex digits of what this recorder covers (its
+        watches' cursor keys and its Redis/Valkey targets). Replicas of one configuration share the Lease, so one
+        of them records at a time; shards of one source (:attr:`KubernetesConfig.namespaces`, other kinds, other
+        targets) get a Lease each, so every shard has its own leader."""
+        scope = sorted(w.key for w in self.kubernetes.watches()) if self.kubernetes is not None else []
+        scope += sorted(f"redis:{t.name}" for t in self.redis)
+        digest = hashlib.sha1("\n".join(scope).encode(), usedforsecurity=False).hexdigest()[:8]
+        source = re.sub(r"[^a-z0-9-]+", "-", self.source.lower()).strip("-")[:200] or "default"
+        return f"capstan-record-{source}-{digest}"
 
 
 def load_recorder_config(path: Path) -> RecorderConfig:

@@ -11,17 +11,16 @@ import asyncio
 import random
 import signal
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from capstan.kube import KubeClient, resources
 from capstan.sandbox import Sandbox
 from capstan.store import open_store
+from tests.integration.record._process import start_record
 
 pytestmark = pytest.mark.integration
 
@@ -42,19 +41,7 @@ def start_recorder(
             "diff_workers": diff_workers,
         },
     }
-    path = tmp_path / "record.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    argv = [
-        sys.executable,
-        "-m",
-        "capstan.cli.main",
-        "record",
-        "--config",
-        str(path),
-        "--kubeconfig",
-        str(kubeconfig),
-    ]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return start_record(cfg, tmp_path / "record.yaml", kubeconfig)
 
 
 async def wait_cursor(db: str, namespace: str, timeout: float = 120) -> None:

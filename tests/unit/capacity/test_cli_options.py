@@ -54,7 +54,7 @@ def test_capstan_takes_the_controller_intervals_and_keeps_its_defaults_for_those
 
 @pytest.mark.parametrize("text", ["0", "-5m", "0s"])
 def test_a_controller_interval_must_be_longer_than_zero(text: str) -> None:
-    from capstan.cli.capacity import parse_interval
+    from capstan.cli.options import parse_interval
 
     with pytest.raises(UserError, match=r"--repack-interval .*: (must be longer than 0 s|expected seconds)"):
         parse_interval(text, "--repack-interval")

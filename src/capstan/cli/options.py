@@ -1,0 +1,47 @@
+"""Option values several commands share: durations (``90``, ``90s``, ``5m``, ``1.5h``) and the leader Lease's
+name and duration. Each bad value is one :class:`~capstan.errors.UserError` line naming the option."""
+
+from __future__ import annotations
+
+import re
+
+from capstan.errors import UserError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
+# a Lease's name is a DNS subdomain (RFC 1123): lower-case alphanumerics, '-' and '.', at most 253 characters
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+MIN_LEASE_S = 3.0
+
+
+def parse_duration(text: str, option: str) -> float:
+    """``90``, ``90s``, ``5m`` or ``1.5h`` in seconds; anything else is a one-line error naming the option."""
+    m = _DURATION.match(text)
+    if not m:
+        raise UserError(f"{option} {text!r}: expected seconds, or a number with s/m/h (e.g. 5m)")
+    return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+def parse_interval(text: str, option: str) -> float:
+    """:func:`parse_duration` of an interval, which must be longer than 0 s."""
+    seconds = parse_duration(text, option)
+    if not seconds > 0:
+        raise UserError(f"{option} {text!r}: must be longer than 0 s")
+    return seconds
+
+
+def parse_lease_duration(text: str, option: str = "--lease-duration") -> float:
+    """A leader Lease's duration: at least 3 s (its holder renews every 2/15 of it)."""
+    seconds = parse_interval(text, option)
+    if seconds < MIN_LEASE_S:
+        raise UserError(f"{option} {text!r}: must be at least {MIN_LEASE_S:.0f} s")
+    return seconds
+
+
+def check_lease_name(name: str, option: str = "--lease-name") -> str:
+    """``name`` when it can name a Lease (a DNS subdomain); a one-line error otherwise."""
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        raise UserError(
+            f"{option} {name!r}: a Lease name is lower-case letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit, at most 253 characters"
+        )
+    return name
