@@ -174,6 +174,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "diff_states",
         "event_time",
         "lease_verdict",
+        "scoped_lease_name",
         "object_key",
         "parse_label_selector",
         "parse_timestamp",

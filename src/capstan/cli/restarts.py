@@ -182,23 +182,60 @@ def run(
     source: str = typer.Option(
         "default", "--source", help="The cluster's name in the history store (as `capstan record` writes it)."
     ),
+    leader_elect: bool = typer.Option(
+        False,
+        "--leader-elect/--no-leader-elect",
+        help="Watch and notify only while holding a Lease: of several replicas on one store, one reports and the "
+        "others stand by; a standby takes over within --lease-duration when the leader dies, from the stored "
+        "restart counts and outbox.",
+    ),
+    lease_namespace: str = typer.Option("kube-system", "--lease-namespace", help="Namespace of the Lease."),
+    lease_name: str | None = typer.Option(
+        None,
+        "--lease-name",
+        help="Name of the Lease [default: capstan-restarts-<source>-<8 hex digits of --namespace>].",
+    ),
+    lease_duration: str = typer.Option(
+        "15s",
+        "--lease-duration",
+        help="A leader that has not renewed for this long is replaced (renews every 2/15 of it).",
+    ),
 ) -> None:
-    """Watch pods and deliver a complete report for every container restart (until Ctrl-C or SIGTERM)."""
+    """Watch pods and deliver a complete report for every container restart (until Ctrl-C or SIGTERM). With
+    --leader-elect it does so only while it holds the Lease, and exits 1 if it loses it."""
     import asyncio
     import signal
 
-    from capstan.kube import KubeClient
+    from rich.console import Console
+
+    from capstan.cli.options import check_lease_name, parse_lease_duration
+    from capstan.errors import UserError
+    from capstan.kube import ApiError, KubeClient, LeaderElection, resources, scoped_lease_name, while_leading
     from capstan.restarts import RestartWatcher, load_restarts_config
     from capstan.runtime import limit_malloc_arenas
     from capstan.store import open_store
 
+    lease_s = parse_lease_duration(lease_duration)
+    check_lease_name(lease_namespace, "--lease-namespace")
+    lease = lease_name or scoped_lease_name("restarts", source, [f"ns={namespace}"] if namespace else [])
+    check_lease_name(lease)
     cfg = load_restarts_config(config)
     limit_malloc_arenas()
+    lost = False
 
     async def main() -> None:
+        nonlocal lost
         # the kubeconfig (and its credential plugin) first: a configuration that cannot work creates no store
         client = await KubeClient.from_kubeconfig(kubeconfig)
         try:
+            if leader_elect:  # a Lease this identity may not read is one line, not a campaign for ever
+                try:
+                    await client.get(resources.LEASES, lease, lease_namespace)
+                except ApiError as exc:
+                    if not exc.not_found:
+                        raise UserError(
+                            f"--leader-elect: cannot read the Lease {lease_namespace}/{lease}: {exc}"
+                        ) from None
             st = open_store(store)
         except BaseException:
             await client.close()
@@ -209,9 +246,24 @@ def run(
             loop.add_signal_handler(sig, stop.set)
         try:
             watcher = RestartWatcher.over_store(cfg, client, st, source=source, namespace=namespace)
-            await watcher.run(stop)
+            if not leader_elect:
+                await watcher.run(stop)
+                return
+            election = LeaderElection.for_this_process(
+                client, lease, lease_namespace, lease_duration_s=lease_s
+            )
+            await while_leading(election, stop, watcher.run)
+            lost = election.lost.is_set()
         finally:
             await client.close()
             st.close()
 
     asyncio.run(main())
+    if lost:
+        Console(stderr=True).print(
+            f"capstan restarts run: lost the leader Lease {lease_namespace}/{lease}; stopped (the next leader "
+            "goes on from the stored restart counts and outbox; restart this one to stand by again)",
+            markup=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1)

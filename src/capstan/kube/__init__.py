@@ -29,6 +29,7 @@ _LAZY = {
     "object_key": "capstan.kube.informer",
     "LeaderElection": "capstan.kube.lease",
     "lease_verdict": "capstan.kube.lease",
+    "scoped_lease_name": "capstan.kube.lease",
     "while_leading": "capstan.kube.lease",
 }
 
@@ -37,7 +38,7 @@ __getattr__ = lazy_attributes("capstan.kube", _LAZY)
 if TYPE_CHECKING:
     from capstan.kube.client import ApiError, KubeClient, KubeConnect
     from capstan.kube.informer import Delta, Informer, InformerStats, diff_states, object_key
-    from capstan.kube.lease import LeaderElection, lease_verdict, while_leading
+    from capstan.kube.lease import LeaderElection, lease_verdict, scoped_lease_name, while_leading
 
 __all__ = [
     "ApiError",
@@ -57,5 +58,6 @@ __all__ = [
     "parse_timestamp",
     "resource_for",
     "resources",
+    "scoped_lease_name",
     "while_leading",
 ]

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
+import re
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
@@ -33,6 +35,16 @@ log = logging.getLogger(__name__)
 
 Verdict = Literal["take", "renew", "wait"]
 T = TypeVar("T")
+
+
+def scoped_lease_name(component: str, source: str, scope: Iterable[str]) -> str:
+    """``capstan-<component>-<source>-<8 hex digits>``, the digits a hash of ``scope`` (what the component covers:
+    kinds, namespaces, targets, in any order). Replicas of one configuration get one Lease; shards of one source
+    (other namespaces, kinds or targets) get one each. ``source`` is made a DNS label (lower case, ``-`` for
+    anything else), so the name is always a valid Lease name."""
+    digest = hashlib.sha1("\n".join(sorted(scope)).encode(), usedforsecurity=False).hexdigest()[:8]
+    label = re.sub(r"[^a-z0-9-]+", "-", source.lower()).strip("-")[:200] or "default"
+    return f"capstan-{component}-{label}-{digest}"
 
 
 def micro_time(at: float) -> str:

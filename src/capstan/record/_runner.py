@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -97,11 +95,10 @@ class RecorderConfig(StrictModel):
         watches' cursor keys and its Redis/Valkey targets). Replicas of one configuration share the Lease, so one
         of them records at a time; shards of one source (:attr:`KubernetesConfig.namespaces`, other kinds, other
         targets) get a Lease each, so every shard has its own leader."""
-        scope = sorted(w.key for w in self.kubernetes.watches()) if self.kubernetes is not None else []
-        scope += sorted(f"redis:{t.name}" for t in self.redis)
-        digest = hashlib.sha1("\n".join(scope).encode(), usedforsecurity=False).hexdigest()[:8]
-        source = re.sub(r"[^a-z0-9-]+", "-", self.source.lower()).strip("-")[:200] or "default"
-        return f"capstan-record-{source}-{digest}"
+        from capstan.kube import scoped_lease_name
+
+        scope = [w.key for w in self.kubernetes.watches()] if self.kubernetes is not None else []
+        return scoped_lease_name("record", self.source, scope + [f"redis:{t.name}" for t in self.redis])
 
 
 def load_recorder_config(path: Path) -> RecorderConfig:

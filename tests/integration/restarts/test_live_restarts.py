@@ -332,3 +332,121 @@ async def test_kill_9_with_messages_queued_loses_nothing(
         if any(f"kill-{i:02d}" in text_of(m) for m in receiver.messages)
     }
     assert delivered == {f"kill-{i:02d}" for i in range(n_pods)}
+
+
+async def test_a_standby_notifier_takes_over_from_a_killed_leader_and_reports_each_restart_once(
+    kube: KubeClient,
+    namespace: str,
+    sandbox: Sandbox,
+    slack: tuple[SlackReceiver, str],
+    kubeconfig: Path,
+    tmp_path: Path,
+) -> None:
+    """Two `capstan restarts run --leader-elect` on one store: one reports, one stands by. The leader is killed
+    with SIGKILL once its reports are delivered; restarts that happen while nobody leads are reported by the
+    standby once it takes the Lease, and none of the leader's is reported again."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    import yaml
+
+    from capstan.kube import ApiError
+
+    receiver, url = slack
+    kubelet = Kubelet(kube, sandbox.directory / "pod-logs")
+    names = [f"ho-{i:02d}" for i in range(6)]
+    for name in names:
+        await running_pod(kube, namespace, name, {"containers": [c("main")]})
+    cfg_path = tmp_path / "restarts.yaml"
+    cfg_path.write_text(yaml.safe_dump(config(url).model_dump(mode="json")))
+    db = str(tmp_path / "history.db")
+    lease = "capstan-restarts-test"
+    argv = [sys.executable, "-m", "capstan.cli.main", "restarts", "run", "--config", str(cfg_path),
+            "--kubeconfig", str(kubeconfig), "--store", db, "--namespace", namespace, "--leader-elect",
+            "--lease-namespace", namespace, "--lease-name", lease, "--lease-duration", "4s"]  # fmt: skip
+    loop = asyncio.get_running_loop()
+
+    async def holder() -> str | None:
+        try:
+            spec = (await kube.get(resources.LEASES, lease, namespace)).get("spec") or {}
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+        return spec.get("holderIdentity")
+
+    async def until(predicate: Any, what: str, timeout: float = 90) -> None:
+        end = loop.time() + timeout
+        while not await predicate():
+            if loop.time() > end:
+                pytest.fail(
+                    f"timed out waiting for {what}; messages: {[text_of(m)[:120] for m in receiver.messages]}"
+                )
+            await asyncio.sleep(0.1)
+
+    def reports(name: str) -> int:
+        return sum(1 for m in list(receiver.messages) if name in text_of(m))
+
+    logs = {n: (tmp_path / f"{n}.log").open("wb") for n in ("r1", "r2")}
+    procs = {"r1": subprocess.Popen(argv, stdout=logs["r1"], stderr=subprocess.STDOUT)}
+    st = open_store(db)
+    try:
+
+        async def r1_leads() -> bool:
+            return await holder() == f"{socket.gethostname()}_{procs['r1'].pid}"
+
+        await until(r1_leads, "the first replica to take the Lease")
+        procs["r2"] = subprocess.Popen(argv, stdout=logs["r2"], stderr=subprocess.STDOUT)
+
+        async def baseline() -> bool:
+            return len(await asyncio.to_thread(st.restart_records.restart_counts)) >= len(names)
+
+        await until(baseline, "the leader's baseline of restart counts")
+        for name in names[:3]:
+            await kubelet.restart_container(
+                namespace, name, "main", Termination.error(1), previous_log=[name]
+            )
+
+        async def delivered(expected: dict[str, int]) -> bool:
+            pending = await asyncio.to_thread(st.outbox.items, state="pending", limit=1000)
+            return not pending and all(reports(n) >= k for n, k in expected.items())
+
+        await until(lambda: delivered({n: 1 for n in names[:3]}), "the leader's reports")
+        procs["r1"].send_signal(signal.SIGKILL)
+        procs["r1"].wait(30)
+        # while nobody leads: three pods restart for the first time, one for the second
+        for name in [*names[3:], names[0]]:
+            await kubelet.restart_container(
+                namespace, name, "main", Termination.error(2), previous_log=[name]
+            )
+
+        async def r2_leads() -> bool:
+            return await holder() == f"{socket.gethostname()}_{procs['r2'].pid}"
+
+        await until(r2_leads, "the standby to take the Lease")
+        await until(
+            lambda: delivered({names[0]: 2} | {n: 1 for n in names[1:]}), "the standby's reports of the gap"
+        )
+        await asyncio.sleep(2)  # a report sent twice would arrive now
+        procs["r2"].send_signal(signal.SIGTERM)
+        assert procs["r2"].wait(60) == 0
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+        st.close()
+        for f in logs.values():
+            f.close()
+    assert {n: reports(n) for n in names} == {names[0]: 2} | {n: 1 for n in names[1:]}
+    assert not dead_letters(db)
+
+
+def dead_letters(db: str) -> list[Any]:
+    st = open_store(db)
+    try:
+        return list(st.outbox.items(state="dead", limit=1000))
+    finally:
+        st.close()
