@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,7 +59,7 @@ def record(
     anything starts. With --leader-elect it records only while it holds the Lease, and exits 1 if it loses it."""
     from capstan.cli.options import check_lease_name, parse_lease_duration
     from capstan.errors import UserError
-    from capstan.kube import KubeClient
+    from capstan.kube import connector, in_a_pod
     from capstan.record import KubernetesConfig, Recorder, load_recorder_config
     from capstan.store import StoreWriteError
 
@@ -83,11 +82,14 @@ def record(
         lease = (lease_namespace, lease_name or cfg.lease_name(), lease_s)
     kube_connect = None
     if cfg.kubernetes is not None:
-        if cfg.kubernetes.kubeconfig is None:
-            raise UserError(f"{config}: kubernetes.kubeconfig: not set (set it, or give --kubeconfig)")
-        asyncio.run(_check_cluster_access(cfg.kubernetes.kubeconfig, lease))
+        if cfg.kubernetes.kubeconfig is None and not in_a_pod():
+            raise UserError(
+                f"{config}: kubernetes.kubeconfig: not set (set it, or give --kubeconfig; in a pod, the pod's "
+                "service account is used)"
+            )
         # each run of the collector opens its own client inside its event loop (capstan.record.KubeCollector)
-        kube_connect = functools.partial(KubeClient.from_kubeconfig, cfg.kubernetes.kubeconfig)
+        kube_connect = connector(cfg.kubernetes.kubeconfig)
+        asyncio.run(_check_cluster_access(kube_connect, lease))
     recorder = Recorder(cfg, kube_connect=kube_connect)
     try:
         if once:
@@ -121,14 +123,15 @@ def record(
         recorder.close()
 
 
-async def _check_cluster_access(kubeconfig: Path, lease: _Lease | None) -> None:
-    """Open the cluster client once: a missing, empty, binary or broken kubeconfig, or a failing credential
-    plugin, is a UserError here, not a collector that crashes and is restarted for ever. With a Lease, read it
-    once: a Lease this identity may not read (403) is one line too, not a candidate that campaigns for ever."""
+async def _check_cluster_access(kube_connect: KubeConnect, lease: _Lease | None) -> None:
+    """Open the cluster client once: a missing, empty, binary or broken kubeconfig, a failing credential plugin,
+    or a pod without its service account's files, is a UserError here, not a collector that crashes and is
+    restarted for ever. With a Lease, read it once: a Lease this identity may not read (403) is one line too, not
+    a candidate that campaigns for ever."""
     from capstan.errors import UserError
-    from capstan.kube import ApiError, KubeClient, resources
+    from capstan.kube import ApiError, resources
 
-    client = await KubeClient.from_kubeconfig(kubeconfig)
+    client = await kube_connect()
     try:
         if lease is not None:
             namespace, name, _ = lease

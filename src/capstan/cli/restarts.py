@@ -176,7 +176,12 @@ def check_config(path: Path = typer.Argument(..., help="The restarts configurati
 @app.command("run")
 def run(
     config: Path = typer.Option(..., "--config", help="The restarts configuration file (YAML)."),
-    kubeconfig: Path = typer.Option(..., "--kubeconfig", envvar="KUBECONFIG", help="Cluster to watch."),
+    kubeconfig: Path | None = typer.Option(
+        None,
+        "--kubeconfig",
+        envvar="KUBECONFIG",
+        help="Cluster to watch [default in a pod: the pod's service account].",
+    ),
     store: str = _STORE,
     namespace: str | None = typer.Option(None, "--namespace", help="Watch one namespace (default: all)."),
     source: str = typer.Option(
@@ -210,11 +215,23 @@ def run(
 
     from capstan.cli.options import check_lease_name, parse_lease_duration
     from capstan.errors import UserError
-    from capstan.kube import ApiError, KubeClient, LeaderElection, resources, scoped_lease_name, while_leading
+    from capstan.kube import (
+        ApiError,
+        LeaderElection,
+        connector,
+        in_a_pod,
+        resources,
+        scoped_lease_name,
+        while_leading,
+    )
     from capstan.restarts import RestartWatcher, load_restarts_config
     from capstan.runtime import limit_malloc_arenas
     from capstan.store import open_store
 
+    if kubeconfig is None and not in_a_pod():
+        raise UserError(
+            "--kubeconfig: not given (give it, or set KUBECONFIG; in a pod, the service account is used)"
+        )
     lease_s = parse_lease_duration(lease_duration)
     check_lease_name(lease_namespace, "--lease-namespace")
     lease = lease_name or scoped_lease_name("restarts", source, [f"ns={namespace}"] if namespace else [])
@@ -226,7 +243,7 @@ def run(
     async def main() -> None:
         nonlocal lost
         # the kubeconfig (and its credential plugin) first: a configuration that cannot work creates no store
-        client = await KubeClient.from_kubeconfig(kubeconfig)
+        client = await connector(kubeconfig)()
         try:
             if leader_elect:  # a Lease this identity may not read is one line, not a campaign for ever
                 try:

@@ -2,8 +2,8 @@
 one reading of Kubernetes timestamps (:func:`parse_timestamp`, :func:`event_time`) and label selectors
 (:func:`parse_label_selector`).
 
-Entry points: :meth:`KubeClient.from_kubeconfig` (a :data:`KubeConnect` opens one for a component that owns its
-client) and an :class:`Informer` over a :class:`Resource`, which keeps its objects and yields :class:`Delta`
+Entry points: :meth:`KubeClient.from_kubeconfig` and, in a pod, :meth:`KubeClient.in_cluster` (:func:`connector`
+picks one; a :data:`KubeConnect` opens one for a component that owns its client) and an :class:`Informer` over a :class:`Resource`, which keeps its objects and yields :class:`Delta`
 values. Every package that reads the cluster (recorder, restart detector, router endpoint discovery, diagnosis,
 capacity controller) goes through these names, and singletons elect a leader on a Lease (:class:`LeaderElection`); none of them talks HTTP to the API server itself.
 """
@@ -22,6 +22,8 @@ _LAZY = {
     "ApiError": "capstan.kube.client",
     "KubeClient": "capstan.kube.client",
     "KubeConnect": "capstan.kube.client",
+    "connector": "capstan.kube.client",
+    "in_a_pod": "capstan.kube.client",
     "Delta": "capstan.kube.informer",
     "Informer": "capstan.kube.informer",
     "InformerStats": "capstan.kube.informer",
@@ -36,7 +38,7 @@ _LAZY = {
 __getattr__ = lazy_attributes("capstan.kube", _LAZY)
 
 if TYPE_CHECKING:
-    from capstan.kube.client import ApiError, KubeClient, KubeConnect
+    from capstan.kube.client import ApiError, KubeClient, KubeConnect, connector, in_a_pod
     from capstan.kube.informer import Delta, Informer, InformerStats, diff_states, object_key
     from capstan.kube.lease import LeaderElection, lease_verdict, scoped_lease_name, while_leading
 
@@ -50,8 +52,10 @@ __all__ = [
     "LeaderElection",
     "Requirement",
     "Resource",
+    "connector",
     "diff_states",
     "event_time",
+    "in_a_pod",
     "lease_verdict",
     "object_key",
     "parse_label_selector",

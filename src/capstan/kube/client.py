@@ -13,8 +13,10 @@ Every call has a timeout; errors surface as :class:`ApiError` with the status an
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 import httpx2
 from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+from lightkube.config.models import Cluster, User
 from lightkube.core.exceptions import ConfigError
 
 from capstan import jsontext
@@ -39,6 +42,7 @@ from capstan.kube.resources import PODS, Resource
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 30.0
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 LIST_PAGE = 500
 _CACHE_LAG_RETRIES = 5
 _MAX_PAGES = 100_000
@@ -180,6 +184,48 @@ class KubeClient:
         client = cls(http, timeout=timeout, source=str(path))
         client.exec_auth = auth
         return client
+
+    @classmethod
+    async def in_cluster(
+        cls,
+        *,
+        service_account_dir: Path | str | None = None,
+        environ: Mapping[str, str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> KubeClient:
+        """A client for the cluster this process runs in, as client-go's ``rest.InClusterConfig`` finds it: the API
+        server at ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``, verified with the service
+        account's ``ca.crt``, authenticated with its ``token`` (read again when the API server answers 401, since
+        the kubelet rotates bound tokens). The files are in ``service_account_dir``, by default
+        ``$CAPSTAN_SERVICE_ACCOUNT_DIR`` or ``/var/run/secrets/kubernetes.io/serviceaccount``. A missing variable
+        or file is one :class:`UserError`."""
+        env = os.environ if environ is None else environ
+        host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+        if not host or not port:
+            raise UserError(
+                "in-cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set (not running in a "
+                "pod? give a kubeconfig)"
+            )
+        account = Path(service_account_dir or env.get("CAPSTAN_SERVICE_ACCOUNT_DIR") or SERVICE_ACCOUNT_DIR)
+        for name in ("token", "ca.crt"):
+            if not (account / name).is_file():
+                raise UserError(
+                    f"in-cluster: {account / name}: no such file (is a service account token mounted?)"
+                )
+        url_host = f"[{host}]" if ":" in host else host
+        single = KubeConfig.from_one(
+            cluster=Cluster(server=f"https://{url_host}:{port}", certificate_auth=str(account / "ca.crt")),
+            user=User(token_file=str(account / "token")),
+            namespace=_read_namespace(account),
+        ).get()
+        assert single is not None  # from_one makes its one context the current one
+        try:
+            params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout), trust_env=False)
+            options = params.httpx_params(single)
+        except (ConfigError, ValueError, KeyError, TypeError, OSError, AssertionError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UserError(f"in-cluster: {account}: {first}") from None
+        return cls(httpx2.AsyncClient(**options), timeout=timeout, source=f"in-cluster {url_host}:{port}")
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -542,6 +588,27 @@ KubeConnect = Callable[[], Awaitable[KubeClient]]
 """Opens a new client to one cluster, for a component that owns its client's lifecycle (one per run, inside its
 event loop): ``functools.partial(KubeClient.from_kubeconfig, path)`` in the command that builds the component, a
 fake API server's client in unit tests. Whoever calls it closes what it returns."""
+
+
+def connector(kubeconfig: Path | str | None, **options: Any) -> KubeConnect:
+    """How a command reaches its cluster: through ``kubeconfig`` when one is given, else from inside the cluster
+    (:meth:`KubeClient.in_cluster`, in a pod). ``options`` go to the chosen constructor (e.g. ``timeout``)."""
+    if kubeconfig is not None:
+        return functools.partial(KubeClient.from_kubeconfig, kubeconfig, **options)
+    return functools.partial(KubeClient.in_cluster, **options)
+
+
+def in_a_pod(environ: Mapping[str, str] | None = None) -> bool:
+    """True when this process runs in a Kubernetes pod (the API server's service variables are set)."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("KUBERNETES_SERVICE_HOST") and env.get("KUBERNETES_SERVICE_PORT"))
+
+
+def _read_namespace(account: Path) -> str | None:
+    try:
+        return (account / "namespace").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _qv(v: Any) -> str:

@@ -13,12 +13,13 @@ import yaml
 def start_record(
     config: dict[str, Any],
     path: Path,
-    kubeconfig: Path,
+    kubeconfig: Path | None,
     *args: str,
     log: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """``capstan record --config <path> --kubeconfig <kubeconfig> <args>`` with ``config`` written to ``path``;
-    its output appended to ``log`` (None: discarded)."""
+    """``capstan record --config <path> [--kubeconfig <kubeconfig>] <args>`` with ``config`` written to
+    ``path``, in ``env`` (None: this process's); its output appended to ``log`` (None: discarded)."""
     path.write_text(yaml.safe_dump(config))
     argv = [
         sys.executable,
@@ -27,9 +28,8 @@ def start_record(
         "record",
         "--config",
         str(path),
-        "--kubeconfig",
-        str(kubeconfig),
+        *(["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else []),
         *args,
     ]
     out = log.open("ab") if log is not None else subprocess.DEVNULL
-    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)

@@ -258,7 +258,7 @@ def test_record_with_a_kubernetes_section_and_no_kubeconfig(
     assert (
         code == 2
         and err
-        == f"capstan: error: {config}: kubernetes.kubeconfig: not set (set it, or give --kubeconfig)\n"
+        == f"capstan: error: {config}: kubernetes.kubeconfig: not set (set it, or give --kubeconfig; in a pod, the pod's service account is used)\n"
     )
 
 

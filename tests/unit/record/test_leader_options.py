@@ -89,6 +89,8 @@ def test_leader_election_options_that_cannot_work_are_one_line_and_open_nothing(
 def test_a_scoped_lease_name_depends_on_the_scope_not_its_order() -> None:
     from capstan.kube import scoped_lease_name
 
-    assert scoped_lease_name("restarts", "prod", ["a", "b"]) == scoped_lease_name("restarts", "prod", ["b", "a"])
+    assert scoped_lease_name("restarts", "prod", ["a", "b"]) == scoped_lease_name(
+        "restarts", "prod", ["b", "a"]
+    )
     assert scoped_lease_name("restarts", "prod", []) != scoped_lease_name("restarts", "prod", ["ns=a"])
     assert scoped_lease_name("restarts", "prod", []) != scoped_lease_name("record", "prod", [])
