@@ -6,37 +6,30 @@ holds its leader Lease, and every write outside the Lease is answered 403."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
-import yaml
 
-from capstan.kube import ApiError, KubeClient, resource_for, resources
+from capstan.kube import KubeClient, resource_for, resources
 from capstan.record import DEFAULT_KINDS, KubernetesConfig
 from capstan.sandbox import Sandbox
+from tests.fixtures.identity import assert_forbidden, in_cluster_identity, manifest
 from tests.integration.record._changes import cursors_stored, wait_for
 from tests.integration.record._process import start_record
 
 pytestmark = pytest.mark.integration
 
-MANIFEST = Path(__file__).resolve().parents[3] / "deploy" / "record" / "rbac.yaml"
 NAMESPACE, ACCOUNT = "capstan", "capstan-record"
 READ_VERBS = {"get", "list", "watch"}
 
 
-def manifest() -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(MANIFEST.read_text()) if doc]
-
-
 def one(kind: str) -> dict[str, Any]:
-    (doc,) = [d for d in manifest() if d["kind"] == kind]
+    (doc,) = [d for d in manifest("record") if d["kind"] == kind]
     return doc
 
 
@@ -59,74 +52,12 @@ def test_the_cluster_role_reads_the_recorded_kinds_and_nothing_else() -> None:
     assert one("RoleBinding")["roleRef"]["name"] == one("Role")["metadata"]["name"]
 
 
-async def active_namespace(kube: KubeClient, name: str) -> None:
-    """``name`` exists and is not being deleted (another test's manifest may have just deleted it)."""
-    for _ in range(600):  # bounded: 120 s
-        try:
-            ns = await kube.get(resources.NAMESPACES, name)
-        except ApiError as exc:
-            if not exc.not_found:
-                raise
-            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-            try:
-                await kube.create(resources.NAMESPACES, body)
-            except ApiError as again:
-                if not again.conflict:
-                    raise
-            continue
-        if (ns.get("status") or {}).get("phase") == "Active":
-            return
-        await asyncio.sleep(0.2)
-    pytest.fail(f"namespace {name} never became Active")
-
-
-def mount_account(account: Path, token: str, kubeconfig: Path) -> dict[str, str]:
-    """The token, the cluster's CA and the namespace in ``account``, as the kubelet mounts them; the API
-    server's service variables for it, and where the files are."""
-    account.mkdir()
-    (account / "token").write_text(token)
-    cluster = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
-    (account / "ca.crt").write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
-    (account / "namespace").write_text(NAMESPACE)
-    server = urlsplit(cluster["server"])
-    return {
-        "KUBERNETES_SERVICE_HOST": str(server.hostname),
-        "KUBERNETES_SERVICE_PORT": str(server.port),
-        "CAPSTAN_SERVICE_ACCOUNT_DIR": str(account),
-    }
-
-
 @pytest.fixture
 async def service_account_dir(
     sandbox: Sandbox, kube: KubeClient, kubeconfig: Path, tmp_path: Path
 ) -> AsyncIterator[dict[str, str]]:
-    """The manifest applied (server-side) and what the kubelet would mount in the recorder's pod: a fresh token
-    of its account, the cluster's CA and the namespace; with the service variables of the API server."""
-    await active_namespace(kube, NAMESPACE)
-    await asyncio.to_thread(sandbox.kubectl, ["apply", "--server-side", "-f", str(MANIFEST)])
-    try:
-        answer = await kube.request(
-            "POST",
-            resources.SERVICE_ACCOUNTS.item_path(ACCOUNT, NAMESPACE, "token"),
-            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-        )
-        env = await asyncio.to_thread(
-            mount_account, tmp_path / "serviceaccount", str(answer["status"]["token"]), kubeconfig
-        )
+    async with in_cluster_identity("record", sandbox, kube, kubeconfig, tmp_path / "serviceaccount") as env:
         yield env
-    finally:
-        await asyncio.to_thread(
-            sandbox.kubectl, ["delete", "--ignore-not-found", "--wait=false", "-f", str(MANIFEST)]
-        )
-
-
-async def assert_forbidden(what: str, call: Any) -> None:
-    try:
-        await call
-    except ApiError as err:
-        assert err.status == 403, f"{what}: {err}"
-        return
-    pytest.fail(f"{what}: the API server allowed it")
 
 
 async def test_in_cluster_with_the_service_account_it_records_leads_and_may_write_nothing_else(
