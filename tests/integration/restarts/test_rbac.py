@@ -146,8 +146,12 @@ async def test_in_cluster_with_the_service_account_reports_are_complete_and_writ
             await asyncio.sleep(0.1)
         text = json.dumps({"text": messages[0].text, "blocks": messages[0].blocks})
         assert "web failed: boom" in text  # the previous log (pods/log)
-        assert f"Workload*\\nDeployment {namespace}/web" in text, text  # the owner chain (ReplicaSet, Deployment)
-        assert ": Ready; no pressure" in text and "Started container main" in text  # the node; the pod's Events
+        assert f"Workload*\\nDeployment {namespace}/web" in text, (
+            text
+        )  # the owner chain (ReplicaSet, Deployment)
+        assert (
+            ": Ready; no pressure" in text and "Started container main" in text
+        )  # the node; the pod's Events
         assert not re.search(r"\bunavailable|forbidden", text, re.I), text  # no part of the report failed
 
         async with await KubeClient.in_cluster(environ=pod_env) as account:
