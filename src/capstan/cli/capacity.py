@@ -553,7 +553,7 @@ def run(
         run_controller,
     )
     from capstan.cli._cluster import cluster_kubeconfig
-    from capstan.kube import KubeClient, LeaderElection
+    from capstan.kube import LeaderElection, connector
     from capstan.percentile import percentile
 
     if provider not in PROVIDERS:
@@ -583,7 +583,7 @@ def run(
     )
 
     async def main() -> None:
-        client = await KubeClient.from_kubeconfig(path)
+        client = await connector(path)()
         if not allow_other_autoscalers:
             allowed = ("karpenter",) if provider == "karpenter" else ()
             running = await other_autoscalers(client, allow=allowed, now=time.time())
@@ -664,4 +664,4 @@ def run(
     try:
         asyncio.run(main())
     except ApiError as exc:  # the cluster unreachable, or refusing what the start-up reads (a 403, a 5xx)
-        raise UserError(f"cluster {path}: {exc}") from None
+        raise UserError(f"cluster {path or 'in-cluster'}: {exc}") from None

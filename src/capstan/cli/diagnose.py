@@ -85,7 +85,7 @@ def diagnose(
     if snapshot.unreadable and not snapshot.objects and not snapshot.events:
         # not one kind could be read: the cluster is unreachable or refuses these credentials altogether
         first = min(snapshot.unreadable.values(), key=lambda r: r.kind)
-        raise UserError(f"{path}: cannot read the cluster: {first.kind}: {first.reason}")
+        raise UserError(f"{path or 'in-cluster'}: cannot read the cluster: {first.kind}: {first.reason}")
     findings = diagnosis.findings
     if wanted is not None:
         if snapshot.get(wanted.kind, wanted.namespace, wanted.name) is None:
@@ -102,11 +102,11 @@ def diagnose(
 
 
 async def _run(
-    kubeconfig: Path, *, namespace: str | None, store: str | None, source: str | None, window: float
+    kubeconfig: Path | None, *, namespace: str | None, store: str | None, source: str | None, window: float
 ) -> tuple[Snapshot, Diagnosis]:
     from capstan.diagnose import diagnose as run_diagnosis
     from capstan.diagnose import read_snapshot
-    from capstan.kube import KubeClient
+    from capstan.kube import connector
     from capstan.redact import Redactor
 
     history = None
@@ -119,7 +119,7 @@ async def _run(
         history = opened.history
         redactor = history.redactor(create_key=False)
     try:
-        async with await KubeClient.from_kubeconfig(kubeconfig) as client:
+        async with await connector(kubeconfig)() as client:
             snapshot = await read_snapshot(
                 client, namespace=namespace, history=history, source=source, window_seconds=window
             )

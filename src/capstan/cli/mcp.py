@@ -103,7 +103,7 @@ def serve(
 
 
 async def _serve(
-    kubeconfig: Path,
+    kubeconfig: Path | None,
     *,
     store: str | None,
     source: str | None,
@@ -112,7 +112,7 @@ async def _serve(
     max_age: float,
     http: HttpSettings | None,
 ) -> None:
-    from capstan.kube import KubeClient
+    from capstan.kube import connector
     from capstan.mcp import ClusterLogs, LiveSource, create_server
     from capstan.redact import Redactor
 
@@ -126,7 +126,7 @@ async def _serve(
         history = opened.history
         redactor = history.redactor(create_key=False)
     try:
-        async with await KubeClient.from_kubeconfig(kubeconfig) as client:
+        async with await connector(kubeconfig)() as client:
             live = LiveSource(
                 client,
                 redactor=redactor,

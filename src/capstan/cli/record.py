@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
+    import socket
+
     from capstan.kube import KubeConnect
     from capstan.record import Recorder
 
@@ -53,6 +55,16 @@ def record(
         "--lease-duration",
         help="A leader that has not renewed for this long is replaced (renews every 2/15 of it).",
     ),
+    probe_port: int | None = typer.Option(
+        None,
+        "--probe-port",
+        min=1,
+        max=65535,
+        help="Serve /healthz, /readyz (store, cluster, first lists; a standby is ready) and /metrics on this port.",
+    ),
+    probe_address: str = typer.Option(
+        "127.0.0.1", "--probe-address", help="Address of the probe server (0.0.0.0 in a pod)."
+    ),
 ) -> None:
     """Run the recorder until SIGINT/SIGTERM; a failing target is retried, a failing store stops it (exit 1), and
     a configuration that cannot work (the file, the kubeconfig, its credentials) is one line and exit 2 before
@@ -90,6 +102,11 @@ def record(
         # each run of the collector opens its own client inside its event loop (capstan.record.KubeCollector)
         kube_connect = connector(cfg.kubernetes.kubeconfig)
         asyncio.run(_check_cluster_access(kube_connect, lease))
+    sock = None
+    if probe_port is not None and not once:
+        from capstan.httpserver import bind_listener
+
+        sock = bind_listener(probe_address, probe_port)
     recorder = Recorder(cfg, kube_connect=kube_connect)
     try:
         if once:
@@ -105,9 +122,7 @@ def record(
             if any(error is not None for error in results.values()):
                 raise typer.Exit(1)
             return
-        if lease is None or kube_connect is None:
-            asyncio.run(_run(recorder))
-        elif asyncio.run(_run_leading(recorder, kube_connect, lease)):
+        if asyncio.run(_run(recorder, kube_connect, lease, sock)) and lease is not None:
             namespace, name, _ = lease
             Console(stderr=True).print(
                 f"capstan record: lost the leader Lease {namespace}/{name}; stopped recording (the next leader "
@@ -154,22 +169,55 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-async def _run(recorder: Recorder) -> None:
-    await recorder.run(_stop_on_signals())
-
-
-async def _run_leading(recorder: Recorder, kube_connect: KubeConnect, lease: _Lease) -> bool:
-    """Stand by until this process holds the Lease, then record until a signal or until leadership is lost;
-    True when it was lost (the recorder stopped at once; what it had written stays, and the cursors it stored
-    tell the next leader where to resume)."""
+async def _run(
+    recorder: Recorder, kube_connect: KubeConnect | None, lease: _Lease | None, probe: socket.socket | None
+) -> bool:
+    """Record until a signal; with a Lease, stand by until this process holds it, then record until a signal or
+    until leadership is lost. True when it was lost (the recorder stopped at once; what it had written stays,
+    and the cursors it stored tell the next leader where to resume). The probe server, if any, runs throughout:
+    a standby is ready."""
     from capstan.kube import LeaderElection, while_leading
+    from capstan.probes import Check, ClusterCheck, probe_app, serve_probes, store_check
 
-    namespace, name, duration_s = lease
     stop = _stop_on_signals()
-    client = await kube_connect()
+    election: LeaderElection | None = None
+    checks: dict[str, Check] = {"store": store_check(recorder.store.database)}
+    cluster = ClusterCheck(kube_connect) if kube_connect is not None else None
+    if cluster is not None:
+        checks["cluster"] = cluster
+    collector = recorder.kubernetes
+    if collector is not None:
+        keys = [w.key for w in collector.config.watches()]
+
+        async def first_lists() -> str | None:
+            if election is not None and not election.leading.is_set():
+                return None  # a standby records nothing yet
+            missing = [k for k in keys if not (k in collector.synced and collector.synced[k].is_set())]
+            if missing:
+                return f"{len(missing)} of {len(keys)} watches have not stored their first list ({missing[0]}, …)"
+            return None
+
+        checks["watches"] = first_lists
+    probe_stop = asyncio.Event()
+    probes = None
+    if probe is not None:
+        app = probe_app(checks, registry=recorder.registry, redact=recorder.redactor.text)
+        probes = asyncio.create_task(serve_probes(app, probe, probe_stop))
+    client = None
     try:
+        if lease is None or kube_connect is None:
+            await recorder.run(stop)
+            return False
+        namespace, name, duration_s = lease
+        client = await kube_connect()
         election = LeaderElection.for_this_process(client, name, namespace, lease_duration_s=duration_s)
         await while_leading(election, stop, recorder.run)
         return election.lost.is_set()
     finally:
-        await client.close()
+        probe_stop.set()
+        if probes is not None:
+            await probes
+        if cluster is not None:
+            await cluster.close()
+        if client is not None:
+            await client.close()

@@ -205,6 +205,16 @@ def run(
         "--lease-duration",
         help="A leader that has not renewed for this long is replaced (renews every 2/15 of it).",
     ),
+    probe_port: int | None = typer.Option(
+        None,
+        "--probe-port",
+        min=1,
+        max=65535,
+        help="Serve /healthz and /readyz (store, cluster, first list of pods; a standby is ready) on this port.",
+    ),
+    probe_address: str = typer.Option(
+        "127.0.0.1", "--probe-address", help="Address of the probe server (0.0.0.0 in a pod)."
+    ),
 ) -> None:
     """Watch pods and deliver a complete report for every container restart (until Ctrl-C or SIGTERM). With
     --leader-elect it does so only while it holds the Lease, and exits 1 if it loses it."""
@@ -224,6 +234,7 @@ def run(
         scoped_lease_name,
         while_leading,
     )
+    from capstan.probes import Check, ClusterCheck, probe_app, serve_probes, store_check
     from capstan.restarts import RestartWatcher, load_restarts_config
     from capstan.runtime import limit_malloc_arenas
     from capstan.store import open_store
@@ -239,6 +250,11 @@ def run(
     cfg = load_restarts_config(config)
     limit_malloc_arenas()
     lost = False
+    sock = None
+    if probe_port is not None:
+        from capstan.httpserver import bind_listener
+
+        sock = bind_listener(probe_address, probe_port)
 
     async def main() -> None:
         nonlocal lost
@@ -263,15 +279,39 @@ def run(
             loop.add_signal_handler(sig, stop.set)
         try:
             watcher = RestartWatcher.over_store(cfg, client, st, source=source, namespace=namespace)
-            if not leader_elect:
+        except BaseException:
+            await client.close()
+            st.close()
+            raise
+        election = (
+            LeaderElection.for_this_process(client, lease, lease_namespace, lease_duration_s=lease_s)
+            if leader_elect
+            else None
+        )
+        cluster = ClusterCheck(connector(kubeconfig))
+
+        async def first_list() -> str | None:
+            if election is not None and not election.leading.is_set():
+                return None  # a standby watches nothing yet
+            return None if watcher.synced.is_set() else "the first list of pods is not handled yet"
+
+        checks: dict[str, Check] = {"store": store_check(st.database), "cluster": cluster, "pods": first_list}
+        probe_stop = asyncio.Event()
+        probes = None
+        if sock is not None:
+            app = probe_app(checks, redact=st.history.redactor().text)
+            probes = asyncio.create_task(serve_probes(app, sock, probe_stop))
+        try:
+            if election is None:
                 await watcher.run(stop)
                 return
-            election = LeaderElection.for_this_process(
-                client, lease, lease_namespace, lease_duration_s=lease_s
-            )
             await while_leading(election, stop, watcher.run)
             lost = election.lost.is_set()
         finally:
+            probe_stop.set()
+            if probes is not None:
+                await probes
+            await cluster.close()
             await client.close()
             st.close()
 

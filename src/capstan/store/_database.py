@@ -95,6 +95,16 @@ class Database:
         if self.read_sql_engine is not self.write_sql_engine:
             self.read_sql_engine.dispose()
 
+    def ping(self) -> str | None:
+        """None when the database answers a trivial query; otherwise the one line of what failed (the URL
+        without its password), for a readiness probe."""
+        try:
+            with self.read_sql_engine.connect() as conn:
+                conn.execute(select(1))
+        except (OperationalError, DBAPIError) as exc:
+            return describe_db_error(self.url, exc)
+        return None
+
     def schema_revision(self) -> str | None:
         return current_revision(self.read_sql_engine)
 

@@ -22,6 +22,7 @@ from capstan.kube import ApiError, KubeClient, resources
 from capstan.mcp import ClusterLogs, LiveSource, create_server
 from capstan.sandbox import Sandbox
 from capstan.store import open_store
+from tests.fixtures.identity import mount_account
 from tests.integration.mcp.calls import (
     CRASH_LOG,
     Scene,
@@ -118,7 +119,7 @@ async def assert_forbidden(what: str, call: Any) -> None:
 
 
 async def test_with_the_service_account_every_tool_works_and_writes_and_secrets_are_403(
-    sandbox: Sandbox, kube: KubeClient, namespace: str, identity: Path, tmp_path: Path
+    sandbox: Sandbox, kube: KubeClient, namespace: str, identity: Path, kubeconfig: Path, tmp_path: Path
 ) -> None:
     scene: Scene = await crashing_deployment(kube, Kubelet(kube, sandbox.directory / "pod-logs"), namespace)
     await kube.create(resources.SECRETS, {
@@ -204,6 +205,16 @@ async def test_with_the_service_account_every_tool_works_and_writes_and_secrets_
     # the same identity through the command, over stdio
     command = server_command("--transport", "stdio", "--kubeconfig", str(identity))
     params = StdioServerParameters(command=command[0], args=command[1:], env=server_env())
+    async with Client(params) as client:
+        await call_every_tool(client, scene, store=False)
+
+    # and in a pod: no kubeconfig, the account's token, CA and namespace mounted (KubeClient.in_cluster)
+    token = str(yaml.safe_load(await asyncio.to_thread(identity.read_text))["users"][0]["user"]["token"])
+    pod_env = await asyncio.to_thread(
+        mount_account, tmp_path / "serviceaccount", token, kubeconfig, NAMESPACE
+    )
+    command = server_command("--transport", "stdio")
+    params = StdioServerParameters(command=command[0], args=command[1:], env=server_env(**pod_env))
     async with Client(params) as client:
         await call_every_tool(client, scene, store=False)
 

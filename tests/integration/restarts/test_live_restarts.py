@@ -350,6 +350,7 @@ async def test_a_standby_notifier_takes_over_from_a_killed_leader_and_reports_ea
     import subprocess
     import sys
 
+    import httpx
     import yaml
 
     from capstan.kube import ApiError
@@ -390,7 +391,25 @@ async def test_a_standby_notifier_takes_over_from_a_killed_leader_and_reports_ea
         return sum(1 for m in list(receiver.messages) if name in text_of(m))
 
     logs = {n: (tmp_path / f"{n}.log").open("wb") for n in ("r1", "r2")}
-    procs = {"r1": subprocess.Popen(argv, stdout=logs["r1"], stderr=subprocess.STDOUT)}
+    probe_ports = {}
+    for n in ("r1", "r2"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            probe_ports[n] = int(s.getsockname()[1])
+
+    def replica(n: str) -> subprocess.Popen[bytes]:
+        probe = ["--probe-port", str(probe_ports[n])]
+        return subprocess.Popen([*argv, *probe], stdout=logs[n], stderr=subprocess.STDOUT)
+
+    async def readyz(n: str) -> tuple[int, str]:
+        async with httpx.AsyncClient(timeout=10) as http:
+            try:
+                r = await http.get(f"http://127.0.0.1:{probe_ports[n]}/readyz")
+            except httpx.HTTPError:
+                return 0, ""
+            return r.status_code, r.text
+
+    procs = {"r1": replica("r1")}
     st = open_store(db)
     try:
 
@@ -398,7 +417,13 @@ async def test_a_standby_notifier_takes_over_from_a_killed_leader_and_reports_ea
             return await holder() == f"{socket.gethostname()}_{procs['r1'].pid}"
 
         await until(r1_leads, "the first replica to take the Lease")
-        procs["r2"] = subprocess.Popen(argv, stdout=logs["r2"], stderr=subprocess.STDOUT)
+        procs["r2"] = replica("r2")
+
+        async def both_ready() -> bool:  # the leader once it has listed pods; the standby while it waits
+            return [(await readyz(n))[0] for n in ("r1", "r2")] == [200, 200]
+
+        await until(both_ready, "both replicas ready")
+        assert (await readyz("r2"))[1] == "[+]store ok\n[+]cluster ok\n[+]pods ok\nreadyz check passed\n"
 
         async def baseline() -> bool:
             return len(await asyncio.to_thread(st.restart_records.restart_counts)) >= len(names)
