@@ -31,6 +31,12 @@ app = typer.Typer(
 def record(
     config: Path = typer.Option(..., "--config", "-c", help="Recorder configuration YAML."),
     once: bool = typer.Option(False, "--once", help="Poll every target once, print the result and exit."),
+    store: str | None = typer.Option(
+        None,
+        "--store",
+        envvar="CAPSTAN_HISTORY_STORE",
+        help="History store (SQLite path or postgresql:// URL); replaces the file's store: (in a pod: from a Secret).",
+    ),
     kubeconfig: Path | None = typer.Option(
         None,
         "--kubeconfig",
@@ -79,7 +85,7 @@ def record(
     if lease_name is not None:
         check_lease_name(lease_name)
     check_lease_name(lease_namespace, "--lease-namespace")
-    cfg = load_recorder_config(config)
+    cfg = load_recorder_config(config, store=store)
     if kubeconfig is not None:
         cfg.kubernetes = (cfg.kubernetes or KubernetesConfig()).model_copy(update={"kubeconfig": kubeconfig})
     lease = None

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from pydantic import Field, model_validator
 
 from capstan.backoff import NO_JITTER, Backoff
-from capstan.config import StrictModel, load_file
+from capstan.config import StrictModel, load_file, load_model, read_mapping
 from capstan.errors import UserError
 from capstan.kube import KubeConnect
 from capstan.record._diff import DiffPolicy
@@ -101,8 +101,14 @@ class RecorderConfig(StrictModel):
         return scoped_lease_name("record", self.source, scope + [f"redis:{t.name}" for t in self.redis])
 
 
-def load_recorder_config(path: Path) -> RecorderConfig:
-    return load_file(RecorderConfig, path)
+def load_recorder_config(path: Path, *, store: str | None = None) -> RecorderConfig:
+    """The configuration file at ``path``; ``store`` (given on the command line or from a Secret through the
+    environment) replaces its ``store:``, which the file may then leave out."""
+    if store is None:
+        return load_file(RecorderConfig, path)
+    data = read_mapping(path)
+    data["store"] = store
+    return load_model(RecorderConfig, data, f"{path} (with the store given apart)")
 
 
 class RecorderRunner:
