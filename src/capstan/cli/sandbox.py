@@ -35,8 +35,9 @@ def _sandbox(directory: Path | None, name: str, *, need_binaries: bool = True) -
 
 @app.command()
 def build(force: bool = typer.Option(False, "--force", help="Rebuild even when cached.")) -> None:
-    """Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok (cached by version)."""
-    from capstan.sandbox import build_toolchain
+    """Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok and helm (cached by
+    version)."""
+    from capstan.sandbox import build_helm, build_toolchain
 
     console = Console(stderr=True)
     with Progress(
@@ -56,7 +57,9 @@ def build(force: bool = typer.Option(False, "--force", help="Rebuild even when c
             progress.update(tasks[step], completed=done, total=max(total, 1))
 
         toolchain = build_toolchain(report, force=force)
+        helm = build_helm(report, force=force)
     console.print(f"control plane binaries: {toolchain.bin_dir}")
+    console.print(f"helm (the chart's tests): {helm}")
 
 
 @app.command()

@@ -8,7 +8,15 @@ Public surface: build the binaries (:func:`build_toolchain`), describe the clust
 injectors look for.
 """
 
-from capstan.sandbox.build import Toolchain, build_toolchain, find_toolchain, go_module_dir, require_toolchain
+from capstan.sandbox.build import (
+    Toolchain,
+    build_helm,
+    build_toolchain,
+    find_toolchain,
+    go_module_dir,
+    helm_path,
+    require_toolchain,
+)
 from capstan.sandbox.cluster import Sandbox, SandboxState, default_state_dir
 from capstan.sandbox.datastores import (
     PostgresServer,
@@ -40,11 +48,13 @@ __all__ = [
     "SandboxState",
     "Taint",
     "Toolchain",
+    "build_helm",
     "build_toolchain",
     "default_state_dir",
     "find_toolchain",
     "free_port",
     "go_module_dir",
+    "helm_path",
     "load_spec",
     "node_manifests",
     "require_toolchain",

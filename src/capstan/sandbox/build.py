@@ -25,6 +25,9 @@ from capstan.errors import UserError
 
 KUBERNETES_VERSION = "1.36.3"
 KWOK_VERSION = "0.8.0"
+# Helm, for the chart's tests (deploy/helm/capstan: lint, template, the rendered manifests applied to the sandbox)
+HELM_VERSION = "4.3.2"
+HELM_PACKAGE = "helm.sh/helm/v4/cmd/helm"
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"
@@ -302,6 +305,36 @@ def build_toolchain(
     if found is None:
         raise UserError(f"build finished but the toolchain in {root} is incomplete")
     return found
+
+
+def helm_path(version: str = HELM_VERSION) -> Path:
+    """Where :func:`build_helm` puts the ``helm`` binary (in the cache, outside the work tree)."""
+    return cache_root() / "helm" / f"v{version}" / "helm"
+
+
+def build_helm(
+    progress: ProgressFn | None = None, *, version: str = HELM_VERSION, force: bool = False
+) -> Path:
+    """Build (or find cached) ``helm`` from the Go module proxy, in a throwaway wrapper module so its dependency
+    versions stay its own; returns its path."""
+    out = helm_path(version)
+    if out.is_file() and not force:
+        return out
+    work = out.parent / "gomod"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "go.mod").write_text(
+        f"module capstan.local/helm\n\ngo 1.26.0\n\nrequire helm.sh/helm/v4 v{version}\n"
+    )
+    (work / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{HELM_PACKAGE}"\n')
+    builder = GoBuilder(work, progress)
+    builder.env["CGO_ENABLED"] = "0"
+    builder.run(["mod", "tidy"], "resolve Helm modules", timeout=1800)
+    tmp = out.parent / ".helm.tmp"
+    builder.build(
+        tmp, [HELM_PACKAGE], "helm", f"-s -w -X helm.sh/helm/v4/internal/version.version=v{version}"
+    )
+    tmp.replace(out)
+    return out
 
 
 def go_module_dir(module: str, version: str) -> Path:
