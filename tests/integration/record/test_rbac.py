@@ -1,4 +1,4 @@
-"""The shipped recorder identity (deploy/record/rbac.yaml) on a real API server: its ClusterRole reads exactly
+"""The shipped recorder identity (the chart's, deploy/helm/capstan: files/rbac/record.yaml) on a real API server: its ClusterRole reads exactly
 the kinds the recorder records by default and Events; `capstan record` run in-cluster (the service host and port
 variables, the account's token and CA files; no kubeconfig) with a token of that account records every kind,
 holds its leader Lease, and every write outside the Lease is answered 403."""

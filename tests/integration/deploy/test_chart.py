@@ -1,0 +1,217 @@
+"""The Helm chart (deploy/helm/capstan): `helm lint`, `helm template` for each values profile, values that cannot
+work refused by its schema with the value named, and the rendered manifests server-side applied to the sandbox's
+real API server: every object accepted, a second apply changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capstan.kube import KubeClient
+from capstan.sandbox import Sandbox
+from tests.fixtures.helm import CHART, REQUIRED, documents, helm, render
+from tests.fixtures.identity import active_namespace
+
+pytestmark = pytest.mark.integration
+
+PROFILES: dict[str, tuple[list[str], dict[str, int]]] = {
+    # name: (helm arguments, kinds rendered and how many)
+    "defaults": ([], {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
+                      "Deployment": 2, "ConfigMap": 1, "Service": 1, "PodDisruptionBudget": 2, "NetworkPolicy": 2}),
+    "recorder only, one replica, no policies": (
+        ["--set", "restarts.enabled=false", "--set", "record.replicas=1", "--set", "networkPolicy.enabled=false"],
+        {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+         "Deployment": 1, "ConfigMap": 1, "Service": 1},
+    ),
+    "notifier only": (
+        ["--set", "record.enabled=false"],
+        {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+         "Deployment": 1, "PodDisruptionBudget": 1, "NetworkPolicy": 1},
+    ),
+    "with a ServiceMonitor (the CRD present)": (
+        ["--set", "serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1"],
+        {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
+         "Deployment": 2, "ConfigMap": 1, "Service": 1, "PodDisruptionBudget": 2, "NetworkPolicy": 2,
+         "ServiceMonitor": 1},
+    ),
+}  # fmt: skip
+
+
+def kinds(docs: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for doc in docs:
+        out[doc["kind"]] = out.get(doc["kind"], 0) + 1
+    return out
+
+
+def test_the_chart_lints() -> None:
+    proc = helm("lint", str(CHART), "--strict", *REQUIRED)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+def test_each_values_profile_renders_what_it_enables(profile: str) -> None:
+    args, expected = PROFILES[profile]
+    docs = documents(render(*args))
+    assert kinds(docs) == expected
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == "capstan" and labels["app.kubernetes.io/component"]
+    for deployment in (d for d in docs if d["kind"] == "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert "--leader-elect" in container["args"] and "--probe-address=0.0.0.0" in container["args"]
+        assert (
+            container["securityContext"]["readOnlyRootFilesystem"] is True
+            and pod["securityContext"]["runAsNonRoot"]
+        )
+        store = next(e for e in container["env"] if e["name"] == "CAPSTAN_HISTORY_STORE")
+        assert store["valueFrom"]["secretKeyRef"] == {
+            "name": "capstan-store",
+            "key": "url",
+        }  # never a literal URL
+    # no credential or URL of the store anywhere in what the chart renders
+    assert "postgresql" not in json.dumps(docs)
+
+
+def test_the_recorder_configuration_follows_its_values() -> None:
+    args = ["--set", "source=prod-eu", "--set", "record.kinds={Pod,Node}", "--set", "record.events=false",
+            "--set", "record.excludeNamespaces={kube-system}"]  # fmt: skip
+    (config,) = [d for d in documents(render(*args)) if d["kind"] == "ConfigMap"]
+    import yaml
+
+    from capstan.record import RecorderConfig
+
+    data = yaml.safe_load(config["data"]["record.yaml"])
+    parsed = RecorderConfig.model_validate({**data, "store": "unused.db"})  # the store comes from the Secret
+    assert parsed.source == "prod-eu" and parsed.kubernetes is not None
+    assert parsed.kubernetes.kinds == ["Pod", "Node"] and parsed.kubernetes.events is False
+    assert parsed.kubernetes.exclude_namespaces == ["kube-system"] and parsed.kubernetes.kubeconfig is None
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--set", "store.existingSecret="], "/store/existingSecret"),
+        (["--set", "restarts.configSecret="], "/restarts/configSecret"),
+        (["--set", "record.bogus=1"], "additional properties 'bogus' not allowed"),
+        (["--set", "leaderElection.leaseDuration=soon"], "/leaderElection/leaseDuration"),
+        (["--set", "probePort=80"], "/probePort"),
+        (["--set", "record.replicas=-1"], "/record/replicas"),
+        (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+    ],
+)
+def test_values_that_cannot_work_are_refused_naming_the_value(args: list[str], named: str) -> None:
+    proc = helm("template", "capstan", str(CHART), *REQUIRED, *args)
+    assert proc.returncode != 0 and named in proc.stderr, proc.stderr
+
+
+def test_the_notifier_s_secret_is_not_needed_when_it_is_disabled() -> None:
+    proc = helm(
+        "template",
+        "capstan",
+        str(CHART),
+        "--set",
+        "store.existingSecret=s",
+        "--set",
+        "restarts.enabled=false",
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+async def test_the_rendered_manifests_are_accepted_by_the_api_server_and_a_second_apply_changes_nothing(
+    sandbox: Sandbox, kube: KubeClient, tmp_path: Path
+) -> None:
+    namespace, release = "capstan-chart", "chart-test"
+    text = render("--set", "serviceMonitor.enabled=false", release=release, namespace=namespace)
+    path = tmp_path / "rendered.yaml"
+    path.write_text(text)
+    docs = documents(text)
+    await active_namespace(kube, namespace)
+
+    def versions() -> dict[str, str]:
+        listing = json.loads(sandbox.kubectl(["get", "-f", str(path), "-o", "json"]))
+        return {
+            f"{i['kind']}/{i['metadata']['name']}": i["metadata"]["resourceVersion"] for i in listing["items"]
+        }
+
+    try:
+        first = await asyncio.to_thread(
+            sandbox.kubectl, ["apply", "--server-side", "--field-manager=helm", "-f", str(path)]
+        )
+        applied = [line for line in first.splitlines() if line.strip()]
+        assert len(applied) == len(docs) and all(line.endswith("serverside-applied") for line in applied), (
+            first
+        )
+        before = await asyncio.to_thread(versions)
+        assert len(before) == len(docs)
+        await asyncio.to_thread(
+            sandbox.kubectl, ["apply", "--server-side", "--field-manager=helm", "-f", str(path)]
+        )
+        after = await asyncio.to_thread(versions)
+        assert after == before  # nothing was written the second time
+    finally:
+        await asyncio.to_thread(
+            sandbox.kubectl, ["delete", "--ignore-not-found", "--wait=false", "-f", str(path)]
+        )
+
+
+async def test_helm_installs_upgrades_and_uninstalls_the_chart_on_the_sandbox(
+    sandbox: Sandbox, kube: KubeClient, kubeconfig: Path
+) -> None:
+    """A real `helm install --wait` (kwok runs the pods: Deployments become available), an upgrade with the same
+    values (a new revision, the Deployments' pod templates unchanged), and `helm uninstall`, which leaves nothing
+    of the release (the cluster-scoped roles included)."""
+    from capstan.kube import ApiError, resources
+
+    namespace, release = "capstan-helm", "helm-test"
+    common = ("--kubeconfig", str(kubeconfig), "--namespace", namespace)
+    install = await asyncio.to_thread(
+        helm, "install", release, str(CHART), *common, "--create-namespace", *REQUIRED, "--wait", "--timeout", "180s",
+        timeout=240,
+    )  # fmt: skip
+    try:
+        assert install.returncode == 0, install.stderr
+        assert (
+            "STATUS: deployed" in install.stdout
+            and "The recorder (2 replicas, one leading)" in install.stdout
+        )
+        deployments, _ = await kube.list(resources.DEPLOYMENTS, namespace=namespace)
+        assert {d["metadata"]["name"]: d["status"].get("availableReplicas") for d in deployments} == {
+            f"{release}-capstan-record": 2,
+            f"{release}-capstan-restarts": 2,
+        }
+        templates = {d["metadata"]["name"]: d["spec"]["template"] for d in deployments}
+        upgrade = await asyncio.to_thread(
+            helm,
+            "upgrade",
+            release,
+            str(CHART),
+            *common,
+            *REQUIRED,
+            "--wait",
+            "--timeout",
+            "180s",
+            timeout=240,
+        )
+        assert upgrade.returncode == 0 and "REVISION: 2" in upgrade.stdout, upgrade.stderr
+        after, _ = await kube.list(resources.DEPLOYMENTS, namespace=namespace)
+        assert {d["metadata"]["name"]: d["spec"]["template"] for d in after} == templates
+    finally:
+        uninstall = await asyncio.to_thread(helm, "uninstall", release, *common, "--wait", timeout=240)
+    assert uninstall.returncode == 0, uninstall.stderr
+    roles, _ = await kube.list(
+        resources.CLUSTER_ROLES, label_selector=f"app.kubernetes.io/instance={release}"
+    )
+    assert roles == []
+    left, _ = await kube.list(resources.DEPLOYMENTS, namespace=namespace)
+    assert left == []
+    with contextlib.suppress(ApiError):
+        await kube.delete(resources.NAMESPACES, namespace)
