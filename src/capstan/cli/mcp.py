@@ -13,6 +13,8 @@ import typer
 from capstan.errors import UserError
 
 if TYPE_CHECKING:
+    import socket
+
     from capstan.mcp import HttpSettings
 
 app = typer.Typer(help="Read-only, secret-safe cluster context for AI agents over MCP.", no_args_is_help=True)
@@ -65,6 +67,16 @@ def serve(
     request_timeout: float = typer.Option(
         30.0, "--request-timeout", min=0.1, help="HTTP: seconds per request."
     ),
+    probe_port: int | None = typer.Option(
+        None,
+        "--probe-port",
+        min=1,
+        max=65535,
+        help="Serve /healthz and /readyz (cluster, and the store when one is given) on this port, without a token.",
+    ),
+    probe_address: str = typer.Option(
+        "127.0.0.1", "--probe-address", help="Address of the probe server (0.0.0.0 in a pod)."
+    ),
 ) -> None:
     """Serve the MCP tools over stdio (for an agent that starts the server) or streamable HTTP (stateless,
     http://HOST:PORT/mcp). Nothing is written to the cluster or the store."""
@@ -89,6 +101,11 @@ def serve(
             allowed_origins=tuple(allowed_origin),
             request_timeout_s=request_timeout,
         )
+    probe = None
+    if probe_port is not None:
+        from capstan.httpserver import bind_listener
+
+        probe = bind_listener(probe_address, probe_port)
     asyncio.run(
         _serve(
             path,
@@ -98,6 +115,7 @@ def serve(
             window=window,
             max_age=max_age,
             http=settings,
+            probe=probe,
         )
     )
 
@@ -111,9 +129,11 @@ async def _serve(
     window: float,
     max_age: float,
     http: HttpSettings | None,
+    probe: socket.socket | None = None,
 ) -> None:
     from capstan.kube import connector
     from capstan.mcp import ClusterLogs, LiveSource, create_server
+    from capstan.probes import Check, ClusterCheck, probe_app, serve_probes, store_check
     from capstan.redact import Redactor
 
     opened: Any = None
@@ -137,10 +157,25 @@ async def _serve(
                 max_age_s=max_age,
             )
             server = create_server(live, ClusterLogs(client), redactor=redactor)
-            if http is None:
-                await server.run_stdio_async()
-            else:
-                await _serve_http(server, http)
+            cluster = ClusterCheck(connector(kubeconfig))
+            checks: dict[str, Check] = {"cluster": cluster}
+            if opened is not None:
+                checks["store"] = store_check(opened.database)
+            probe_stop = asyncio.Event()
+            probes = None
+            if probe is not None:
+                app = probe_app(checks, redact=redactor.text)
+                probes = asyncio.create_task(serve_probes(app, probe, probe_stop))
+            try:
+                if http is None:
+                    await server.run_stdio_async()
+                else:
+                    await _serve_http(server, http)
+            finally:
+                probe_stop.set()
+                if probes is not None:
+                    await probes
+                await cluster.close()
     finally:
         if opened is not None:
             opened.close()

@@ -3,7 +3,7 @@
 
 - **No write tool exists**: the catalog holds only readers, and each is annotated ``readOnlyHint``, not destructive,
   idempotent and closed-world. (Annotations are hints; the guarantee is that nothing here can write, and the
-  shipped ServiceAccount cannot either: deploy/mcp/rbac.yaml.)
+  shipped ServiceAccount cannot either: deploy/helm/capstan/files/rbac/mcp.yaml.)
 - **Strict arguments**: a middleware validates ``tools/call`` arguments against the tool's own model before the SDK
   does, so an unknown argument, a wrong type or an out-of-range value is a JSON-RPC ``Invalid params`` error naming
   the argument, as is a cursor of another query.

@@ -33,6 +33,11 @@ PROFILES: dict[str, tuple[list[str], dict[str, int]]] = {
         {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
          "Deployment": 1, "PodDisruptionBudget": 1, "NetworkPolicy": 1},
     ),
+    "with the MCP server": (
+        ["--set", "mcp.enabled=true", "--set", "mcp.tokenSecret=capstan-mcp-token"],
+        {"ServiceAccount": 3, "ClusterRole": 3, "ClusterRoleBinding": 3, "Role": 2, "RoleBinding": 2,
+         "Deployment": 3, "ConfigMap": 1, "Service": 2, "PodDisruptionBudget": 3, "NetworkPolicy": 3},
+    ),
     "with a ServiceMonitor (the CRD present)": (
         ["--set", "serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1"],
         {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
@@ -67,7 +72,10 @@ def test_each_values_profile_renders_what_it_enables(profile: str) -> None:
         (container,) = pod["containers"]
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-        assert "--leader-elect" in container["args"] and "--probe-address=0.0.0.0" in container["args"]
+        singleton = container["name"] != "mcp"  # the MCP server is stateless: its replicas all serve
+        assert (
+            "--leader-elect" in container["args"]
+        ) is singleton and "--probe-address=0.0.0.0" in container["args"]
         assert (
             container["securityContext"]["readOnlyRootFilesystem"] is True
             and pod["securityContext"]["runAsNonRoot"]
@@ -106,6 +114,7 @@ def test_the_recorder_configuration_follows_its_values() -> None:
         (["--set", "probePort=80"], "/probePort"),
         (["--set", "record.replicas=-1"], "/record/replicas"),
         (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+        (["--set", "mcp.enabled=true"], "/mcp/tokenSecret"),
     ],
 )
 def test_values_that_cannot_work_are_refused_naming_the_value(args: list[str], named: str) -> None:
@@ -137,10 +146,14 @@ async def test_the_rendered_manifests_are_accepted_by_the_api_server_and_a_secon
     await active_namespace(kube, namespace)
 
     def versions() -> dict[str, str]:
+        """Each object's generation (bumped by a change of its spec, not by a controller writing its status, as
+        the disruption controller does to a PDB), else its resourceVersion."""
         listing = json.loads(sandbox.kubectl(["get", "-f", str(path), "-o", "json"]))
-        return {
-            f"{i['kind']}/{i['metadata']['name']}": i["metadata"]["resourceVersion"] for i in listing["items"]
-        }
+        out = {}
+        for item in listing["items"]:
+            meta = item["metadata"]
+            out[f"{item['kind']}/{meta['name']}"] = str(meta.get("generation") or meta["resourceVersion"])
+        return out
 
     try:
         first = await asyncio.to_thread(
@@ -157,6 +170,10 @@ async def test_the_rendered_manifests_are_accepted_by_the_api_server_and_a_secon
         )
         after = await asyncio.to_thread(versions)
         assert after == before  # nothing was written the second time
+        # and the API server, asked what applying once more would change, says nothing (kubectl diff exits 0)
+        await asyncio.to_thread(
+            sandbox.kubectl, ["diff", "--server-side", "--field-manager=helm", "-f", str(path)]
+        )
     finally:
         await asyncio.to_thread(
             sandbox.kubectl, ["delete", "--ignore-not-found", "--wait=false", "-f", str(path)]

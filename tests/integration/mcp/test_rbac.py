@@ -1,7 +1,7 @@
-"""The shipped read-only identity (deploy/mcp/rbac.yaml) against the real API server: its ClusterRole grants
-get/list/watch on what the tools read and nothing else (no Secrets); with that ServiceAccount's token every tool
-works (in process and as ``capstan mcp serve``), Secrets are a blind spot, and the API server answers 403 to
-every write and to every Secret read."""
+"""The chart's read-only identity for the MCP server (deploy/helm/capstan, rules in files/rbac/mcp.yaml) against
+the real API server: its ClusterRole grants get/list/watch on what the tools read and nothing else (no Secrets);
+with that ServiceAccount's token every tool works (in process, as ``capstan mcp serve``, and in-cluster),
+Secrets are a blind spot, and the API server answers 403 to every write and to every Secret read."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from capstan.kube import ApiError, KubeClient, resources
 from capstan.mcp import ClusterLogs, LiveSource, create_server
 from capstan.sandbox import Sandbox
 from capstan.store import open_store
-from tests.fixtures.identity import mount_account
+from tests.fixtures.identity import in_cluster_identity, manifest, mount_account
 from tests.integration.mcp.calls import (
     CRASH_LOG,
     Scene,
@@ -35,7 +35,6 @@ from tests.integration.mcp.calls import (
 
 pytestmark = pytest.mark.integration
 
-MANIFEST = Path(__file__).resolve().parents[3] / "deploy" / "mcp" / "rbac.yaml"
 NAMESPACE, ACCOUNT = "capstan", "capstan-mcp"
 USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
 READ_VERBS = {"get", "list", "watch"}
@@ -48,12 +47,8 @@ SELF_REVIEWS = {
 }
 
 
-def manifest() -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(MANIFEST.read_text()) if doc]
-
-
 def granted_rules() -> list[dict[str, Any]]:
-    (role,) = [d for d in manifest() if d["kind"] == "ClusterRole"]
+    (role,) = [d for d in manifest("mcp") if d["kind"] == "ClusterRole"]
     rules: list[dict[str, Any]] = role["rules"]
     return rules
 
@@ -80,11 +75,11 @@ def test_the_cluster_role_reads_what_the_tools_read_and_nothing_else() -> None:
     assert not any("*" in g or "*" in r for g, r in granted)
     assert ("", "secrets") not in granted
     assert needed() <= granted, needed() - granted
-    (binding,) = [d for d in manifest() if d["kind"] == "ClusterRoleBinding"]
+    (binding,) = [d for d in manifest("mcp") if d["kind"] == "ClusterRoleBinding"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]
     assert (
         binding["roleRef"]["name"]
-        == next(d for d in manifest() if d["kind"] == "ClusterRole")["metadata"]["name"]
+        == next(d for d in manifest("mcp") if d["kind"] == "ClusterRole")["metadata"]["name"]
     )
 
 
@@ -92,21 +87,11 @@ def test_the_cluster_role_reads_what_the_tools_read_and_nothing_else() -> None:
 async def identity(
     sandbox: Sandbox, kube: KubeClient, kubeconfig: Path, tmp_path: Path
 ) -> AsyncIterator[Path]:
-    """The manifest applied (server-side) and a kubeconfig holding a fresh token of its ServiceAccount; the
-    manifest's objects deleted afterwards."""
-    await asyncio.to_thread(sandbox.kubectl, ["apply", "--server-side", "-f", str(MANIFEST)])
-    try:
-        answer = await kube.request(
-            "POST",
-            resources.SERVICE_ACCOUNTS.item_path(ACCOUNT, NAMESPACE, "token"),
-            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-        )
-        token = str(answer["status"]["token"])
+    """The chart's identity for the MCP server applied (server-side) and a kubeconfig holding a fresh token of its
+    ServiceAccount; its objects deleted afterwards."""
+    async with in_cluster_identity("mcp", sandbox, kube, kubeconfig, tmp_path / "serviceaccount") as env:
+        token = await asyncio.to_thread((Path(env["CAPSTAN_SERVICE_ACCOUNT_DIR"]) / "token").read_text)
         yield await asyncio.to_thread(kubeconfig_with_token, kubeconfig, token, tmp_path / "mcp.kubeconfig")
-    finally:
-        await asyncio.to_thread(
-            sandbox.kubectl, ["delete", "--ignore-not-found", "--wait=false", "-f", str(MANIFEST)]
-        )
 
 
 async def assert_forbidden(what: str, call: Any) -> None:
@@ -210,9 +195,7 @@ async def test_with_the_service_account_every_tool_works_and_writes_and_secrets_
 
     # and in a pod: no kubeconfig, the account's token, CA and namespace mounted (KubeClient.in_cluster)
     token = str(yaml.safe_load(await asyncio.to_thread(identity.read_text))["users"][0]["user"]["token"])
-    pod_env = await asyncio.to_thread(
-        mount_account, tmp_path / "serviceaccount", token, kubeconfig, NAMESPACE
-    )
+    pod_env = await asyncio.to_thread(mount_account, tmp_path / "pod-account", token, kubeconfig, NAMESPACE)
     command = server_command("--transport", "stdio")
     params = StdioServerParameters(command=command[0], args=command[1:], env=server_env(**pod_env))
     async with Client(params) as client:

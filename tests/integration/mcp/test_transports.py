@@ -11,10 +11,12 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 
@@ -106,9 +108,17 @@ async def test_http_every_tool_answers_with_and_without_a_store(
             answers = await call_every_tool(client, scene, store=False)
             assert scene.pod in json.dumps(answers["problems"])
     store = empty_store(tmp_path / "history.db")
-    with http_server("--kubeconfig", str(kubeconfig), "--store", store) as server:
+    with socket.socket() as s:  # a free port for the probes
+        s.bind(("127.0.0.1", 0))
+        probe = s.getsockname()[1]
+    with http_server("--kubeconfig", str(kubeconfig), "--store", store, "--probe-port", str(probe)) as server:
         async with Client(server.url) as client:
             await call_every_tool(client, scene, store=True)
+        # the probes answer on their own port, without the bearer token or the Host checks of /mcp
+        async with httpx.AsyncClient(timeout=10) as http:
+            ready = await http.get(f"http://127.0.0.1:{probe}/readyz")
+            assert (await http.get(f"http://127.0.0.1:{probe}/healthz")).text == "ok\n"
+        assert ready.status_code == 200 and ready.text == "[+]cluster ok\n[+]store ok\nreadyz check passed\n"
 
 
 def _jsonrpc(method: str, params: dict[str, Any], id_: int | None) -> str:

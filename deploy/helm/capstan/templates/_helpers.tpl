@@ -66,12 +66,15 @@ affinity:
       key: {{ .Values.store.key }}
 {{- end -}}
 
-{{/* The probes on the component's probe port (capstan.probes). */}}
+{{/* The container port of the probe server (capstan.probes). */}}
+{{- define "capstan.probePort" -}}
+- name: probes
+  containerPort: {{ .Values.probePort }}
+  protocol: TCP
+{{- end -}}
+
+{{/* The probes on the component's probe port. */}}
 {{- define "capstan.probes" -}}
-ports:
-  - name: probes
-    containerPort: {{ .Values.probePort }}
-    protocol: TCP
 livenessProbe:
   httpGet: {path: /healthz, port: probes}
   periodSeconds: 10
