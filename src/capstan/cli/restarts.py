@@ -210,7 +210,8 @@ def run(
         "--probe-port",
         min=1,
         max=65535,
-        help="Serve /healthz and /readyz (store, cluster, first list of pods; a standby is ready) on this port.",
+        help="Serve /healthz, /readyz (store, cluster, first list of pods; a standby is ready) and /metrics (delivery: "
+        "capstan_notify_*) on this port.",
     ),
     probe_address: str = typer.Option(
         "127.0.0.1", "--probe-address", help="Address of the probe server (0.0.0.0 in a pod)."
@@ -299,7 +300,7 @@ def run(
         probe_stop = asyncio.Event()
         probes = None
         if sock is not None:
-            app = probe_app(checks, redact=st.history.redactor().text)
+            app = probe_app(checks, registry=watcher.registry, redact=st.history.redactor().text)
             probes = asyncio.create_task(serve_probes(app, sock, probe_stop))
         try:
             if election is None:

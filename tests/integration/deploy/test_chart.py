@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 PROFILES: dict[str, tuple[list[str], dict[str, int]]] = {
     # name: (helm arguments, kinds rendered and how many)
     "defaults": ([], {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
-                      "Deployment": 2, "ConfigMap": 1, "Service": 1, "PodDisruptionBudget": 2, "NetworkPolicy": 2}),
+                      "Deployment": 2, "ConfigMap": 1, "Service": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 2}),
     "recorder only, one replica, no policies": (
         ["--set", "restarts.enabled=false", "--set", "record.replicas=1", "--set", "networkPolicy.enabled=false"],
         {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
@@ -31,18 +31,18 @@ PROFILES: dict[str, tuple[list[str], dict[str, int]]] = {
     "notifier only": (
         ["--set", "record.enabled=false"],
         {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-         "Deployment": 1, "PodDisruptionBudget": 1, "NetworkPolicy": 1},
+         "Deployment": 1, "Service": 1, "PodDisruptionBudget": 1, "NetworkPolicy": 1},
     ),
     "with the MCP server": (
         ["--set", "mcp.enabled=true", "--set", "mcp.tokenSecret=capstan-mcp-token"],
         {"ServiceAccount": 3, "ClusterRole": 3, "ClusterRoleBinding": 3, "Role": 2, "RoleBinding": 2,
-         "Deployment": 3, "ConfigMap": 1, "Service": 2, "PodDisruptionBudget": 3, "NetworkPolicy": 3},
+         "Deployment": 3, "ConfigMap": 1, "Service": 3, "PodDisruptionBudget": 3, "NetworkPolicy": 3},
     ),
     "with a ServiceMonitor (the CRD present)": (
         ["--set", "serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1"],
         {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
-         "Deployment": 2, "ConfigMap": 1, "Service": 1, "PodDisruptionBudget": 2, "NetworkPolicy": 2,
-         "ServiceMonitor": 1},
+         "Deployment": 2, "ConfigMap": 1, "Service": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 2,
+         "ServiceMonitor": 2},
     ),
 }  # fmt: skip
 

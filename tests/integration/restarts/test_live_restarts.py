@@ -455,6 +455,11 @@ async def test_a_standby_notifier_takes_over_from_a_killed_leader_and_reports_ea
             lambda: delivered({names[0]: 2} | {n: 1 for n in names[1:]}), "the standby's reports of the gap"
         )
         await asyncio.sleep(2)  # a report sent twice would arrive now
+        async with httpx.AsyncClient(
+            timeout=10
+        ) as http:  # the new leader's delivery metrics: its four reports
+            metrics = (await http.get(f"http://127.0.0.1:{probe_ports['r2']}/metrics")).text
+        assert 'capstan_notify_sent_total{destination="slack"} 4.0' in metrics, metrics[-1500:]
         procs["r2"].send_signal(signal.SIGTERM)
         assert procs["r2"].wait(60) == 0
     finally:
