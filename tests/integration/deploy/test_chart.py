@@ -38,6 +38,11 @@ PROFILES: dict[str, tuple[list[str], dict[str, int]]] = {
         {"ServiceAccount": 3, "ClusterRole": 3, "ClusterRoleBinding": 3, "Role": 2, "RoleBinding": 2,
          "Deployment": 3, "ConfigMap": 1, "Service": 3, "PodDisruptionBudget": 3, "NetworkPolicy": 3},
     ),
+    "with the Grafana dashboard": (
+        ["--set", "grafanaDashboard.enabled=true"],
+        {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
+         "Deployment": 2, "ConfigMap": 2, "Service": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 2},
+    ),
     "with a ServiceMonitor (the CRD present)": (
         ["--set", "serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1"],
         {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
@@ -85,6 +90,8 @@ def test_each_values_profile_renders_what_it_enables(profile: str) -> None:
             "name": "capstan-store",
             "key": "url",
         }  # never a literal URL
+    for dashboard in (d for d in docs if d["metadata"]["labels"].get("grafana_dashboard") == "1"):
+        assert json.loads(dashboard["data"]["capstan.json"])["uid"] == "capstan-overview"  # the file, whole
     # no credential or URL of the store anywhere in what the chart renders
     assert "postgresql" not in json.dumps(docs)
 
