@@ -14,37 +14,52 @@ import pytest
 
 from capstan.kube import KubeClient
 from capstan.sandbox import Sandbox
-from tests.fixtures.helm import CHART, REQUIRED, documents, helm, render
+from tests.fixtures.helm import CHART, POSTGRES, documents, helm, render
 from tests.fixtures.identity import active_namespace
 
 pytestmark = pytest.mark.integration
 
+PG = list(POSTGRES)
 PROFILES: dict[str, tuple[list[str], dict[str, int]]] = {
     # name: (helm arguments, kinds rendered and how many)
-    "defaults": ([], {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
-                      "Deployment": 2, "ConfigMap": 1, "Service": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 2}),
-    "recorder only, one replica, no policies": (
-        ["--set", "restarts.enabled=false", "--set", "record.replicas=1", "--set", "networkPolicy.enabled=false"],
+    "defaults (the recorder on SQLite, one pod)": (
+        [],
+        {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+         "Deployment": 1, "ConfigMap": 1, "Service": 1, "NetworkPolicy": 1, "PersistentVolumeClaim": 1},
+    ),
+    "PostgreSQL, the recorder and the notifier": (
+        PG,
+        {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
+         "Deployment": 2, "ConfigMap": 1, "Service": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 2},
+    ),
+    "PostgreSQL, the recorder alone, one replica, no policies": (
+        [*PG, "--set", "restarts.enabled=false", "--set", "record.replicas=1", "--set", "networkPolicy.enabled=false"],
         {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
          "Deployment": 1, "ConfigMap": 1, "Service": 1},
     ),
-    "notifier only": (
-        ["--set", "record.enabled=false"],
+    "PostgreSQL, the notifier alone": (
+        [*PG, "--set", "record.enabled=false"],
         {"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
          "Deployment": 1, "Service": 1, "PodDisruptionBudget": 1, "NetworkPolicy": 1},
     ),
-    "with the MCP server": (
-        ["--set", "mcp.enabled=true", "--set", "mcp.tokenSecret=capstan-mcp-token"],
+    "PostgreSQL, with the MCP server": (
+        [*PG, "--set", "mcp.enabled=true", "--set", "mcp.tokenSecret=capstan-mcp-token"],
         {"ServiceAccount": 3, "ClusterRole": 3, "ClusterRoleBinding": 3, "Role": 2, "RoleBinding": 2,
          "Deployment": 3, "ConfigMap": 1, "Service": 3, "PodDisruptionBudget": 3, "NetworkPolicy": 3},
     ),
-    "with the Grafana dashboard": (
-        ["--set", "grafanaDashboard.enabled=true"],
+    "SQLite, with the MCP server without history": (
+        ["--set", "mcp.enabled=true", "--set", "mcp.tokenSecret=capstan-mcp-token", "--set", "mcp.history=false"],
+        {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1,
+         "Deployment": 2, "ConfigMap": 1, "Service": 2, "PodDisruptionBudget": 1, "NetworkPolicy": 2,
+         "PersistentVolumeClaim": 1},
+    ),
+    "PostgreSQL, with the Grafana dashboard": (
+        [*PG, "--set", "grafanaDashboard.enabled=true"],
         {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
          "Deployment": 2, "ConfigMap": 2, "Service": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 2},
     ),
-    "with a ServiceMonitor (the CRD present)": (
-        ["--set", "serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1"],
+    "PostgreSQL, with a ServiceMonitor (the CRD present)": (
+        [*PG, "--set", "serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1"],
         {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
          "Deployment": 2, "ConfigMap": 1, "Service": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 2,
          "ServiceMonitor": 2},
@@ -60,8 +75,9 @@ def kinds(docs: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def test_the_chart_lints() -> None:
-    proc = helm("lint", str(CHART), "--strict", *REQUIRED)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for args in ((), POSTGRES):
+        proc = helm("lint", str(CHART), "--strict", *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("profile", list(PROFILES))
@@ -85,11 +101,21 @@ def test_each_values_profile_renders_what_it_enables(profile: str) -> None:
             container["securityContext"]["readOnlyRootFilesystem"] is True
             and pod["securityContext"]["runAsNonRoot"]
         )
-        store = next(e for e in container["env"] if e["name"] == "CAPSTAN_HISTORY_STORE")
-        assert store["valueFrom"]["secretKeyRef"] == {
-            "name": "capstan-store",
-            "key": "url",
-        }  # never a literal URL
+        store = next((e for e in container["env"] if e["name"] == "CAPSTAN_HISTORY_STORE"), None)
+        postgres = "store.existingSecret=capstan-store" in args
+        if container["name"] == "mcp" and (not postgres or "mcp.history=false" in args):
+            assert store is None  # an MCP server without history has no store at all
+        elif postgres:  # the URL only as a reference to its Secret, never literal
+            assert store is not None and store["valueFrom"]["secretKeyRef"] == {
+                "name": "capstan-store",
+                "key": "url",
+            }
+        else:  # SQLite: the file on the recorder's volume, one pod that replaces itself (Recreate)
+            assert store == {"name": "CAPSTAN_HISTORY_STORE", "value": "/var/lib/capstan/history.db"}
+            assert deployment["spec"]["replicas"] == 1
+            assert deployment["spec"]["strategy"]["type"] == "Recreate"
+            (claim,) = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+            assert claim["persistentVolumeClaim"]["claimName"] == "capstan-record-store"
     for dashboard in (d for d in docs if d["metadata"]["labels"].get("grafana_dashboard") == "1"):
         assert json.loads(dashboard["data"]["capstan.json"])["uid"] == "capstan-overview"  # the file, whole
     # no credential or URL of the store anywhere in what the chart renders
@@ -114,31 +140,27 @@ def test_the_recorder_configuration_follows_its_values() -> None:
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["--set", "store.existingSecret="], "/store/existingSecret"),
-        (["--set", "restarts.configSecret="], "/restarts/configSecret"),
+        ([*POSTGRES, "--set", "restarts.configSecret="], "/restarts/configSecret"),
+        (["--set", "store.existingSecret=Not_A_Name"], "/store/existingSecret"),
+        (["--set", "store.sqlite.size=lots"], "/store/sqlite/size"),
         (["--set", "record.bogus=1"], "additional properties 'bogus' not allowed"),
         (["--set", "leaderElection.leaseDuration=soon"], "/leaderElection/leaseDuration"),
         (["--set", "probePort=80"], "/probePort"),
         (["--set", "record.replicas=-1"], "/record/replicas"),
         (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
-        (["--set", "mcp.enabled=true"], "/mcp/tokenSecret"),
+        ([*POSTGRES, "--set", "mcp.enabled=true"], "/mcp/tokenSecret"),
+        (["--set", "restarts.enabled=true", "--set", "restarts.configSecret=c"],
+         "restarts.enabled: the notifier needs the PostgreSQL store"),
+        (["--set", "mcp.enabled=true", "--set", "mcp.tokenSecret=t"], "mcp.history: the MCP server reads history"),
     ],
-)
+)  # fmt: skip
 def test_values_that_cannot_work_are_refused_naming_the_value(args: list[str], named: str) -> None:
-    proc = helm("template", "capstan", str(CHART), *REQUIRED, *args)
+    proc = helm("template", "capstan", str(CHART), *args)
     assert proc.returncode != 0 and named in proc.stderr, proc.stderr
 
 
-def test_the_notifier_s_secret_is_not_needed_when_it_is_disabled() -> None:
-    proc = helm(
-        "template",
-        "capstan",
-        str(CHART),
-        "--set",
-        "store.existingSecret=s",
-        "--set",
-        "restarts.enabled=false",
-    )
+def test_the_default_values_need_no_secret() -> None:
+    proc = helm("template", "capstan", str(CHART))
     assert proc.returncode == 0, proc.stderr
 
 
@@ -146,7 +168,15 @@ async def test_the_rendered_manifests_are_accepted_by_the_api_server_and_a_secon
     sandbox: Sandbox, kube: KubeClient, tmp_path: Path
 ) -> None:
     namespace, release = "capstan-chart", "chart-test"
-    text = render("--set", "serviceMonitor.enabled=false", release=release, namespace=namespace)
+    everything = (
+        "--set",
+        "mcp.enabled=true",
+        "--set",
+        "mcp.tokenSecret=t",
+        "--set",
+        "grafanaDashboard.enabled=true",
+    )
+    text = render(*POSTGRES, *everything, release=release, namespace=namespace)
     path = tmp_path / "rendered.yaml"
     path.write_text(text)
     docs = documents(text)
@@ -187,55 +217,69 @@ async def test_the_rendered_manifests_are_accepted_by_the_api_server_and_a_secon
         )
 
 
-async def test_helm_installs_upgrades_and_uninstalls_the_chart_on_the_sandbox(
-    sandbox: Sandbox, kube: KubeClient, kubeconfig: Path
+async def test_helm_installs_the_defaults_upgrades_to_postgresql_and_uninstalls_on_the_sandbox(
+    sandbox: Sandbox, kube: KubeClient, kubeconfig: Path, tmp_path: Path
 ) -> None:
-    """A real `helm install --wait` (kwok runs the pods: Deployments become available), an upgrade with the same
-    values (a new revision, the Deployments' pod templates unchanged), and `helm uninstall`, which leaves nothing
-    of the release (the cluster-scoped roles included)."""
+    """A real `helm install --wait` with the default values (the recorder on SQLite: its claim bound to a volume the
+    test provides, as a cluster's default StorageClass would; kwok runs the pod), an upgrade to the PostgreSQL
+    store with the notifier (a new revision: two Deployments of two available replicas), and `helm uninstall`,
+    which leaves nothing of the release but the history's claim (kept on purpose)."""
     from capstan.kube import ApiError, resources
 
     namespace, release = "capstan-helm", "helm-test"
     common = ("--kubeconfig", str(kubeconfig), "--namespace", namespace)
-    install = await asyncio.to_thread(
-        helm, "install", release, str(CHART), *common, "--create-namespace", *REQUIRED, "--wait", "--timeout", "180s",
-        timeout=240,
-    )  # fmt: skip
+    volume = {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "capstan-helm-test-store"},
+        "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "hostPath": {"path": str(tmp_path / "volume")}, "persistentVolumeReclaimPolicy": "Delete"},
+    }  # fmt: skip
+    await kube.create(resources.PVS, volume)
     try:
+        install = await asyncio.to_thread(
+            helm, "install", release, str(CHART), *common, "--create-namespace", "--wait", "--timeout", "180s",
+            timeout=240,
+        )  # fmt: skip
         assert install.returncode == 0, install.stderr
-        assert (
-            "STATUS: deployed" in install.stdout
-            and "The recorder (2 replicas, one leading)" in install.stdout
-        )
+        assert "STATUS: deployed" in install.stdout and "The recorder (one pod: SQLite" in install.stdout
         deployments, _ = await kube.list(resources.DEPLOYMENTS, namespace=namespace)
         assert {d["metadata"]["name"]: d["status"].get("availableReplicas") for d in deployments} == {
-            f"{release}-capstan-record": 2,
-            f"{release}-capstan-restarts": 2,
+            f"{release}-capstan-record": 1
         }
-        templates = {d["metadata"]["name"]: d["spec"]["template"] for d in deployments}
+        claim = await kube.get(resources.PVCS, f"{release}-capstan-record-store", namespace)
+        assert claim["status"]["phase"] == "Bound"
         upgrade = await asyncio.to_thread(
             helm,
             "upgrade",
             release,
             str(CHART),
             *common,
-            *REQUIRED,
+            *POSTGRES,
             "--wait",
             "--timeout",
             "180s",
             timeout=240,
         )
         assert upgrade.returncode == 0 and "REVISION: 2" in upgrade.stdout, upgrade.stderr
-        after, _ = await kube.list(resources.DEPLOYMENTS, namespace=namespace)
-        assert {d["metadata"]["name"]: d["spec"]["template"] for d in after} == templates
+        assert "The recorder (2 replicas, one leading)" in upgrade.stdout
+        deployments, _ = await kube.list(resources.DEPLOYMENTS, namespace=namespace)
+        assert {d["metadata"]["name"]: d["status"].get("availableReplicas") for d in deployments} == {
+            f"{release}-capstan-record": 2,
+            f"{release}-capstan-restarts": 2,
+        }
     finally:
         uninstall = await asyncio.to_thread(helm, "uninstall", release, *common, "--wait", timeout=240)
-    assert uninstall.returncode == 0, uninstall.stderr
-    roles, _ = await kube.list(
-        resources.CLUSTER_ROLES, label_selector=f"app.kubernetes.io/instance={release}"
-    )
-    assert roles == []
-    left, _ = await kube.list(resources.DEPLOYMENTS, namespace=namespace)
-    assert left == []
-    with contextlib.suppress(ApiError):
-        await kube.delete(resources.NAMESPACES, namespace)
+        assert uninstall.returncode == 0, uninstall.stderr
+        roles, _ = await kube.list(
+            resources.CLUSTER_ROLES, label_selector=f"app.kubernetes.io/instance={release}"
+        )
+        left, _ = await kube.list(resources.DEPLOYMENTS, namespace=namespace)
+        kept, _ = await kube.list(resources.PVCS, namespace=namespace)
+        for item in kept:
+            with contextlib.suppress(ApiError):
+                await kube.delete(resources.PVCS, item["metadata"]["name"], namespace)
+        with contextlib.suppress(ApiError):
+            await kube.delete(resources.NAMESPACES, namespace)
+        with contextlib.suppress(ApiError):
+            await kube.delete(resources.PVS, "capstan-helm-test-store")
+    assert roles == [] and left == []
+    assert [c["metadata"]["name"] for c in kept] == [f"{release}-capstan-record-store"]  # the history is kept

@@ -54,16 +54,39 @@ affinity:
 {{- end }}
 {{- end -}}
 
-{{/* Environment every component's container has: its pod's name (the leader election's identity) and the store. */}}
+{{/* Environment every component's container has: its pod's name (the leader election's identity) and the store:
+the PostgreSQL URL from its Secret, or the SQLite file on the recorder's volume. */}}
 {{- define "capstan.env" -}}
 - name: POD_NAME
   valueFrom:
     fieldRef: {fieldPath: metadata.name}
+{{- if .Values.store.existingSecret }}
 - name: CAPSTAN_HISTORY_STORE
   valueFrom:
     secretKeyRef:
       name: {{ .Values.store.existingSecret }}
       key: {{ .Values.store.key }}
+{{- else }}
+- name: CAPSTAN_HISTORY_STORE
+  value: /var/lib/capstan/history.db
+{{- end }}
+{{- end -}}
+
+{{/* What the SQLite store cannot do, said at install time rather than as pods that cannot share a volume. */}}
+{{- define "capstan.checkStore" -}}
+{{- if not .Values.store.existingSecret }}
+{{- if .Values.restarts.enabled }}
+{{- fail "restarts.enabled: the notifier needs the PostgreSQL store the recorder writes (set store.existingSecret); the SQLite store is one pod's volume" }}
+{{- end }}
+{{- if and .Values.mcp.enabled .Values.mcp.history }}
+{{- fail "mcp.history: the MCP server reads history from the PostgreSQL store (set store.existingSecret), or set mcp.history=false" }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The recorder's replicas: one with SQLite (one writer, a ReadWriteOnce volume). */}}
+{{- define "capstan.recordReplicas" -}}
+{{- if .Values.store.existingSecret }}{{ .Values.record.replicas }}{{ else }}{{ min 1 .Values.record.replicas }}{{ end }}
 {{- end -}}
 
 {{/* The container port of the probe server (capstan.probes). */}}
