@@ -313,6 +313,88 @@ def _run_cli(console: Console, args: list[str], log: Path) -> None:
         raise RuntimeError(f"capstan {args[0]} {args[1]} exited with {proc.returncode} (its log: {log})")
 
 
+def chart_dir() -> Path:
+    """The Helm chart in this checkout (deploy/helm/capstan), or a one-line error where Capstan was installed
+    without its sources."""
+    from capstan.errors import UserError
+
+    chart = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "capstan"
+    if not (chart / "Chart.yaml").is_file():
+        raise UserError(
+            f"{chart}: no Helm chart here (it ships with the source checkout, deploy/helm/capstan)"
+        )
+    return chart
+
+
+async def chart_step(
+    console: Console,
+    kubeconfig: Path,
+    state_dir: Path,
+    *,
+    release: str = "capstan",
+    namespace: str = "capstan",
+) -> None:
+    """`helm install` of the chart's default values into the sandbox: the recorder, one pod writing SQLite on a
+    volume claim (bound here to a hostPath volume the demo provides, as a cluster's default StorageClass would),
+    under its least-privilege ServiceAccount; what the release created, read back from the API server. kwok runs no
+    containers and the image is not built here: the pods are Running in kwok's sense only."""
+    import subprocess
+
+    from capstan.kube import ApiError, KubeClient, resources
+    from capstan.sandbox import build_helm
+
+    helm = build_helm()  # cached by `capstan sandbox build` (make bootstrap)
+    chart = chart_dir()
+    async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
+        volume = {
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{release}-demo-store"},
+            "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "hostPath": {"path": str(state_dir / "chart-volume")}},
+        }  # fmt: skip
+        try:
+            await kube.create(resources.PVS, volume)
+        except ApiError as exc:
+            if not exc.conflict:
+                raise
+        args = [str(helm), "upgrade", "--install", release, str(chart), "--namespace", namespace,
+                "--create-namespace", "--kubeconfig", str(kubeconfig), "--wait", "--timeout", "180s"]  # fmt: skip
+        console.print(f"[dim]$ helm upgrade --install {release} deploy/helm/capstan -n {namespace} --wait[/]")
+        proc = await asyncio.to_thread(
+            subprocess.run, args, capture_output=True, text=True, timeout=240, check=False
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"helm install: {proc.stderr.strip().splitlines()[-1:]}")
+        selector = f"app.kubernetes.io/instance={release}"
+        table = Table(title=f"what `helm install` of the defaults created ({namespace})")
+        for col in ("object", "name", "state"):
+            table.add_column(col)
+        deployments, _ = await kube.list(resources.DEPLOYMENTS, namespace=namespace, label_selector=selector)
+        for d in deployments:
+            status = d.get("status") or {}
+            state = f"{status.get('availableReplicas', 0)}/{d['spec']['replicas']} available"
+            table.add_row("Deployment", d["metadata"]["name"], state)
+        claims, _ = await kube.list(resources.PVCS, namespace=namespace, label_selector=selector)
+        for c in claims:
+            table.add_row(
+                "PersistentVolumeClaim", c["metadata"]["name"], str((c.get("status") or {}).get("phase"))
+            )
+        roles, _ = await kube.list(resources.CLUSTER_ROLES, label_selector=selector)
+        for r in roles:
+            verbs = sorted({v for rule in r.get("rules") or [] for v in rule["verbs"]})
+            table.add_row(
+                "ClusterRole", r["metadata"]["name"], f"{len(r.get('rules') or [])} rules, verbs {verbs}"
+            )
+        accounts, _ = await kube.list(
+            resources.SERVICE_ACCOUNTS, namespace=namespace, label_selector=selector
+        )
+        for a in accounts:
+            table.add_row("ServiceAccount", a["metadata"]["name"], "the recorder's identity")
+    console.print(table)
+    console.print(
+        "[dim]kwok runs no containers: these pods are Running in name only (docs/deploy.md says what is tested).[/]"
+    )
+
+
 CAPACITY_TRACE = Path("alibaba-openb-2023", "openb_pod_list_default.csv")
 ROUTING_TRACE = Path("mooncake-fast25", "conversation_trace.jsonl")
 
@@ -475,6 +557,10 @@ def demo(
         (
             "cache-aware routing on the Mooncake trace (virtual clock)",
             lambda: routing_step(console, routing_trace, log),
+        ),
+        (
+            "install in a cluster: helm install of the chart's default values",
+            lambda: chart_step(console, kubeconfig, box.directory),
         ),
     ]
     failed = []

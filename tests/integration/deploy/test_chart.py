@@ -283,3 +283,37 @@ async def test_helm_installs_the_defaults_upgrades_to_postgresql_and_uninstalls_
             await kube.delete(resources.PVS, "capstan-helm-test-store")
     assert roles == [] and left == []
     assert [c["metadata"]["name"] for c in kept] == [f"{release}-capstan-record-store"]  # the history is kept
+
+
+async def test_the_demo_s_step_installs_the_defaults_and_shows_what_they_made(
+    sandbox: Sandbox, kube: KubeClient, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """`capstan demo`'s step, run twice (a second demo upgrades the release in place), then uninstalled."""
+    import io
+
+    from rich.console import Console
+
+    from capstan.cli.demo import chart_step
+    from capstan.kube import ApiError, resources
+
+    release, namespace = "demo-test", "capstan-demo-test"
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    try:
+        for _ in range(2):
+            await chart_step(console, kubeconfig, tmp_path, release=release, namespace=namespace)
+        text = out.getvalue()
+        rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if "│" in line]
+        assert ["Deployment", f"{release}-capstan-record", "1/1 available"] in rows, text
+        assert f"{release}-capstan-record-store" in text and "Bound" in text, text
+        assert "ClusterRole" in text and "verbs ['get', 'list', 'watch']" in text, text
+    finally:
+        common = ("--kubeconfig", str(kubeconfig), "--namespace", namespace)
+        await asyncio.to_thread(helm, "uninstall", release, *common, "--wait", timeout=240)
+        claims, _ = await kube.list(resources.PVCS, namespace=namespace)
+        for claim in claims:
+            with contextlib.suppress(ApiError):
+                await kube.delete(resources.PVCS, claim["metadata"]["name"], namespace)
+        for name, kind in ((namespace, resources.NAMESPACES), (f"{release}-demo-store", resources.PVS)):
+            with contextlib.suppress(ApiError):
+                await kube.delete(kind, name)
