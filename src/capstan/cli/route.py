@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from capstan.errors import UserError
+
+if TYPE_CHECKING:
+    from capstan.kube import KubeConnect
 
 app = typer.Typer(help="Cache-aware OpenAI-compatible routing.", no_args_is_help=True)
 
@@ -65,24 +68,25 @@ def serve(
     assert isinstance(cfg, RouteConfig)
     source = None
     if cfg.discovery is not None:
-        if kubeconfig is None:
-            raise UserError("discovery.kubernetes: give --kubeconfig (or set KUBECONFIG)")
-        asyncio.run(_check_cluster_access(kubeconfig))
-        from capstan.kube import KubeClient
+        from capstan.kube import connector, in_a_pod
 
-        connect = functools.partial(KubeClient.from_kubeconfig, kubeconfig)
+        if kubeconfig is None and not in_a_pod():
+            raise UserError(
+                "discovery.kubernetes: give --kubeconfig (or set KUBECONFIG; in a pod, its service account is used)"
+            )
+        connect = connector(kubeconfig)
+        asyncio.run(_check_cluster_access(connect))
         source = KubernetesEndpointSource(cfg.discovery.kubernetes, connect=connect)
     router = Router(cfg, source, upstream=upstream_for(cfg.proxy))
     fix_mmap_threshold()  # a long-running server of many connections: see capstan.runtime
     uvicorn.Server(router.server_config(host, port)).run()
 
 
-async def _check_cluster_access(kubeconfig: Path) -> None:
-    """Open the cluster client once before serving, so a missing or broken kubeconfig or a failing credential
-    plugin is one line here rather than a traceback from the server's start-up."""
-    from capstan.kube import KubeClient
-
-    client = await KubeClient.from_kubeconfig(kubeconfig)
+async def _check_cluster_access(connect: KubeConnect) -> None:
+    """Open the cluster client once before serving, so a missing or broken kubeconfig, a failing credential plugin
+    or a pod without its service account's files is one line here rather than a traceback from the server's
+    start-up."""
+    client = await connect()
     await client.close()
 
 

@@ -35,7 +35,7 @@ import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -238,6 +238,7 @@ class Router:
                 Route("/v1/completions", self._completions, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/health", self._health, methods=["GET"]),
+                Route("/healthz", self._healthz, methods=["GET"]),
                 Route("/metrics", self._metrics, methods=["GET"]),
             ],
             lifespan=self._lifespan,
@@ -508,6 +509,12 @@ class Router:
     async def _health(self, request: Request) -> Response:
         healthy = [e.name for e in self.snapshot(set()) if e.healthy]
         return JSONResponse({"healthy_endpoints": healthy}, status_code=200 if healthy else 503)
+
+    async def _healthz(self, request: Request) -> Response:
+        """The gateway itself answers (its probes): 200 while its event loop runs, whatever its endpoints' health,
+        which ``/health`` reports (a gateway with no healthy endpoint answers 503 with a body, better than no
+        gateway at all)."""
+        return PlainTextResponse("ok\n")
 
     async def _metrics(self, request: Request) -> Response:
         index = self.scheduler.index

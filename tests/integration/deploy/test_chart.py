@@ -53,6 +53,13 @@ PROFILES: dict[str, tuple[list[str], dict[str, int]]] = {
          "Deployment": 2, "ConfigMap": 1, "Service": 2, "PodDisruptionBudget": 1, "NetworkPolicy": 2,
          "PersistentVolumeClaim": 1},
     ),
+    "with the gateway discovering the serving pods of one namespace": (
+        ["--set", "gateway.enabled=true", "--set-json",
+         'gateway.config={"discovery": {"kubernetes": {"namespace": "llm", "selector": "app=vllm"}}}'],
+        {"ServiceAccount": 2, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2,
+         "Deployment": 2, "ConfigMap": 2, "Service": 2, "PodDisruptionBudget": 1, "NetworkPolicy": 2,
+         "PersistentVolumeClaim": 1},
+    ),
     "PostgreSQL, with the Grafana dashboard": (
         [*PG, "--set", "grafanaDashboard.enabled=true"],
         {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
@@ -91,16 +98,18 @@ def test_each_values_profile_renders_what_it_enables(profile: str) -> None:
     for deployment in (d for d in docs if d["kind"] == "Deployment"):
         pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
-        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        if container["name"] == "gateway":  # its own /healthz on its port; stateless, no Lease, no store
+            assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+            assert not any(a.startswith("--leader-elect") for a in container["args"])
+            assert "env" not in container
+            continue
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         singleton = container["name"] != "mcp"  # the MCP server is stateless: its replicas all serve
-        assert (
-            "--leader-elect" in container["args"]
-        ) is singleton and "--probe-address=0.0.0.0" in container["args"]
-        assert (
-            container["securityContext"]["readOnlyRootFilesystem"] is True
-            and pod["securityContext"]["runAsNonRoot"]
-        )
+        assert ("--leader-elect" in container["args"]) is singleton
+        assert "--probe-address=0.0.0.0" in container["args"]
         store = next((e for e in container["env"] if e["name"] == "CAPSTAN_HISTORY_STORE"), None)
         postgres = "store.existingSecret=capstan-store" in args
         if container["name"] == "mcp" and (not postgres or "mcp.history=false" in args):
@@ -152,6 +161,7 @@ def test_the_recorder_configuration_follows_its_values() -> None:
         (["--set", "restarts.enabled=true", "--set", "restarts.configSecret=c"],
          "restarts.enabled: the notifier needs the PostgreSQL store"),
         (["--set", "mcp.enabled=true", "--set", "mcp.tokenSecret=t"], "mcp.history: the MCP server reads history"),
+        (["--set", "gateway.enabled=true"], "/gateway/config"),
     ],
 )  # fmt: skip
 def test_values_that_cannot_work_are_refused_naming_the_value(args: list[str], named: str) -> None:
