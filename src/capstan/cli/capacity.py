@@ -531,6 +531,16 @@ def run(
         "--lease-duration",
         help="A leader that has not renewed for this long is replaced (renews every 2/15 of it).",
     ),
+    probe_port: int | None = typer.Option(
+        None,
+        "--probe-port",
+        min=1,
+        max=65535,
+        help="Serve /healthz, /readyz (the cluster answers; a standby is ready) and /metrics on this port.",
+    ),
+    probe_address: str = typer.Option(
+        "127.0.0.1", "--probe-address", help="Address of the probe server (0.0.0.0 in a pod)."
+    ),
 ) -> None:
     """Run Capstan's capacity controller on a cluster: pods gated by `capstan.io/capacity` are placed by the same
     planner the simulator replays; nodes are launched and drained through the provider. Prints what it did."""
@@ -555,6 +565,7 @@ def run(
     from capstan.cli._cluster import cluster_kubeconfig
     from capstan.kube import LeaderElection, connector
     from capstan.percentile import percentile
+    from capstan.probes import ClusterCheck, probe_app, serve_probes
 
     if provider not in PROVIDERS:
         raise UserError(f"--provider {provider}: unknown provider; choose from {', '.join(PROVIDERS)}")
@@ -571,6 +582,11 @@ def run(
     lease_s = parse_lease_duration(lease_duration)
     check_lease_name(lease_name)
     path = cluster_kubeconfig(kubeconfig)
+    probe = None
+    if probe_port is not None:
+        from capstan.httpserver import bind_listener
+
+        probe = bind_listener(probe_address, probe_port)
     if suspended_jobs and no_headroom:
         raise UserError(
             "--read-suspended-jobs holds headroom for the Jobs' pods: it cannot go with --no-headroom"
@@ -615,6 +631,12 @@ def run(
                 raise UserError(
                     f"--metrics-port {metrics_port}: cannot listen on {metrics_address}: {exc}"
                 ) from None
+        probes = None
+        probe_stop = asyncio.Event()
+        cluster = ClusterCheck(connector(path))
+        if probe is not None:
+            app = probe_app({"cluster": cluster}, registry=metrics.registry)
+            probes = asyncio.create_task(serve_probes(app, probe, probe_stop))
         try:
             stats = await run_controller(
                 client,
@@ -635,6 +657,10 @@ def run(
                 queue=queue,
             )
         finally:
+            probe_stop.set()
+            if probes is not None:
+                await probes
+            await cluster.close()
             await client.close()
             if server is not None:
                 server.shutdown()

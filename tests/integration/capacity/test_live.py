@@ -28,6 +28,7 @@ from capstan.capacity.live import (
     run_controller,
 )
 from capstan.kube import ApiError, KubeClient, LeaderElection, resources
+from capstan.sandbox import Sandbox
 
 pytestmark = pytest.mark.integration
 
@@ -678,3 +679,69 @@ async def test_capacity_run_reads_suspended_jobs_when_asked(
     bad = await asyncio.to_thread(capstan_run, *common, "--read-suspended-jobs", "--no-headroom")
     assert bad.returncode == 2 and "--no-headroom" in bad.stderr and "Traceback" not in bad.stderr
     await kube.delete(resources.JOBS, "queued", namespace)
+
+
+async def test_in_a_pod_with_the_chart_s_identity_it_places_a_pod_and_may_write_nothing_else(
+    sandbox: Sandbox, kube: KubeClient, namespace: str, kubeconfig: Path, tmp_path: Path, cleanup_nodes: None
+) -> None:
+    """`capstan capacity run` in-cluster (no kubeconfig: the service variables and a TokenRequest token of the
+    chart's ServiceAccount for it, deploy/helm/capstan: files/rbac/capacity.yaml and its Roles) launches a node for
+    a gated pod and the pod is bound to it; its probes answer; with the same token, what it is not granted is 403."""
+    import os
+    import signal
+    import socket
+
+    import httpx
+
+    from tests.fixtures.identity import assert_forbidden, in_cluster_identity
+
+    types = write_node_types(tmp_path / "types.yaml", namespace)
+    async with in_cluster_identity("capacity", sandbox, kube, kubeconfig, tmp_path / "account") as env:
+        await kube.create(resources.PODS, gated_pod("gpu-0", namespace))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            probe = s.getsockname()[1]
+        argv = [sys.executable, "-m", "capstan.cli.main", "capacity", "run", "--node-types", str(types),
+                "--namespace", namespace, "--no-headroom", "--review-interval", "1s", "--lease-namespace", "capstan",
+                "--lease-name", f"capstan-capacity-{namespace[-40:]}", "--lease-duration", "3s",
+                "--probe-port", str(probe)]  # fmt: skip
+        pod_env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"} | env
+        log = tmp_path / "capacity.log"
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=pod_env)
+        try:
+
+            async def bound() -> bool:
+                assert proc.poll() is None, log.read_text()[-2000:]
+                pod = await kube.get(resources.PODS, "gpu-0", namespace)
+                return bool(pod["spec"].get("nodeName"))
+
+            await until("the pod bound to a node Capstan launched", bound)
+            node = (await kube.get(resources.PODS, "gpu-0", namespace))["spec"]["nodeName"]
+            assert (await kube.get(resources.NODES, node))["metadata"]["labels"][TEST_LABEL] == namespace
+            async with httpx.AsyncClient(timeout=10) as http:
+                ready = await http.get(f"http://127.0.0.1:{probe}/readyz")
+                metrics = await http.get(f"http://127.0.0.1:{probe}/metrics")
+            assert ready.status_code == 200 and "[+]cluster ok" in ready.text
+            assert "capstan_capacity_launches_total" in metrics.text
+            async with await KubeClient.in_cluster(environ=env) as account:
+                other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": namespace},
+                         "spec": {"containers": [{"name": "c", "image": "example.com/x:1"}]}}  # fmt: skip
+                await assert_forbidden(
+                    "create a pod (no placeholder namespace)", account.create(resources.PODS, other)
+                )
+                await assert_forbidden("delete a pod", account.delete(resources.PODS, "gpu-0", namespace))
+                await assert_forbidden("read a Secret", account.get(resources.SECRETS, "x", namespace))
+                await assert_forbidden(
+                    "scale a Deployment",
+                    account.patch(resources.DEPLOYMENTS, "x", {"spec": {"replicas": 0}}, namespace=namespace),
+                )
+                await assert_forbidden(
+                    "read another Lease in kube-system",
+                    account.get(resources.LEASES, "kube-scheduler", "kube-system"),
+                )
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()

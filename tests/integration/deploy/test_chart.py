@@ -60,6 +60,13 @@ PROFILES: dict[str, tuple[list[str], dict[str, int]]] = {
          "Deployment": 2, "ConfigMap": 2, "Service": 2, "PodDisruptionBudget": 1, "NetworkPolicy": 2,
          "PersistentVolumeClaim": 1},
     ),
+    "with the capacity controller and a placeholder namespace": (
+        ["--set", "capacity.enabled=true", "--set-json", 'capacity.nodeTypes=[{"name": "gpu-l4", "gpu": 2}]',
+         "--set", "capacity.placeholderNamespace=capstan-headroom"],
+        {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 4, "RoleBinding": 4,
+         "Deployment": 2, "ConfigMap": 2, "Service": 2, "PodDisruptionBudget": 1, "NetworkPolicy": 2,
+         "PersistentVolumeClaim": 1},
+    ),
     "PostgreSQL, with the Grafana dashboard": (
         [*PG, "--set", "grafanaDashboard.enabled=true"],
         {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
@@ -111,6 +118,9 @@ def test_each_values_profile_renders_what_it_enables(profile: str) -> None:
         assert ("--leader-elect" in container["args"]) is singleton
         assert "--probe-address=0.0.0.0" in container["args"]
         store = next((e for e in container["env"] if e["name"] == "CAPSTAN_HISTORY_STORE"), None)
+        if container["name"] == "capacity":  # it keeps no history: no store
+            assert store is None
+            continue
         postgres = "store.existingSecret=capstan-store" in args
         if container["name"] == "mcp" and (not postgres or "mcp.history=false" in args):
             assert store is None  # an MCP server without history has no store at all
@@ -162,6 +172,8 @@ def test_the_recorder_configuration_follows_its_values() -> None:
          "restarts.enabled: the notifier needs the PostgreSQL store"),
         (["--set", "mcp.enabled=true", "--set", "mcp.tokenSecret=t"], "mcp.history: the MCP server reads history"),
         (["--set", "gateway.enabled=true"], "/gateway/config"),
+        (["--set", "capacity.enabled=true"], "/capacity/nodeTypes"),
+        (["--set", "capacity.provider=gke"], "/capacity/provider"),
     ],
 )  # fmt: skip
 def test_values_that_cannot_work_are_refused_naming_the_value(args: list[str], named: str) -> None:
