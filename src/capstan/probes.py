@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -98,6 +98,33 @@ async def serve_probes(app: Any, sock: socket.socket, stop: asyncio.Event) -> No
 
 class Pingable(Protocol):
     def ping(self) -> str | None: ...
+
+
+@contextlib.asynccontextmanager
+async def serving_probes(
+    sock: socket.socket | None,
+    checks: Mapping[str, Check],
+    *,
+    registry: CollectorRegistry | None = None,
+    redact: Callable[[str], str] = lambda text: text,
+) -> AsyncIterator[None]:
+    """Serve :func:`probe_app` of ``checks`` on ``sock`` (None: serve nothing) while the block runs; on leaving it,
+    stop the server and close the checks that hold a client (:class:`ClusterCheck`)."""
+    stop = asyncio.Event()
+    task = None
+    if sock is not None:
+        task = asyncio.create_task(
+            serve_probes(probe_app(checks, registry=registry, redact=redact), sock, stop)
+        )
+    try:
+        yield
+    finally:
+        stop.set()
+        if task is not None:
+            await task
+        for check in checks.values():
+            if isinstance(check, ClusterCheck):
+                await check.close()
 
 
 def store_check(database: Pingable) -> Check:

@@ -17,7 +17,17 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from capstan.cli.options import check_lease_name, parse_duration, parse_interval, parse_lease_duration
+from capstan.cli.options import (
+    LEASE_DURATION,
+    LEASE_NAMESPACE,
+    PROBE_ADDRESS,
+    check_lease_name,
+    exit_lost_lease,
+    parse_duration,
+    parse_interval,
+    parse_lease_duration,
+    probe_port_option,
+)
 from capstan.errors import UserError
 
 if TYPE_CHECKING:
@@ -524,23 +534,13 @@ def run(
     metrics_address: str = typer.Option(
         "127.0.0.1", "--metrics-address", help="Address of the metrics server."
     ),
-    lease_namespace: str = typer.Option("kube-system", "--lease-namespace", help="Namespace of the Lease."),
+    lease_namespace: str = LEASE_NAMESPACE,
     lease_name: str = typer.Option("capstan-capacity", "--lease-name", help="Name of the Lease."),
-    lease_duration: str = typer.Option(
-        "15s",
-        "--lease-duration",
-        help="A leader that has not renewed for this long is replaced (renews every 2/15 of it).",
+    lease_duration: str = LEASE_DURATION,
+    probe_port: int | None = probe_port_option(
+        "/healthz, /readyz (the cluster answers; a standby is ready) and /metrics"
     ),
-    probe_port: int | None = typer.Option(
-        None,
-        "--probe-port",
-        min=1,
-        max=65535,
-        help="Serve /healthz, /readyz (the cluster answers; a standby is ready) and /metrics on this port.",
-    ),
-    probe_address: str = typer.Option(
-        "127.0.0.1", "--probe-address", help="Address of the probe server (0.0.0.0 in a pod)."
-    ),
+    probe_address: str = PROBE_ADDRESS,
 ) -> None:
     """Run Capstan's capacity controller on a cluster: pods gated by `capstan.io/capacity` are placed by the same
     planner the simulator replays; nodes are launched and drained through the provider. Prints what it did."""
@@ -565,7 +565,8 @@ def run(
     from capstan.cli._cluster import cluster_kubeconfig
     from capstan.kube import LeaderElection, connector
     from capstan.percentile import percentile
-    from capstan.probes import ClusterCheck, probe_app, serve_probes
+    from capstan.probes import ClusterCheck, serving_probes
+    from capstan.redact import Redactor
 
     if provider not in PROVIDERS:
         raise UserError(f"--provider {provider}: unknown provider; choose from {', '.join(PROVIDERS)}")
@@ -631,36 +632,29 @@ def run(
                 raise UserError(
                     f"--metrics-port {metrics_port}: cannot listen on {metrics_address}: {exc}"
                 ) from None
-        probes = None
-        probe_stop = asyncio.Event()
-        cluster = ClusterCheck(connector(path))
-        if probe is not None:
-            app = probe_app({"cluster": cluster}, registry=metrics.registry)
-            probes = asyncio.create_task(serve_probes(app, probe, probe_stop))
+        # a cluster error quotes the API server's words: redacted like every other output
+        checks = {"cluster": ClusterCheck(connector(path))}
         try:
-            stats = await run_controller(
-                client,
-                KwokProvider(client)
-                if provider == "kwok"
-                else KarpenterProvider(
-                    client, nodepool=nodepool, node_class=(class_ref[0], class_ref[1], class_ref[2])
-                ),
-                controller,
-                types,
-                stop=stop,
-                namespace=namespace,
-                dry_run=dry_run,
-                election=election,
-                metrics=metrics,
-                events=EventRecorder(client, host=socket.gethostname()),
-                placeholder_namespace=placeholder_namespace,
-                queue=queue,
-            )
+            async with serving_probes(probe, checks, registry=metrics.registry, redact=Redactor().text):
+                stats = await run_controller(
+                    client,
+                    KwokProvider(client)
+                    if provider == "kwok"
+                    else KarpenterProvider(
+                        client, nodepool=nodepool, node_class=(class_ref[0], class_ref[1], class_ref[2])
+                    ),
+                    controller,
+                    types,
+                    stop=stop,
+                    namespace=namespace,
+                    dry_run=dry_run,
+                    election=election,
+                    metrics=metrics,
+                    events=EventRecorder(client, host=socket.gethostname()),
+                    placeholder_namespace=placeholder_namespace,
+                    queue=queue,
+                )
         finally:
-            probe_stop.set()
-            if probes is not None:
-                await probes
-            await cluster.close()
             await client.close()
             if server is not None:
                 server.shutdown()
@@ -677,13 +671,9 @@ def run(
             soft_wrap=True,
         )
         if stats.lost_leadership:
-            Console(stderr=True).print(
-                f"capstan capacity run: lost the leader Lease {lease_namespace}/{lease_name}; stopping "
-                "(restart it to campaign again)",
-                markup=False,
-                soft_wrap=True,
+            exit_lost_lease(
+                "capstan capacity run", lease_namespace, lease_name, "stopping (restart it to campaign again)"
             )
-            raise typer.Exit(1)
 
     from capstan.kube import ApiError
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from capstan.cli.options import PROBE_ADDRESS, probe_port_option
 from capstan.errors import UserError
 
 if TYPE_CHECKING:
@@ -67,16 +68,10 @@ def serve(
     request_timeout: float = typer.Option(
         30.0, "--request-timeout", min=0.1, help="HTTP: seconds per request."
     ),
-    probe_port: int | None = typer.Option(
-        None,
-        "--probe-port",
-        min=1,
-        max=65535,
-        help="Serve /healthz and /readyz (cluster, and the store when one is given) on this port, without a token.",
+    probe_port: int | None = probe_port_option(
+        "/healthz and /readyz (cluster, and the store when one is given), without a token,"
     ),
-    probe_address: str = typer.Option(
-        "127.0.0.1", "--probe-address", help="Address of the probe server (0.0.0.0 in a pod)."
-    ),
+    probe_address: str = PROBE_ADDRESS,
 ) -> None:
     """Serve the MCP tools over stdio (for an agent that starts the server) or streamable HTTP (stateless,
     http://HOST:PORT/mcp). Nothing is written to the cluster or the store."""
@@ -133,7 +128,7 @@ async def _serve(
 ) -> None:
     from capstan.kube import connector
     from capstan.mcp import ClusterLogs, LiveSource, create_server
-    from capstan.probes import Check, ClusterCheck, probe_app, serve_probes, store_check
+    from capstan.probes import Check, ClusterCheck, serving_probes, store_check
     from capstan.redact import Redactor
 
     opened: Any = None
@@ -157,25 +152,14 @@ async def _serve(
                 max_age_s=max_age,
             )
             server = create_server(live, ClusterLogs(client), redactor=redactor)
-            cluster = ClusterCheck(connector(kubeconfig))
-            checks: dict[str, Check] = {"cluster": cluster}
+            checks: dict[str, Check] = {"cluster": ClusterCheck(connector(kubeconfig))}
             if opened is not None:
                 checks["store"] = store_check(opened.database)
-            probe_stop = asyncio.Event()
-            probes = None
-            if probe is not None:
-                app = probe_app(checks, redact=redactor.text)
-                probes = asyncio.create_task(serve_probes(app, probe, probe_stop))
-            try:
+            async with serving_probes(probe, checks, redact=redactor.text):
                 if http is None:
                     await server.run_stdio_async()
                 else:
                     await _serve_http(server, http)
-            finally:
-                probe_stop.set()
-                if probes is not None:
-                    await probes
-                await cluster.close()
     finally:
         if opened is not None:
             opened.close()

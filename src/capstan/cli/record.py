@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from capstan.cli.options import LEASE_DURATION, LEASE_NAMESPACE, PROBE_ADDRESS, probe_port_option
+
 if TYPE_CHECKING:
     import socket
 
@@ -49,33 +51,23 @@ def record(
         "records and the others stand by; a standby takes over within --lease-duration when the leader dies, "
         "resuming from the stored cursors.",
     ),
-    lease_namespace: str = typer.Option("kube-system", "--lease-namespace", help="Namespace of the Lease."),
+    lease_namespace: str = LEASE_NAMESPACE,
     lease_name: str | None = typer.Option(
         None,
         "--lease-name",
         help="Name of the Lease [default: capstan-record-<source>-<8 hex digits of what the recorder covers>, one "
         "per shard].",
     ),
-    lease_duration: str = typer.Option(
-        "15s",
-        "--lease-duration",
-        help="A leader that has not renewed for this long is replaced (renews every 2/15 of it).",
+    lease_duration: str = LEASE_DURATION,
+    probe_port: int | None = probe_port_option(
+        "/healthz, /readyz (store, cluster, first lists; a standby is ready) and /metrics"
     ),
-    probe_port: int | None = typer.Option(
-        None,
-        "--probe-port",
-        min=1,
-        max=65535,
-        help="Serve /healthz, /readyz (store, cluster, first lists; a standby is ready) and /metrics on this port.",
-    ),
-    probe_address: str = typer.Option(
-        "127.0.0.1", "--probe-address", help="Address of the probe server (0.0.0.0 in a pod)."
-    ),
+    probe_address: str = PROBE_ADDRESS,
 ) -> None:
     """Run the recorder until SIGINT/SIGTERM; a failing target is retried, a failing store stops it (exit 1), and
     a configuration that cannot work (the file, the kubeconfig, its credentials) is one line and exit 2 before
     anything starts. With --leader-elect it records only while it holds the Lease, and exits 1 if it loses it."""
-    from capstan.cli.options import check_lease_name, parse_lease_duration
+    from capstan.cli.options import check_lease_name, exit_lost_lease, parse_lease_duration
     from capstan.errors import UserError
     from capstan.kube import connector, in_a_pod
     from capstan.record import KubernetesConfig, Recorder, load_recorder_config
@@ -130,13 +122,13 @@ def record(
             return
         if asyncio.run(_run(recorder, kube_connect, lease, sock)) and lease is not None:
             namespace, name, _ = lease
-            Console(stderr=True).print(
-                f"capstan record: lost the leader Lease {namespace}/{name}; stopped recording (the next leader "
-                "resumes from the stored cursors; restart this one to stand by again)",
-                markup=False,
-                soft_wrap=True,
+            exit_lost_lease(
+                "capstan record",
+                namespace,
+                name,
+                "stopped recording (the next leader resumes from the stored cursors; restart this one to stand "
+                "by again)",
             )
-            raise typer.Exit(1)
     except StoreWriteError as exc:
         Console(stderr=True).print(f"capstan record: history store write failed, recorder stopped: {exc}")
         raise typer.Exit(1) from None
@@ -147,22 +139,14 @@ def record(
 async def _check_cluster_access(kube_connect: KubeConnect, lease: _Lease | None) -> None:
     """Open the cluster client once: a missing, empty, binary or broken kubeconfig, a failing credential plugin,
     or a pod without its service account's files, is a UserError here, not a collector that crashes and is
-    restarted for ever. With a Lease, read it once: a Lease this identity may not read (403) is one line too, not
-    a candidate that campaigns for ever."""
-    from capstan.errors import UserError
-    from capstan.kube import ApiError, resources
+    restarted for ever; with a Lease, it must be readable (:func:`capstan.cli.options.check_lease_readable`)."""
+    from capstan.cli.options import check_lease_readable
 
     client = await kube_connect()
     try:
         if lease is not None:
             namespace, name, _ = lease
-            try:
-                await client.get(resources.LEASES, name, namespace)
-            except ApiError as exc:
-                if not exc.not_found:
-                    raise UserError(
-                        f"--leader-elect: cannot read the Lease {namespace}/{name}: {exc}"
-                    ) from None
+            await check_lease_readable(client, namespace, name)
     finally:
         await client.close()
 
@@ -183,14 +167,13 @@ async def _run(
     and the cursors it stored tell the next leader where to resume). The probe server, if any, runs throughout:
     a standby is ready."""
     from capstan.kube import LeaderElection, while_leading
-    from capstan.probes import Check, ClusterCheck, probe_app, serve_probes, store_check
+    from capstan.probes import Check, ClusterCheck, serving_probes, store_check
 
     stop = _stop_on_signals()
     election: LeaderElection | None = None
     checks: dict[str, Check] = {"store": store_check(recorder.store.database)}
-    cluster = ClusterCheck(kube_connect) if kube_connect is not None else None
-    if cluster is not None:
-        checks["cluster"] = cluster
+    if kube_connect is not None:
+        checks["cluster"] = ClusterCheck(kube_connect)
     collector = recorder.kubernetes
     if collector is not None:
         keys = [w.key for w in collector.config.watches()]
@@ -204,26 +187,15 @@ async def _run(
             return None
 
         checks["watches"] = first_lists
-    probe_stop = asyncio.Event()
-    probes = None
-    if probe is not None:
-        app = probe_app(checks, registry=recorder.registry, redact=recorder.redactor.text)
-        probes = asyncio.create_task(serve_probes(app, probe, probe_stop))
-    client = None
-    try:
+    async with serving_probes(probe, checks, registry=recorder.registry, redact=recorder.redactor.text):
         if lease is None or kube_connect is None:
             await recorder.run(stop)
             return False
         namespace, name, duration_s = lease
         client = await kube_connect()
-        election = LeaderElection.for_this_process(client, name, namespace, lease_duration_s=duration_s)
-        await while_leading(election, stop, recorder.run)
-        return election.lost.is_set()
-    finally:
-        probe_stop.set()
-        if probes is not None:
-            await probes
-        if cluster is not None:
-            await cluster.close()
-        if client is not None:
+        try:
+            election = LeaderElection.for_this_process(client, name, namespace, lease_duration_s=duration_s)
+            await while_leading(election, stop, recorder.run)
+            return election.lost.is_set()
+        finally:
             await client.close()

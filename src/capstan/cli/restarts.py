@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from capstan.cli.options import LEASE_DURATION, LEASE_NAMESPACE, PROBE_ADDRESS, probe_port_option
 from capstan.errors import UserError
 
 app = typer.Typer(
@@ -194,48 +195,38 @@ def run(
         "others stand by; a standby takes over within --lease-duration when the leader dies, from the stored "
         "restart counts and outbox.",
     ),
-    lease_namespace: str = typer.Option("kube-system", "--lease-namespace", help="Namespace of the Lease."),
+    lease_namespace: str = LEASE_NAMESPACE,
     lease_name: str | None = typer.Option(
         None,
         "--lease-name",
         help="Name of the Lease [default: capstan-restarts-<source>-<8 hex digits of --namespace>].",
     ),
-    lease_duration: str = typer.Option(
-        "15s",
-        "--lease-duration",
-        help="A leader that has not renewed for this long is replaced (renews every 2/15 of it).",
+    lease_duration: str = LEASE_DURATION,
+    probe_port: int | None = probe_port_option(
+        "/healthz, /readyz (store, cluster, first list of pods; a standby is ready) and /metrics (delivery: capstan_notify_*)"
     ),
-    probe_port: int | None = typer.Option(
-        None,
-        "--probe-port",
-        min=1,
-        max=65535,
-        help="Serve /healthz, /readyz (store, cluster, first list of pods; a standby is ready) and /metrics (delivery: "
-        "capstan_notify_*) on this port.",
-    ),
-    probe_address: str = typer.Option(
-        "127.0.0.1", "--probe-address", help="Address of the probe server (0.0.0.0 in a pod)."
-    ),
+    probe_address: str = PROBE_ADDRESS,
 ) -> None:
     """Watch pods and deliver a complete report for every container restart (until Ctrl-C or SIGTERM). With
     --leader-elect it does so only while it holds the Lease, and exits 1 if it loses it."""
     import asyncio
     import signal
 
-    from rich.console import Console
-
-    from capstan.cli.options import check_lease_name, parse_lease_duration
+    from capstan.cli.options import (
+        check_lease_name,
+        check_lease_readable,
+        exit_lost_lease,
+        parse_lease_duration,
+    )
     from capstan.errors import UserError
     from capstan.kube import (
-        ApiError,
         LeaderElection,
         connector,
         in_a_pod,
-        resources,
         scoped_lease_name,
         while_leading,
     )
-    from capstan.probes import Check, ClusterCheck, probe_app, serve_probes, store_check
+    from capstan.probes import Check, ClusterCheck, serving_probes, store_check
     from capstan.restarts import RestartWatcher, load_restarts_config
     from capstan.runtime import limit_malloc_arenas
     from capstan.store import open_store
@@ -262,14 +253,8 @@ def run(
         # the kubeconfig (and its credential plugin) first: a configuration that cannot work creates no store
         client = await connector(kubeconfig)()
         try:
-            if leader_elect:  # a Lease this identity may not read is one line, not a campaign for ever
-                try:
-                    await client.get(resources.LEASES, lease, lease_namespace)
-                except ApiError as exc:
-                    if not exc.not_found:
-                        raise UserError(
-                            f"--leader-elect: cannot read the Lease {lease_namespace}/{lease}: {exc}"
-                        ) from None
+            if leader_elect:
+                await check_lease_readable(client, lease_namespace, lease)
             st = open_store(store)
         except BaseException:
             await client.close()
@@ -289,39 +274,36 @@ def run(
             if leader_elect
             else None
         )
-        cluster = ClusterCheck(connector(kubeconfig))
 
         async def first_list() -> str | None:
             if election is not None and not election.leading.is_set():
                 return None  # a standby watches nothing yet
             return None if watcher.synced.is_set() else "the first list of pods is not handled yet"
 
-        checks: dict[str, Check] = {"store": store_check(st.database), "cluster": cluster, "pods": first_list}
-        probe_stop = asyncio.Event()
-        probes = None
-        if sock is not None:
-            app = probe_app(checks, registry=watcher.registry, redact=st.history.redactor().text)
-            probes = asyncio.create_task(serve_probes(app, sock, probe_stop))
+        checks: dict[str, Check] = {
+            "store": store_check(st.database),
+            "cluster": ClusterCheck(connector(kubeconfig)),
+            "pods": first_list,
+        }
         try:
-            if election is None:
-                await watcher.run(stop)
-                return
-            await while_leading(election, stop, watcher.run)
-            lost = election.lost.is_set()
+            async with serving_probes(
+                sock, checks, registry=watcher.registry, redact=st.history.redactor().text
+            ):
+                if election is None:
+                    await watcher.run(stop)
+                    return
+                await while_leading(election, stop, watcher.run)
+                lost = election.lost.is_set()
         finally:
-            probe_stop.set()
-            if probes is not None:
-                await probes
-            await cluster.close()
             await client.close()
             st.close()
 
     asyncio.run(main())
     if lost:
-        Console(stderr=True).print(
-            f"capstan restarts run: lost the leader Lease {lease_namespace}/{lease}; stopped (the next leader "
-            "goes on from the stored restart counts and outbox; restart this one to stand by again)",
-            markup=False,
-            soft_wrap=True,
+        exit_lost_lease(
+            "capstan restarts run",
+            lease_namespace,
+            lease,
+            "stopped (the next leader goes on from the stored restart counts and outbox; restart this one to "
+            "stand by again)",
         )
-        raise typer.Exit(1)
