@@ -313,19 +313,6 @@ def _run_cli(console: Console, args: list[str], log: Path) -> None:
         raise RuntimeError(f"capstan {args[0]} {args[1]} exited with {proc.returncode} (its log: {log})")
 
 
-def chart_dir() -> Path:
-    """The Helm chart in this checkout (deploy/helm/capstan), or a one-line error where Capstan was installed
-    without its sources."""
-    from capstan.errors import UserError
-
-    chart = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "capstan"
-    if not (chart / "Chart.yaml").is_file():
-        raise UserError(
-            f"{chart}: no Helm chart here (it ships with the source checkout, deploy/helm/capstan)"
-        )
-    return chart
-
-
 async def chart_step(
     console: Console,
     kubeconfig: Path,
@@ -341,7 +328,7 @@ async def chart_step(
     import subprocess
 
     from capstan.kube import ApiError, KubeClient, resources
-    from capstan.sandbox import build_helm
+    from capstan.sandbox import build_helm, chart_dir
 
     helm = build_helm()  # cached by `capstan sandbox build` (make bootstrap)
     chart = chart_dir()

@@ -17,6 +17,15 @@ from capstan.sandbox.build import (
     helm_path,
     require_toolchain,
 )
+from capstan.sandbox.chart import (
+    CHART_COMPONENTS,
+    HA_VALUES,
+    chart_dir,
+    chart_documents,
+    identity_manifest,
+    mount_service_account,
+    render_chart,
+)
 from capstan.sandbox.cluster import Sandbox, SandboxState, default_state_dir
 from capstan.sandbox.datastores import (
     PostgresServer,
@@ -37,7 +46,9 @@ from capstan.sandbox.spec import (
 )
 
 __all__ = [
+    "CHART_COMPONENTS",
     "GPU_RESOURCE",
+    "HA_VALUES",
     "KWOK_NODE_ANNOTATION",
     "KWOK_NODE_ANNOTATION_VALUE",
     "NodePool",
@@ -50,13 +61,18 @@ __all__ = [
     "Toolchain",
     "build_helm",
     "build_toolchain",
+    "chart_dir",
+    "chart_documents",
     "default_state_dir",
     "find_toolchain",
     "free_port",
     "go_module_dir",
     "helm_path",
+    "identity_manifest",
     "load_spec",
+    "mount_service_account",
     "node_manifests",
+    "render_chart",
     "require_toolchain",
     "server_version",
     "valkey_server_binary",
