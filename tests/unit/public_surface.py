@@ -422,6 +422,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "RetentionPolicy",
         "RetentionWorker",
         "Store",
+        "StoreConnectError",
         "StoreCorruptHistory",
         "StoreWriteError",
         "WriteResult",

@@ -12,7 +12,13 @@ reach). The store never imports a collector: collectors live in :mod:`capstan.re
 from typing import TYPE_CHECKING
 
 from capstan.lazy import lazy_attributes
-from capstan.store._connection import HEAD_REVISION, INGEST_CACHE_KIB, MIGRATIONS_DIR, parse_database_url
+from capstan.store._connection import (
+    HEAD_REVISION,
+    INGEST_CACHE_KIB,
+    MIGRATIONS_DIR,
+    StoreConnectError,
+    parse_database_url,
+)
 from capstan.store._cursor import BadCursor, Position, decode_cursor, encode_cursor
 from capstan.store._database import StoreWriteError
 from capstan.store._history import HistoryReader, HistoryStore, HistoryWriter, StoreCorruptHistory
@@ -98,6 +104,7 @@ __all__ = [
     "RetentionPolicy",
     "RetentionWorker",
     "Store",
+    "StoreConnectError",
     "StoreCorruptHistory",
     "StoreWriteError",
     "WriteResult",

@@ -95,7 +95,7 @@ def require_schema(sql_engine: Engine, url: URL) -> None:
     try:
         revision = current_revision(sql_engine)
     except (OperationalError, DBAPIError) as exc:
-        raise UserError(describe_db_error(url, exc)) from None
+        raise StoreConnectError(url, exc) from None
     if revision is None:
         raise UserError(
             f"history store {safe_url(url)!r}: holds no Capstan store (one is created by {STORE_WRITERS})"
@@ -224,17 +224,32 @@ def current_revision(sql_engine: Engine) -> str | None:
         return str(rows[0]) if len(rows) == 1 else None
 
 
+def _driver_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+
+
 def describe_db_error(url: URL, exc: BaseException) -> str:
     """One line for a database failure: the URL (no password) and the driver's first line."""
-    orig = getattr(exc, "orig", None) or exc
-    first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-    return f"database {safe_url(url)!r}: {first}"
+    return f"database {safe_url(url)!r}: {_driver_line(exc)}"
+
+
+class StoreConnectError(UserError):
+    """The database could not be reached or refused this process (one line, like every :class:`UserError`).
+
+    ``driver_message`` is the driver's own first line, from which :mod:`capstan.startup` tells a server that is not
+    there yet (a long-running component waits for it) from a configuration waiting cannot fix (a one-shot command
+    stops on either)."""
+
+    def __init__(self, url: URL, exc: BaseException, doing: str = "") -> None:
+        super().__init__(describe_db_error(url, exc) + (f" ({doing})" if doing else ""))
+        self.driver_message = _driver_line(exc)
 
 
 def check_connect(sql_engine: Engine, url: URL) -> None:
-    """Open and close one connection, turning any failure into a one-line UserError."""
+    """Open and close one connection, turning any failure into a one-line :class:`StoreConnectError`."""
     try:
         with sql_engine.connect():
             pass
     except (OperationalError, DBAPIError) as exc:
-        raise UserError(describe_db_error(url, exc)) from None
+        raise StoreConnectError(url, exc) from None

@@ -19,9 +19,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
-from capstan.errors import UserError
 from capstan.store import _schema as s
 from capstan.store._connection import (
+    StoreConnectError,
     check_connect,
     create_sql_engines,
     current_revision,
@@ -54,14 +54,21 @@ def open_database(
     if not create:
         require_existing_file(url)
     write, read = create_sql_engines(url, writer_cache_kib=writer_cache_kib)
-    check_connect(write, url)
-    if not create:
-        require_schema(read, url)
-    if run_migrations:
-        try:
-            migrate(write)
-        except (OperationalError, DBAPIError) as exc:
-            raise UserError(describe_db_error(url, exc) + " (while migrating)") from None
+    try:
+        check_connect(write, url)
+        if not create:
+            require_schema(read, url)
+        if run_migrations:
+            try:
+                migrate(write)
+            except (OperationalError, DBAPIError) as exc:
+                raise StoreConnectError(url, exc, "while migrating") from None
+    except BaseException:
+        # a caller that tries again (capstan.startup) must not leave a pool behind per attempt
+        write.dispose()
+        if read is not write:
+            read.dispose()
+        raise
     return Database(url, write, read, clock=clock)
 
 
