@@ -183,6 +183,7 @@ class Usage:
 
     pids: dict[str, int]
     marks: list[tuple[str, float, dict[str, float]]] = field(default_factory=list)
+    peak_at_mark: dict[str, dict[str, float]] = field(default_factory=dict)  # VmHWM so far, at each mark
 
     def mark(self, name: str) -> None:
         cpu: dict[str, float] = {}
@@ -190,6 +191,7 @@ class Usage:
             with contextlib.suppress(OSError):
                 cpu[who] = _proc_cpu_s(pid)
         self.marks.append((name, time.monotonic(), cpu))
+        self.peak_at_mark[name] = self.peaks()
 
     def phase(self, start: str, end: str) -> dict[str, float]:
         """Cores used by each process between two marks (CPU seconds over wall seconds)."""
@@ -259,12 +261,12 @@ class StorePoller(threading.Thread):
 # ---- the cluster, its pods, the churn ------------------------------------------------------------------------
 
 
-def cluster_spec(nodes: int, pods: int) -> SandboxSpec:
+def cluster_spec(nodes: int, pods: int, node_lease_s: int) -> SandboxSpec:
     per_node = max(110, 2 * -(-pods // max(nodes, 1)))
     pool = NodePool(
         name="scale", count=nodes, cpu="64", memory="256Gi", pods=per_node, instance_type="m6i.16xlarge"
     )
-    return SandboxSpec(name="scale", client_qps=1000, node_pools=[pool])
+    return SandboxSpec(name="scale", client_qps=1000, node_lease_duration_s=node_lease_s, node_pools=[pool])
 
 
 def deployment(name: str, namespace: str, replicas: int) -> dict[str, Any]:
@@ -582,37 +584,33 @@ async def admin(kubeconfig: Path) -> AsyncIterator[KubeClient]:
         await client.close()
 
 
-async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+async def run(args: argparse.Namespace, work: Path, sandbox: Sandbox) -> dict[str, Any]:
     rng = random.Random(args.seed)
     figures: dict[str, Any] = {"nodes": args.nodes, "pods_asked": args.pods, "cores": os.cpu_count()}
-    sandbox = Sandbox(work / "sandbox", require_toolchain())
     t0 = time.monotonic()
-    spec = cluster_spec(args.nodes, args.pods)
+    spec = cluster_spec(args.nodes, args.pods, args.node_lease_s)
+    figures["node_lease_s"] = spec.node_lease_duration_s
     state = sandbox.up(
         spec, timeout=args.deadline, on_step=console.log, extra_apiserver_args=audit_policy(work)
     )
     figures["cluster_up_s"] = time.monotonic() - t0
     kubeconfig = Path(state.kubeconfig)
     pids = {p.name: p.pid for p in state.processes}
-    try:
-        async with admin(kubeconfig) as kube:
-            t0 = time.monotonic()
-            deployments = await populate(kube, args.pods, args.replicas, args.namespaces, args.deadline)
-            figures["pods_ready_s"] = time.monotonic() - t0
-            figures["pods"] = len(deployments) * args.replicas
-            nodes, _ = await kube.list(resources.NODES)
-            node_names = sorted(n["metadata"]["name"] for n in nodes)
-            figures["nodes_listed"] = len(node_names)
-            pg = PostgresServer().start()
-            try:
-                with serve_in_thread(SlackReceiver().app) as slack:
-                    return await measure(args, work, sandbox, kube, kubeconfig, pg.url, slack.url, deployments,
-                                         node_names, pids, rng, figures)  # fmt: skip
-            finally:
-                pg.stop()
-    finally:
-        if not args.keep:
-            sandbox.down()
+    async with admin(kubeconfig) as kube:
+        t0 = time.monotonic()
+        deployments = await populate(kube, args.pods, args.replicas, args.namespaces, args.deadline)
+        figures["pods_ready_s"] = time.monotonic() - t0
+        figures["pods"] = len(deployments) * args.replicas
+        nodes, _ = await kube.list(resources.NODES)
+        node_names = sorted(n["metadata"]["name"] for n in nodes)
+        figures["nodes_listed"] = len(node_names)
+        pg = PostgresServer().start()
+        try:
+            with serve_in_thread(SlackReceiver().app) as slack:
+                return await measure(args, work, sandbox, kube, kubeconfig, pg.url, slack.url, deployments,
+                                     node_names, pids, rng, figures)  # fmt: skip
+        finally:
+            pg.stop()
 
 
 async def measure(
@@ -713,6 +711,7 @@ async def measure(
     figures["churn_errors"] = done.errors[:20]
     figures["churn_s"] = churn_s
     figures["peak_rss_mb"] = peaks
+    figures["peak_rss_mb_at"] = usage.peak_at_mark  # which phase reached the peak
     figures["cores_sync"] = usage.phase("start", "synced")
     figures["cores_churn"] = usage.phase("synced", "churned")
     requests = audited(
@@ -898,7 +897,13 @@ def main() -> None:
     )
     parser.add_argument("--deadline", type=float, default=3600, help="bound of each wait")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--keep", action="store_true", help="leave the sandbox running")
+    parser.add_argument(
+        "--node-lease-s",
+        type=int,
+        default=240,
+        help="kwok's node Lease duration (the kubelet's: 40 s); renewals of thousands of Leases would otherwise be "
+        "most of what a 2-core control plane does",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
     args = parser.parse_args()
     if args.smoke:
@@ -907,7 +912,11 @@ def main() -> None:
         args.deadline = 300
     command = "python bench/cluster_scale.py " + " ".join(sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="capstan-scale-") as tmp:
-        figures = asyncio.run(run(args, Path(tmp)))
+        sandbox = Sandbox(Path(tmp) / "sandbox", require_toolchain())
+        try:
+            figures = asyncio.run(run(args, Path(tmp), sandbox))
+        finally:  # Ctrl-C included
+            sandbox.down()
     report(figures, args.out, command)
 
 

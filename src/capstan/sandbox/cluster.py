@@ -298,6 +298,8 @@ class Sandbox:
                 "--use-service-account-credentials=true",
                 "--leader-elect=false",
                 "--controllers=*,-nodeipam",
+                # a node is NotReady once its Lease is this old (the default, 50 s, fits the kubelet's 40 s Lease)
+                f"--node-monitor-grace-period={max(50, spec.node_lease_duration_s * 5 // 4)}s",
                 f"--kube-api-qps={spec.client_qps}",
                 f"--kube-api-burst={spec.client_qps * 2}",
                 "--concurrent-gc-syncs=5",
@@ -359,7 +361,7 @@ class Sandbox:
                 f"--tls-private-key-file={pki.kubelet_serving.key}",
                 "--cidr=10.244.0.0/16",
                 "--enable-crds=Logs,ClusterLogs",
-                "--node-lease-duration-seconds=40",
+                f"--node-lease-duration-seconds={spec.node_lease_duration_s}",
             ],
         )
         self._wait(

@@ -74,6 +74,11 @@ class SandboxSpec(StrictModel):
     # Client QPS of kube-scheduler and kube-controller-manager (their defaults, 50 and 20, throttle a cluster of
     # thousands of pods created at once; real control planes at scale raise them too).
     client_qps: int = Field(default=500, ge=1, le=10_000)
+    # How long kwok's node Leases last; kwok renews each one every quarter of it, as the kubelet does (its default:
+    # 40 s, renewed every 10 s). Thousands of nodes make that the control plane's heaviest write load, which a
+    # 2-core machine cannot carry beside the rest: a scale run lengthens it (kube-controller-manager's grace period
+    # follows), which leaves every other object's churn as it is.
+    node_lease_duration_s: int = Field(default=40, ge=10, le=3600)
     # kube-scheduler's backoff for a pod it could not place (its defaults: 1 s, doubling to 10 s). A replay that
     # runs the clock faster than its trace lowers the maximum, which would otherwise stretch with the speed-up.
     scheduler_pod_initial_backoff_s: int = Field(default=1, ge=1, le=600)
