@@ -46,7 +46,8 @@ def probe_app(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Any:
     """The Starlette app serving ``/healthz``, ``/readyz`` (``ready``'s checks, in their order) and, with a
-    ``registry``, ``/metrics``."""
+    ``registry``, ``/metrics``. ``ready`` is read on every request, so a component may replace a check while it
+    serves (:mod:`capstan.startup`'s while it waits for its store, then the store's own)."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse, Response

@@ -543,7 +543,9 @@ def run(
     probe_address: str = PROBE_ADDRESS,
 ) -> None:
     """Run Capstan's capacity controller on a cluster: pods gated by `capstan.io/capacity` are placed by the same
-    planner the simulator replays; nodes are launched and drained through the provider. Prints what it did."""
+    planner the simulator replays; nodes are launched and drained through the provider. Prints what it did. An API
+    server not reachable yet is waited for (not ready, one log line per attempt, backing off to 30 s); one that
+    refuses it (401, 403) is one line and exit 2."""
     import asyncio
     import signal
     import socket
@@ -563,10 +565,11 @@ def run(
         run_controller,
     )
     from capstan.cli._cluster import cluster_kubeconfig
-    from capstan.kube import LeaderElection, connector
+    from capstan.kube import KubeClient, LeaderElection, connector
     from capstan.percentile import percentile
-    from capstan.probes import ClusterCheck, serving_probes
+    from capstan.probes import Check, ClusterCheck, serving_probes
     from capstan.redact import Redactor
+    from capstan.startup import ClusterAccess, Dependency, Startup
 
     if provider not in PROVIDERS:
         raise UserError(f"--provider {provider}: unknown provider; choose from {', '.join(PROVIDERS)}")
@@ -600,42 +603,52 @@ def run(
     )
 
     async def main() -> None:
-        client = await connector(path)()
-        if not allow_other_autoscalers:
-            allowed = ("karpenter",) if provider == "karpenter" else ()
-            running = await other_autoscalers(client, allow=allowed, now=time.time())
-            if running:
-                await client.close()
-                raise UserError(
-                    f"{running[0]}: Capstan and it would both provision for the same pending pods; stop it, or give "
-                    "--allow-other-autoscalers"
-                )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         if stop_after > 0:
             loop.call_later(stop_after, stop.set)
-        election = None
-        if leader_elect and not dry_run:
-            election = LeaderElection.for_this_process(
-                client, lease_name, lease_namespace, lease_duration_s=lease_s
-            )
-        metrics = ControllerMetrics()
-        server = None
-        if metrics_port is not None:
-            try:
-                server, _thread = start_http_server(
-                    metrics_port, addr=metrics_address, registry=metrics.registry
-                )
-            except OSError as exc:
+
+        async def alone(client: KubeClient) -> None:
+            if allow_other_autoscalers:
+                return
+            allowed = ("karpenter",) if provider == "karpenter" else ()
+            running = await other_autoscalers(client, allow=allowed, now=time.time())
+            if running:
                 raise UserError(
-                    f"--metrics-port {metrics_port}: cannot listen on {metrics_address}: {exc}"
-                ) from None
+                    f"{running[0]}: Capstan and it would both provision for the same pending pods; stop it, or give "
+                    "--allow-other-autoscalers"
+                )
+
+        startup = Startup("capstan capacity run")
+        cluster = ClusterAccess(connector(path), alone)
+        metrics = ControllerMetrics()
         # a cluster error quotes the API server's words: redacted like every other output
-        checks = {"cluster": ClusterCheck(connector(path))}
+        checks: dict[str, Check] = {"cluster": startup.check("cluster")}
+        server = None
         try:
+            if metrics_port is not None:
+                try:
+                    server, _thread = start_http_server(
+                        metrics_port, addr=metrics_address, registry=metrics.registry
+                    )
+                except OSError as exc:
+                    raise UserError(
+                        f"--metrics-port {metrics_port}: cannot listen on {metrics_address}: {exc}"
+                    ) from None
             async with serving_probes(probe, checks, registry=metrics.registry, redact=Redactor().text):
+                dependency = Dependency("cluster", f"cluster {path or 'in-cluster'}", cluster)
+                if not await startup.reach([dependency], stop):
+                    return  # stopped while waiting for the cluster
+                client = cluster.client
+                assert client is not None
+                checks["cluster"] = ClusterCheck(connector(path))
+                election = None
+                if leader_elect and not dry_run:
+                    election = LeaderElection.for_this_process(
+                        client, lease_name, lease_namespace, lease_duration_s=lease_s
+                    )
                 stats = await run_controller(
                     client,
                     KwokProvider(client)
@@ -655,7 +668,7 @@ def run(
                     queue=queue,
                 )
         finally:
-            await client.close()
+            await cluster.close()
             if server is not None:
                 server.shutdown()
         decided = sorted(stats.decision_s)

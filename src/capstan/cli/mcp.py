@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import socket
 
     from capstan.mcp import HttpSettings
+    from capstan.store import Store
 
 app = typer.Typer(help="Read-only, secret-safe cluster context for AI agents over MCP.", no_args_is_help=True)
 
@@ -74,7 +75,9 @@ def serve(
     probe_address: str = PROBE_ADDRESS,
 ) -> None:
     """Serve the MCP tools over stdio (for an agent that starts the server) or streamable HTTP (stateless,
-    http://HOST:PORT/mcp). Nothing is written to the cluster or the store."""
+    http://HOST:PORT/mcp). Nothing is written to the cluster or the store. Over HTTP, a store or API server not
+    reachable yet is waited for (not ready, one log line per attempt); over stdio, a store it cannot open is one
+    line and exit 2 at once, as is, with either, a configuration that cannot work."""
     from capstan.cli._cluster import cluster_kubeconfig
     from capstan.httpserver import is_loopback, load_token
     from capstan.mcp import HttpSettings
@@ -126,43 +129,78 @@ async def _serve(
     http: HttpSettings | None,
     probe: socket.socket | None = None,
 ) -> None:
+    import signal
+
     from capstan.kube import connector
     from capstan.mcp import ClusterLogs, LiveSource, create_server
     from capstan.probes import Check, ClusterCheck, serving_probes, store_check
     from capstan.redact import Redactor
+    from capstan.startup import MAX_ROUNDS, ClusterAccess, Dependency, Opening, Startup
 
-    opened: Any = None
-    redactor = Redactor()
-    history = None
+    # Over HTTP it is a server under a kubelet: it waits, not ready, for an unreachable store or API server. Over
+    # stdio an agent that started it waits on its first answer: a store it cannot open is one line, at once.
+    wait = http is not None
+    startup = Startup("capstan mcp serve", max_rounds=MAX_ROUNDS if wait else 1)
+    cluster = ClusterAccess(connector(kubeconfig))
+    dependencies = [Dependency("cluster", f"cluster {kubeconfig or 'in-cluster'}", cluster)] if wait else []
+    opening: Opening[Store] | None = None
     if store is not None:
         from capstan.store import open_store
 
-        opened = open_store(store, create=False)
-        history = opened.history
-        redactor = history.redactor(create_key=False)
+        location = store
+        opening = Opening(lambda: open_store(location, create=False))
+        dependencies.append(Dependency("store", "store", opening))
+    checks: dict[str, Check] = {
+        "cluster": startup.check("cluster") if wait else ClusterCheck(connector(kubeconfig))
+    }
+    if opening is not None:
+        checks["store"] = startup.check("store")
+    redactor = Redactor()
+    current = [redactor]  # the store's keyed redactor once it is open
+
+    def redact(text: str) -> str:
+        return current[0].text(text)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # during the wait only: uvicorn handles them once it serves
+        loop.add_signal_handler(sig, stop.set)
     try:
-        async with await connector(kubeconfig)() as client:
-            live = LiveSource(
-                client,
-                redactor=redactor,
-                history=history,
-                namespace=namespace,
-                source=source,
-                window_seconds=window,
-                max_age_s=max_age,
-            )
-            server = create_server(live, ClusterLogs(client), redactor=redactor)
-            checks: dict[str, Check] = {"cluster": ClusterCheck(connector(kubeconfig))}
-            if opened is not None:
-                checks["store"] = store_check(opened.database)
-            async with serving_probes(probe, checks, redact=redactor.text):
+        async with serving_probes(probe, checks, redact=redact):
+            try:
+                if not await startup.reach(dependencies, stop):
+                    return  # stopped while waiting
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+            history = None
+            if opening is not None:
+                assert opening.value is not None
+                history = opening.value.history
+                redactor = current[0] = history.redactor(create_key=False)
+                checks["store"] = store_check(opening.value.database)
+            checks["cluster"] = ClusterCheck(connector(kubeconfig))
+            client = cluster.client if cluster.client is not None else await connector(kubeconfig)()
+            cluster.client = None
+            async with client:
+                live = LiveSource(
+                    client,
+                    redactor=redactor,
+                    history=history,
+                    namespace=namespace,
+                    source=source,
+                    window_seconds=window,
+                    max_age_s=max_age,
+                )
+                server = create_server(live, ClusterLogs(client), redactor=redactor)
                 if http is None:
                     await server.run_stdio_async()
                 else:
                     await _serve_http(server, http)
     finally:
-        if opened is not None:
-            opened.close()
+        await cluster.close()
+        if opening is not None and opening.value is not None:
+            opening.value.close()
 
 
 async def _serve_http(server: Any, settings: HttpSettings) -> None:

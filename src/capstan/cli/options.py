@@ -74,14 +74,19 @@ def check_lease_name(name: str, option: str = "--lease-name") -> str:
 
 async def check_lease_readable(client: KubeClient, namespace: str, name: str) -> None:
     """Read the Lease once before campaigning: one this identity may not read (403) is one line (``--leader-elect``),
-    not a candidate that campaigns for ever; a Lease not there yet is fine (the first leader creates it)."""
+    not a candidate that campaigns for ever; a Lease not there yet is fine (the first leader creates it), and an API
+    server that does not answer is raised as it is (:mod:`capstan.startup` waits for it)."""
     from capstan.kube import ApiError, resources
+    from capstan.startup import transient_reason
 
     try:
         await client.get(resources.LEASES, name, namespace)
     except ApiError as exc:
-        if not exc.not_found:
-            raise UserError(f"--leader-elect: cannot read the Lease {namespace}/{name}: {exc}") from None
+        if exc.not_found:
+            return
+        if transient_reason(exc) is not None:
+            raise
+        raise UserError(f"--leader-elect: cannot read the Lease {namespace}/{name}: {exc}") from None
 
 
 def exit_lost_lease(command: str, namespace: str, name: str, then: str) -> NoReturn:

@@ -207,10 +207,14 @@ def run(
     ),
     probe_address: str = PROBE_ADDRESS,
 ) -> None:
-    """Watch pods and deliver a complete report for every container restart (until Ctrl-C or SIGTERM). With
-    --leader-elect it does so only while it holds the Lease, and exits 1 if it loses it."""
+    """Watch pods and deliver a complete report for every container restart (until Ctrl-C or SIGTERM). A store or
+    API server not reachable yet is waited for (not ready, one log line per attempt, backing off to 30 s); a
+    configuration that cannot work (a refused password or token, a Lease it may not read) is one line and exit 2.
+    With --leader-elect it reports only while it holds the Lease, and exits 1 if it loses it."""
     import asyncio
     import signal
+
+    from prometheus_client import CollectorRegistry
 
     from capstan.cli.options import (
         check_lease_name,
@@ -220,6 +224,7 @@ def run(
     )
     from capstan.errors import UserError
     from capstan.kube import (
+        KubeClient,
         LeaderElection,
         connector,
         in_a_pod,
@@ -227,8 +232,10 @@ def run(
         while_leading,
     )
     from capstan.probes import Check, ClusterCheck, serving_probes, store_check
+    from capstan.redact import Redactor
     from capstan.restarts import RestartWatcher, load_restarts_config
     from capstan.runtime import limit_malloc_arenas
+    from capstan.startup import ClusterAccess, Dependency, Opening, Startup
     from capstan.store import open_store
 
     if kubeconfig is None and not in_a_pod():
@@ -250,53 +257,62 @@ def run(
 
     async def main() -> None:
         nonlocal lost
-        # the kubeconfig (and its credential plugin) first: a configuration that cannot work creates no store
-        client = await connector(kubeconfig)()
-        try:
-            if leader_elect:
-                await check_lease_readable(client, lease_namespace, lease)
-            st = open_store(store)
-        except BaseException:
-            await client.close()
-            raise
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        try:
-            watcher = RestartWatcher.over_store(cfg, client, st, source=source, namespace=namespace)
-        except BaseException:
-            await client.close()
-            st.close()
-            raise
-        election = (
-            LeaderElection.for_this_process(client, lease, lease_namespace, lease_duration_s=lease_s)
-            if leader_elect
-            else None
-        )
 
-        async def first_list() -> str | None:
-            if election is not None and not election.leading.is_set():
-                return None  # a standby watches nothing yet
-            return None if watcher.synced.is_set() else "the first list of pods is not handled yet"
+        async def lease_readable(client: KubeClient) -> None:
+            await check_lease_readable(client, lease_namespace, lease)
 
-        checks: dict[str, Check] = {
-            "store": store_check(st.database),
-            "cluster": ClusterCheck(connector(kubeconfig)),
-            "pods": first_list,
-        }
+        cluster = ClusterAccess(connector(kubeconfig), lease_readable if leader_elect else None)
+        opening = Opening(lambda: open_store(store))
+        startup = Startup("capstan restarts run")
+        # the kubeconfig (and its credential plugin) first: a configuration that cannot work creates no store
+        dependencies = [
+            Dependency("cluster", f"cluster {kubeconfig or 'in-cluster'}", cluster),
+            Dependency("store", "store", opening),
+        ]
+        checks: dict[str, Check] = {"store": startup.check("store"), "cluster": startup.check("cluster")}
+        registry = CollectorRegistry()
+        redactor = [Redactor()]  # the store's keyed one once it is open
+
+        def redact(text: str) -> str:
+            return redactor[0].text(text)
+
         try:
-            async with serving_probes(
-                sock, checks, registry=watcher.registry, redact=st.history.redactor().text
-            ):
+            async with serving_probes(sock, checks, registry=registry, redact=redact):
+                if not await startup.reach(dependencies, stop):
+                    return  # stopped while waiting
+                client, st = cluster.client, opening.value
+                assert client is not None and st is not None
+                redactor[0] = st.history.redactor()
+                watcher = RestartWatcher.over_store(
+                    cfg, client, st, source=source, namespace=namespace, registry=registry
+                )
+                election = (
+                    LeaderElection.for_this_process(client, lease, lease_namespace, lease_duration_s=lease_s)
+                    if leader_elect
+                    else None
+                )
+
+                async def first_list() -> str | None:
+                    if election is not None and not election.leading.is_set():
+                        return None  # a standby watches nothing yet
+                    return None if watcher.synced.is_set() else "the first list of pods is not handled yet"
+
+                checks["store"] = store_check(st.database)
+                checks["cluster"] = ClusterCheck(connector(kubeconfig))
+                checks["pods"] = first_list
                 if election is None:
                     await watcher.run(stop)
                     return
                 await while_leading(election, stop, watcher.run)
                 lost = election.lost.is_set()
         finally:
-            await client.close()
-            st.close()
+            await cluster.close()
+            if opening.value is not None:
+                opening.value.close()
 
     asyncio.run(main())
     if lost:

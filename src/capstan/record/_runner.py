@@ -193,13 +193,17 @@ class Recorder:
         kube_connect: KubeConnect | None = None,
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
+        metrics: HistoryMetrics | None = None,
     ) -> None:
+        """``metrics``: the history metrics to report to (on their registry), made on ``registry`` (or a new one)
+        when not given; a caller that retries construction while the store is unreachable gives the same ones
+        each time (a registry takes each series once)."""
         if config.kubernetes is not None and kube_connect is None:
             raise ValueError("the configuration records a cluster (kubernetes:): give kube_connect")
         self.config = config
         self._clock = clock
-        self.registry = registry or CollectorRegistry()
-        self.metrics = HistoryMetrics(self.registry)
+        self.metrics = metrics if metrics is not None else HistoryMetrics(registry or CollectorRegistry())
+        self.registry = self.metrics.registry
         self.store = open_store(
             config.store, clock=clock, metrics=self.metrics, writer_cache_kib=INGEST_CACHE_KIB
         )

@@ -191,6 +191,8 @@ def test_every_command_says_what_is_wrong_with_its_store_in_one_line(
 ) -> None:
     store = store.format(port=free_port())
     for name, argv in _commands_with_store(tmp_path, store).items():
+        if name == "restarts run" and problem == "Connection refused":
+            continue  # a long-running component waits for its store instead (test_unreachable_at_start.py)
         code, _, err = run(argv, capsys)
         assert code == 2 and err.count("\n") == 1, f"{name}: {err!r}"
         assert re.search(problem, err) and "hunter2" not in err, f"{name}: {err!r}"

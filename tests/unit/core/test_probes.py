@@ -59,3 +59,16 @@ async def test_metrics_are_the_registry_s() -> None:
     Counter("capstan_probe_test", "a test counter", registry=registry).inc()
     answer = await get(probe_app({}, registry=registry), "/metrics")
     assert answer.status_code == 200 and "capstan_probe_test_total 1.0" in answer.text
+
+
+async def test_a_check_replaced_while_serving_answers_from_the_next_request() -> None:
+    """What capstan.startup relies on: its check while a component waits for its store, then the store's own."""
+
+    async def waiting() -> str | None:
+        return "not reached yet (starting)"
+
+    checks = {"store": waiting}
+    app = probe_app(checks)
+    assert (await get(app, "/readyz")).text.startswith("[-]store failed: not reached yet (starting)\n")
+    checks["store"] = ok
+    assert (await get(app, "/readyz")).status_code == 200
