@@ -87,16 +87,26 @@ def _pg_bin() -> Path:
 class PostgresServer:
     """A throw-away PostgreSQL cluster: ``start()``, use ``url``, ``stop()`` (removes the data)."""
 
-    def __init__(self, *, port: int | None = None, database: str = "capstan") -> None:
+    def __init__(
+        self, *, port: int | None = None, database: str = "capstan", password: str | None = None
+    ) -> None:
+        """``password``: connections over TCP must give it (SCRAM), as a managed server's do; without one, every
+        connection is trusted."""
         self.port = port or free_port()
         self.database = database
-        self.user = "postgres"
+        self.password = password
+        # the superuser initdb makes: postgres when run as root (the server then runs as postgres), else this user
+        self.user = "postgres" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}/{self.database}"
+        secret = f":{self.password}" if self.password is not None else ""
+        return f"postgresql+psycopg://{self.user}{secret}@127.0.0.1:{self.port}/{self.database}"
+
+    def _client_env(self) -> dict[str, str] | None:
+        return None if self.password is None else {**os.environ, "PGPASSWORD": self.password}
 
     def _as_postgres(self) -> list[str]:
         return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
@@ -108,8 +118,13 @@ class PostgresServer:
         if os.geteuid() == 0:
             pw = pwd.getpwnam("postgres")
             os.chown(self._dir, pw.pw_uid, pw.pw_gid)
-        else:
-            self.user = pwd.getpwuid(os.geteuid()).pw_name
+        auth = ["-A", "trust"]
+        if self.password is not None:
+            pwfile = self._dir / "pwfile"
+            pwfile.write_text(self.password + "\n")
+            if os.geteuid() == 0:
+                os.chown(pwfile, pw.pw_uid, pw.pw_gid)
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
         subprocess.run(
             [
                 *self._as_postgres(),
@@ -118,8 +133,7 @@ class PostgresServer:
                 str(data),
                 "-U",
                 self.user,
-                "-A",
-                "trust",
+                *auth,
                 "-E",
                 "UTF8",
                 "--no-sync",
@@ -175,6 +189,7 @@ class PostgresServer:
                 ],
                 capture_output=True,
                 timeout=60,
+                env=self._client_env(),
             )
             if res.returncode == 0:
                 return
@@ -201,6 +216,7 @@ class PostgresServer:
             check=True,
             capture_output=True,
             timeout=60,
+            env=self._client_env(),
         )
         self._create_database(bin_dir)
 

@@ -4,7 +4,6 @@ store that stops answering makes /readyz 503 naming it, without the URL's passwo
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import socket
 import subprocess
@@ -14,42 +13,11 @@ import httpx
 import pytest
 
 from capstan.sandbox import PostgresServer
-from tests.integration.record._process import start_record
+from tests.integration.record._process import free_port, start_record, until
 
 pytestmark = pytest.mark.integration
 
 PASSWORD = "s3cret-probe-pw"  # PostgreSQL trusts the test's connections: any password is accepted
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-async def readyz(port: int) -> tuple[int, str]:
-    async with httpx.AsyncClient(timeout=10) as http:
-        r = await http.get(f"http://127.0.0.1:{port}/readyz")
-        return r.status_code, r.text
-
-
-async def until(
-    port: int, status: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120
-) -> str:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    last = (0, "")
-    while loop.time() < end:
-        assert proc.poll() is None, f"exited {proc.returncode}: see {log}"
-        try:
-            last = await readyz(port)
-        except httpx.HTTPError as exc:
-            last = (0, str(exc))
-        if last[0] == status:
-            return last[1]
-        await asyncio.sleep(0.2)
-    pytest.fail(f"/readyz never answered {status}; last {last}")
 
 
 async def test_ready_after_the_first_lists_a_standby_is_ready_and_a_lost_store_is_503(
