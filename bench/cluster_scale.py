@@ -66,7 +66,7 @@ from capstan.faults import Kubelet, Termination
 from capstan.kube import ApiError, KubeClient, Resource, resources
 from capstan.notify import DEV_TOKEN, SlackReceiver, serve_in_thread
 from capstan.percentile import percentile
-from capstan.record._diff import DiffPolicy, normalize
+from capstan.record import DiffPolicy, normalize
 from capstan.sandbox import (
     HA_VALUES,
     NodePool,

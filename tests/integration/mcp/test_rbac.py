@@ -20,9 +20,9 @@ from capstan.diagnose import ANALYZERS, read_snapshot
 from capstan.faults import Kubelet
 from capstan.kube import ApiError, KubeClient, resources
 from capstan.mcp import ClusterLogs, LiveSource, create_server
-from capstan.sandbox import Sandbox
+from capstan.sandbox import Sandbox, mount_service_account
 from capstan.store import open_store
-from tests.fixtures.identity import in_cluster_identity, manifest, mount_account
+from tests.fixtures.identity import in_cluster_identity, manifest
 from tests.integration.mcp.calls import (
     CRASH_LOG,
     Scene,
@@ -195,7 +195,9 @@ async def test_with_the_service_account_every_tool_works_and_writes_and_secrets_
 
     # and in a pod: no kubeconfig, the account's token, CA and namespace mounted (KubeClient.in_cluster)
     token = str(yaml.safe_load(await asyncio.to_thread(identity.read_text))["users"][0]["user"]["token"])
-    pod_env = await asyncio.to_thread(mount_account, tmp_path / "pod-account", token, kubeconfig, NAMESPACE)
+    pod_env = await asyncio.to_thread(
+        mount_service_account, tmp_path / "pod-account", token, kubeconfig, NAMESPACE
+    )
     command = server_command("--transport", "stdio")
     params = StdioServerParameters(command=command[0], args=command[1:], env=server_env(**pod_env))
     async with Client(params) as client:
