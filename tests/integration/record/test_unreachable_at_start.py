@@ -231,7 +231,7 @@ async def test_restarts_run_waits_not_ready_for_its_store_then_becomes_ready(
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
-        body = await until(probe, 503, proc, log, containing="[+]cluster ok")
+        body = await until(probe, 503, proc, log, containing="[-]store failed: database ")
         assert "[-]store failed: database " in body and "[+]cluster ok" in body and PASSWORD not in body, body
         await until_logged(log, "waiting for store: ", 3, proc)
         server.start()
