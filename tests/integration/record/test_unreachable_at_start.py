@@ -234,6 +234,7 @@ async def test_restarts_run_waits_not_ready_for_its_store_then_becomes_ready(
         body = await until(probe, 503, proc, log, containing="[-]store failed: database ")
         assert "[-]store failed: database " in body and "[+]cluster ok" in body and PASSWORD not in body, body
         await until_logged(log, "waiting for store: ", 3, proc)
+        assert PASSWORD not in read_log(log)  # the wait's log lines name the store, redacted
         server.start()
         body = await until(probe, 200, proc, log)
         assert body.splitlines() == ["[+]store ok", "[+]cluster ok", "[+]pods ok", "readyz check passed"]
