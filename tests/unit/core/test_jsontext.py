@@ -45,3 +45,22 @@ def test_json_equality_keeps_one_true_and_one_point_zero_apart() -> None:
 def test_dumps_is_compact() -> None:
     assert jsontext.dumps({"a": [1, 2], "b": "c"}) == '{"a":[1,2],"b":"c"}'
     assert jsontext.dumps({"big": 2**70}) == '{"big":1180591620717411303424}'
+
+
+def test_the_bytes_kept_hold_no_more_memory_than_their_length() -> None:
+    """orjson's own bytes keep the buffer its writer grew to (32 KB held for the 2 KB of JSON here): the recorder
+    keeps one such value per live object, so encode() hands back bytes of exactly their size."""
+    import tracemalloc
+
+    value = {
+        "metadata": {"name": "web-0", "labels": {f"k{i}": "v" * 20 for i in range(60)}},
+        "spec": "x" * 300,
+    }
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        raw = jsontext.encode(value)[1]
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(raw) > 2000 and held < len(raw) + 200, (len(raw), held)
