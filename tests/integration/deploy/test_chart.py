@@ -72,11 +72,16 @@ PROFILES: dict[str, tuple[list[str], dict[str, int]]] = {
         {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
          "Deployment": 2, "ConfigMap": 2, "Service": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 2},
     ),
-    "PostgreSQL, with a ServiceMonitor (the CRD present)": (
-        [*PG, "--set", "serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1"],
-        {"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "RoleBinding": 2,
-         "Deployment": 2, "ConfigMap": 1, "Service": 2, "PodDisruptionBudget": 2, "NetworkPolicy": 2,
-         "ServiceMonitor": 2},
+    "PostgreSQL, the gateway and the capacity controller, with ServiceMonitors (the CRD present)": (
+        [*PG, "--set", "serviceMonitor.enabled=true", "--api-versions", "monitoring.coreos.com/v1",
+         "--set", "gateway.enabled=true",
+         "--set-json", 'gateway.config={"endpoints": [{"name": "e0", "url": "http://vllm:8000"}]}',
+         "--set", "capacity.enabled=true", "--set-json", 'capacity.nodeTypes=[{"name": "gpu-l4", "gpu": 2}]',
+         "--set-json", 'networkPolicy.metricsNamespaceSelector={"matchLabels": {"name": "monitoring"}}',
+         "--set-json", 'networkPolicy.gatewayClientNamespaceSelector={"matchLabels": {"name": "llm"}}'],
+        {"ServiceAccount": 4, "ClusterRole": 3, "ClusterRoleBinding": 3, "Role": 4, "RoleBinding": 4,
+         "Deployment": 4, "ConfigMap": 3, "Service": 4, "PodDisruptionBudget": 4, "NetworkPolicy": 4,
+         "ServiceMonitor": 4},
     ),
 }  # fmt: skip
 
@@ -135,10 +140,40 @@ def test_each_values_profile_renders_what_it_enables(profile: str) -> None:
             assert deployment["spec"]["strategy"]["type"] == "Recreate"
             (claim,) = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
             assert claim["persistentVolumeClaim"]["claimName"] == "capstan-record-store"
+    for monitor in (d for d in docs if d["kind"] == "ServiceMonitor"):
+        scraped(docs, monitor, args)
     for dashboard in (d for d in docs if d["metadata"]["labels"].get("grafana_dashboard") == "1"):
         assert json.loads(dashboard["data"]["capstan.json"])["uid"] == "capstan-overview"  # the file, whole
     # no credential or URL of the store anywhere in what the chart renders
     assert "postgresql" not in json.dumps(docs)
+
+
+def scraped(docs: list[dict[str, Any]], monitor: dict[str, Any], args: list[str]) -> None:
+    """A ServiceMonitor selects exactly one of the release's Services, by a port that Service has, and the
+    component's NetworkPolicy (if any) admits that port from the namespaces of networkPolicy.metricsNamespaceSelector:
+    Prometheus can reach what it is told to scrape."""
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    (service,) = [
+        d for d in docs if d["kind"] == "Service" and selector.items() <= d["metadata"]["labels"].items()
+    ]
+    ((endpoint,),) = [monitor["spec"]["endpoints"]]
+    assert endpoint["path"] == "/metrics"
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    policies = [
+        d
+        for d in docs
+        if d["kind"] == "NetworkPolicy" and d["spec"]["podSelector"]["matchLabels"] == selector
+    ]
+    if not policies:
+        return
+    (policy,) = policies
+    given = next((a for a in args if a.startswith("networkPolicy.metricsNamespaceSelector=")), None)
+    metrics_namespaces = json.loads(given.partition("=")[2]) if given else {}
+    assert any(
+        {"port": port["targetPort"], "protocol": "TCP"} in rule["ports"]
+        and {"namespaceSelector": metrics_namespaces} in rule["from"]
+        for rule in policy["spec"]["ingress"]
+    ), (monitor["metadata"]["name"], policy["spec"]["ingress"])
 
 
 def test_the_recorder_configuration_follows_its_values() -> None:
