@@ -1,6 +1,6 @@
 """The chart's Grafana dashboard (deploy/helm/capstan/files/dashboards/capstan.json) queries only series the
-recorder and the notifier export, grouped only by labels those series have: a renamed metric or label fails here,
-not silently as an empty panel."""
+recorder, the notifier, the gateway and the capacity controller export, grouped only by labels those series have: a
+renamed metric or label fails here, not silently as an empty panel; and each series they export is on a panel."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from capstan.capacity.live import ControllerMetrics
+from capstan.config import load_model
 from capstan.notify import NotifyMetrics
+from capstan.route import RouteConfig, Router, upstream_for
 from capstan.store import HistoryMetrics
 
 pytestmark = pytest.mark.unit
@@ -31,13 +34,16 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 
 
 def exported() -> dict[str, set[str]]:
-    """Every sample name the two components' metrics export, with its labels (read from the metric objects: a
-    labelled family shows no labels until it has a child)."""
+    """Every sample name the components' metrics export, with its labels (read from the metric objects: a labelled
+    family shows no labels until it has a child). The gateway's are those its app object serves on /metrics (its
+    metrics class is not public: the router builds it)."""
     from prometheus_client.metrics import MetricWrapperBase
 
     registry = CollectorRegistry()
+    route = load_model(RouteConfig, {}, "test")
+    gateway = Router(route, upstream=upstream_for(route.proxy)).metrics  # nothing connected, nothing started
     out: dict[str, set[str]] = {}
-    for metrics in (HistoryMetrics(registry), NotifyMetrics(registry)):
+    for metrics in (HistoryMetrics(registry), NotifyMetrics(registry), ControllerMetrics(registry), gateway):
         for metric in vars(metrics).values():
             if isinstance(metric, MetricWrapperBase):
                 name = metric._name  # without the counter's _total
