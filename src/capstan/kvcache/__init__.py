@@ -55,7 +55,7 @@ from capstan.kvcache._events import (
     kv_topic,
     parse_kv_message,
 )
-from capstan.kvcache._hasher import PromptHasher
+from capstan.kvcache._hasher import PromptHasher, PromptKeys
 from capstan.kvcache._hashes import DEFAULT_BLOCK_SIZE, block_hashes, hash_block, root_hash
 from capstan.kvcache._prompt import prompt_text, prompt_token_ids, render_chat
 from capstan.kvcache._tokenizer import VOCAB_SIZE, Tokenizer
@@ -63,13 +63,28 @@ from capstan.lazy import lazy_attributes
 
 # MooncakeText computes with numpy; the constants and the hash chain do not, so the CLI can read the block size
 # for its option defaults without loading numpy (tests/unit/core/test_cli_startup.py).
-__getattr__ = lazy_attributes("capstan.kvcache", {"MooncakeText": "capstan.kvcache._mooncake"})
+# The served model's tokenizer (the tokenizers library, Jinja) and vLLM's hashes (cbor2, xxhash) load on first use.
+__getattr__ = lazy_attributes(
+    "capstan.kvcache",
+    {
+        "MooncakeText": "capstan.kvcache._mooncake",
+        "HASH_ALGOS": "capstan.kvcache._vllm",
+        "ServedModel": "capstan.kvcache._served",
+        "ServedTokenizer": "capstan.kvcache._served",
+        "VllmBlockHasher": "capstan.kvcache._vllm",
+        "external_key": "capstan.kvcache._vllm",
+        "vllm_hash_function": "capstan.kvcache._vllm",
+    },
+)
 
 if TYPE_CHECKING:
     from capstan.kvcache._mooncake import MooncakeText
+    from capstan.kvcache._served import ServedModel, ServedTokenizer
+    from capstan.kvcache._vllm import HASH_ALGOS, VllmBlockHasher, external_key, vllm_hash_function
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
+    "HASH_ALGOS",
     "VOCAB_SIZE",
     "AllBlocksCleared",
     "BlockRemoved",
@@ -79,11 +94,16 @@ __all__ = [
     "KVMessage",
     "MooncakeText",
     "PromptHasher",
+    "PromptKeys",
+    "ServedModel",
+    "ServedTokenizer",
     "Tokenizer",
+    "VllmBlockHasher",
     "block_hashes",
     "decode_kv_batch",
     "encode_kv_batch",
     "encode_seq",
+    "external_key",
     "hash_block",
     "kv_topic",
     "parse_kv_message",
@@ -91,4 +111,5 @@ __all__ = [
     "prompt_token_ids",
     "render_chat",
     "root_hash",
+    "vllm_hash_function",
 ]

@@ -4,14 +4,16 @@ The layout follows vLLM's ``vllm/distributed/kv_events.py`` (msgspec structs wit
 ``omit_defaults=True``; events are ``tag=True`` so the class name comes first):
 
 * batch: ``[ts, [event, ...]]`` (``data_parallel_rank`` is omitted when None, as msgspec omits defaults);
-* ``["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium]``;
+* ``["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name]`` (vLLM
+  then adds ``extra_keys``, ``group_idx`` and cache-spec fields, read past here);
 * ``["BlockRemoved", block_hashes, medium]``;
 * ``["AllBlocksCleared"]``.
 
 A ZMQ message has three frames: topic (``kv@<host>:<port>@<model>``), the batch sequence number as 8 bytes
 big-endian, and the payload (:func:`parse_kv_message`). Hashes are the 63-bit ints of
 :func:`capstan.kvcache.block_hashes` (vLLM sends ints when ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`` is on, and its
-``ExternalBlockHash`` bytes otherwise, which are read as big-endian unsigned ints).
+``ExternalBlockHash`` bytes otherwise, which are read as the int vLLM would have sent: the low 64 bits of their
+big-endian value). With a served model's tokenizer the hashes are vLLM's own (``_vllm.py``).
 
 The decoder is strict, because a subscriber of *real* engines must count and skip a bad batch instead of
 corrupting its index: every field is type-checked and anything else raises :class:`KVEventFormatError` (a
@@ -27,6 +29,7 @@ from typing import Any
 import msgpack
 
 MEDIUM_GPU = "GPU"
+_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class BlockStored:
     block_size: int
     lora_id: int | None = None
     medium: str | None = MEDIUM_GPU
+    lora_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ def _event_list(ev: KVEvent) -> list[Any]:
             ev.block_size,
             ev.lora_id,
             ev.medium,
+            ev.lora_name,
         ]
     if isinstance(ev, BlockRemoved):
         return ["BlockRemoved", ev.block_hashes, ev.medium]
@@ -120,7 +125,9 @@ def _int(value: Any, what: str) -> int:
 
 def _hash(value: Any) -> int:
     if isinstance(value, bytes | bytearray):
-        return int.from_bytes(value, "big")
+        # the int vLLM itself sends for these bytes with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (its default): the low
+        # 64 bits, so both forms of one digest name one block (capstan.kvcache.external_key)
+        return int.from_bytes(value, "big") & _MASK64
     if isinstance(value, bool) or not isinstance(value, int):
         raise KVEventFormatError(f"block hash must be int or bytes, got {value!r:.40}")
     return value
@@ -156,6 +163,7 @@ def _decode_event(raw: Any) -> KVEvent:
             block_size,
             _optional(raw[5] if len(raw) > 5 else None, int, "BlockStored.lora_id"),
             _optional(raw[6] if len(raw) > 6 else None, str, "BlockStored.medium"),
+            _optional(raw[7] if len(raw) > 7 else None, str, "BlockStored.lora_name"),
         )
     if tag == "BlockRemoved" and len(raw) >= 2:
         medium = _optional(raw[2] if len(raw) > 2 else None, str, "BlockRemoved.medium")

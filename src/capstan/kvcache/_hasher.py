@@ -20,11 +20,29 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from capstan.kvcache._hashes import DEFAULT_BLOCK_SIZE, hash_block, root_hash
 from capstan.kvcache._prompt import prompt_text, prompt_token_ids, render_chat
 from capstan.kvcache._tokenizer import Tokenizer
+
+
+class PromptKeys(Protocol):
+    """How a router turns a request body into the keys of the blocks an engine would cache for it: the contract's
+    :class:`PromptHasher` for Capstan's engine simulator, :class:`~capstan.kvcache.ServedModel` for a model served
+    by real vLLM engines (its tokenizer, chat template and vLLM's hash chain)."""
+
+    block_size: int
+
+    def token_ids(self, body: Mapping[str, Any]) -> list[int]:
+        """The prompt's token ids; ValueError for a body that has no prompt (a 400)."""
+        ...
+
+    def block_hashes(
+        self, token_ids: list[int], salt: str | None = None, lora_name: str | None = None
+    ) -> list[int]:
+        """The keys of the full blocks, as the engine's KV events name them."""
+        ...
 
 
 class PromptHasher:
@@ -78,8 +96,11 @@ class PromptHasher:
             return out
         return self.tokenizer.encode(prompt_text(body))
 
-    def block_hashes(self, token_ids: list[int], salt: str | None = None) -> list[int]:
-        """Chained hashes of the full blocks, equal to ``capstan.kvcache.block_hashes(ids, bs, seed, salt)``."""
+    def block_hashes(
+        self, token_ids: list[int], salt: str | None = None, lora_name: str | None = None
+    ) -> list[int]:
+        """Chained hashes of the full blocks, equal to ``capstan.kvcache.block_hashes(ids, bs, seed, salt)``.
+        ``lora_name`` is not part of the contract (the engine simulator serves no adapters) and changes nothing."""
         bs = self.block_size
         full = len(token_ids) // bs
         if full == 0:

@@ -120,15 +120,19 @@ def test_kv_event_batch_layout_matches_vllm() -> None:
     assert msgpack.unpackb(payload) == [
         12.5,
         [
-            ["BlockStored", [1, 2], None, list(range(32)), 16, None, "GPU"],
+            ["BlockStored", [1, 2], None, list(range(32)), 16, None, "GPU", None],
             ["BlockRemoved", [1], "GPU"],
             ["AllBlocksCleared"],
         ],
     ]
     assert decode_kv_batch(payload) == (12.5, events)
     # vLLM's newer trailing fields (lora_name, extra_keys, ...) and a data_parallel_rank are accepted.
-    newer = msgpack.packb([1.0, [["BlockStored", [3], 2, [0] * 16, 16, None, "GPU", None, None]], 0])
-    assert decode_kv_batch(newer) == (1.0, [BlockStored([3], 2, [0] * 16, 16)])
+    newer = msgpack.packb([1.0, [["BlockStored", [3], 2, [0] * 16, 16, None, "GPU", "sql", [None], 0]], 0])
+    assert decode_kv_batch(newer) == (1.0, [BlockStored([3], 2, [0] * 16, 16, lora_name="sql")])
+    # vLLM's byte digests read as the int it sends for them (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES): the low 64 bits
+    digest = bytes(range(32))
+    as_bytes = msgpack.packb([1.0, [["BlockRemoved", [digest], "GPU"]]], use_bin_type=True)
+    assert decode_kv_batch(as_bytes)[1] == [BlockRemoved([int.from_bytes(digest[-8:], "big")])]
     assert encode_seq(258) == b"\x00\x00\x00\x00\x00\x00\x01\x02"
     assert kv_topic("127.0.0.1", 8000, "m") == "kv@127.0.0.1:8000@m"
     with pytest.raises(ValueError, match="unknown"):

@@ -29,12 +29,12 @@ def test_a_message_is_topic_sequence_and_payload() -> None:
         parse_kv_message([b"kv@h:1@m", b"\x01", payload])
 
 
-def test_bytes_hashes_are_read_big_endian_and_trailing_fields_ignored() -> None:
+def test_bytes_hashes_are_read_big_endian_lora_name_kept_and_trailing_fields_ignored() -> None:
     raw = msgpack.packb(
         [
             3.5,
             [
-                ["BlockStored", [b"\x01\x00", 9], b"\x02", [4, 5], 16, 3, "GPU", "lora-a"],
+                ["BlockStored", [b"\x01\x00", 9], b"\x02", [4, 5], 16, 3, "GPU", "lora-a", [None, None], 0],
                 ["BlockRemoved", [b"\x03"]],
             ],
             0,
@@ -42,7 +42,7 @@ def test_bytes_hashes_are_read_big_endian_and_trailing_fields_ignored() -> None:
     )
     assert decode_kv_batch(raw) == (
         3.5,
-        [BlockStored([256, 9], 2, [4, 5], 16, 3, "GPU"), BlockRemoved([3], None)],
+        [BlockStored([256, 9], 2, [4, 5], 16, 3, "GPU", "lora-a"), BlockRemoved([3], None)],
     )
 
 
