@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 
-from capstan.capacity import Controller, Delay, NodeType, PlannerConfig, Taint
+from capstan.capacity import (
+    Controller,
+    Delay,
+    Forecast,
+    Forecaster,
+    NodeType,
+    PlannerConfig,
+    QueuedDemand,
+    Taint,
+)
 from capstan.capacity.live import (
     GATE,
     PROMISED_ANNOTATION,
@@ -23,7 +32,9 @@ from capstan.capacity.live import (
     ControllerMetrics,
     EventRecorder,
     KwokProvider,
+    LiveCluster,
     RunStats,
+    SuspendedJobs,
     live_config,
     run_controller,
 )
@@ -77,6 +88,32 @@ def gated_pod(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
+def suspended_job(name: str, namespace: str) -> dict[str, Any]:
+    """A suspended Job of two one-GPU pods gated for Capstan: demand announced ahead (``SuspendedJobs``)."""
+    template = gated_pod("unused", namespace)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "suspend": True,
+            "parallelism": 2,
+            "completions": 2,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {**template["spec"], "restartPolicy": "Never"},
+            },
+        },
+    }
+
+
+class NoForecast:
+    """The planner's own forecast left out: the only headroom is what a queue announces."""
+
+    def forecast(self, snap: object, cfg: object, horizon: float) -> Forecast:
+        return Forecast((), None)
+
+
 async def labelled_nodes(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
     items, _ = await kube.list(resources.NODES, label_selector=f"{TEST_LABEL}={namespace}")
     return [n for n in items if not (n.get("metadata") or {}).get("deletionTimestamp")]
@@ -91,13 +128,30 @@ async def until(what: str, check: Callable[[], Awaitable[bool]], tries: int = 60
 
 
 class Running:
-    """A controller running in the background until :meth:`stop`."""
+    """A controller running in the background until :meth:`stop`, every call through ``kube`` (the kwok
+    provider's too); by default without headroom, draining a node once it has been empty for a second."""
 
-    def __init__(self, kube: KubeClient, namespace: str, nt: NodeType) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        namespace: str,
+        nt: NodeType,
+        *,
+        config: PlannerConfig | None = None,
+        forecaster: Forecaster | None = None,
+        queue: SuspendedJobs | None = None,
+        placeholder_namespace: str | None = None,
+    ) -> None:
         self.stop_event = asyncio.Event()
         self.metrics = ControllerMetrics()
-        config = live_config(PlannerConfig(headroom=False, min_idle_s=1.0))
-        controller = Controller(config, react=0.2, review_interval=1.0)
+        self.failures: list[str] = []
+        """The failed calls so far (the loop retries them), as the last pass left them."""
+        config = live_config(config or PlannerConfig(headroom=False, min_idle_s=1.0))
+        controller = Controller(config, react=0.2, review_interval=1.0, forecaster=forecaster)
+
+        def passed(cluster: LiveCluster, stats: RunStats) -> None:
+            self.failures = list(stats.failures)
+
         self.task: asyncio.Task[RunStats] = asyncio.create_task(
             run_controller(
                 kube,
@@ -107,10 +161,17 @@ class Running:
                 stop=self.stop_event,
                 namespace=namespace,
                 tick_s=0.2,
+                on_pass=passed,
                 metrics=self.metrics,
                 events=EventRecorder(kube),
+                placeholder_namespace=placeholder_namespace,
+                queue=queue,
             )
         )
+
+    def forbidden(self) -> list[str]:
+        """The failed calls the API server refused (403): what the controller's identity lacks."""
+        return [f for f in self.failures if " 403 " in f]
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
@@ -486,7 +547,6 @@ async def test_a_headroom_node_is_held_by_a_placeholder_that_a_real_pod_preempts
 ) -> None:
     """Held headroom is a low-priority placeholder pod on the node's free GPUs; kube-scheduler preempts it for a
     real pod, and a node no longer held gets no placeholder."""
-    from capstan.capacity.live import LiveCluster
 
     nt = replace(node_type(namespace), boot_delay=Delay("fixed", 0.0), gpu_ready_delay=Delay("fixed", 0.0))
     provider = KwokProvider(kube)
@@ -583,30 +643,8 @@ async def test_a_suspended_job_gets_its_node_before_it_runs(
     ``SuspendedJobs``/``QueuedDemand`` the controller launches a node for its two one-GPU pods while no pod
     exists; once the Job is resumed, the Job controller's pods are placed on that node and nothing more is
     launched (the planner's own forecast is left out, so the only headroom is the Job's)."""
-    from capstan.capacity import Forecast, QueuedDemand
-    from capstan.capacity.live import SuspendedJobs
-
-    class NoForecast:
-        def forecast(self, snap: object, cfg: object, horizon: float) -> Forecast:
-            return Forecast((), None)
-
     nt = node_type(namespace)
-    template = gated_pod("unused", namespace)
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "train", "namespace": namespace},
-        "spec": {
-            "suspend": True,
-            "parallelism": 2,
-            "completions": 2,
-            "template": {
-                "metadata": {"labels": {"app": "train"}},
-                "spec": {**template["spec"], "restartPolicy": "Never"},
-            },
-        },
-    }
-    await kube.create(resources.JOBS, job)
+    await kube.create(resources.JOBS, suspended_job("train", namespace))
     queue = SuspendedJobs(refresh_s=0.5)
     controller = Controller(
         live_config(PlannerConfig(min_idle_s=60.0, headroom_wait_s=0.0)),
@@ -749,3 +787,181 @@ async def test_in_a_pod_with_the_chart_s_identity_it_places_a_pod_and_may_write_
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+async def test_with_the_chart_s_identity_it_drains_and_deletes_the_node_once_its_pod_is_gone(
+    sandbox: Sandbox, kube: KubeClient, namespace: str, kubeconfig: Path, tmp_path: Path, cleanup_nodes: None
+) -> None:
+    """The controller in a pod of the chart's ServiceAccount (its client from the service variables and a
+    TokenRequest token, deploy/helm/capstan: files/rbac/capacity.yaml): it launches a node for a gated pod, and
+    once the pod is deleted it drains the node and the kwok provider deletes it, with no call refused. It cannot
+    evict or delete the pod itself. (In-process: `capstan capacity run` drains a node only after it has been
+    empty for the planner's default 300 s; this is the loop it runs, with 1 s.)"""
+    from tests.fixtures.identity import assert_forbidden, in_cluster_identity
+
+    nt = node_type(namespace)
+    await kube.create(resources.PODS, gated_pod("gpu-0", namespace))
+    async with (
+        in_cluster_identity("capacity", sandbox, kube, kubeconfig, tmp_path / "account") as env,
+        await KubeClient.in_cluster(environ=env) as account,
+    ):
+        run = Running(account, namespace, nt)
+        try:
+
+            async def bound() -> bool:
+                assert not run.forbidden(), run.forbidden()
+                pod = await kube.get(resources.PODS, "gpu-0", namespace)
+                return bool(pod["spec"].get("nodeName"))
+
+            await until("the pod bound to a node Capstan launched", bound)
+            node = (await kube.get(resources.PODS, "gpu-0", namespace))["spec"]["nodeName"]
+            assert (await kube.get(resources.NODES, node))["metadata"]["labels"][PURPOSE_LABEL] == "pods"
+            eviction = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": "gpu-0", "namespace": namespace},
+            }
+            await assert_forbidden(
+                "evict a pod",
+                account.request(
+                    "POST", resources.PODS.item_path("gpu-0", namespace, "eviction"), body=eviction
+                ),
+            )
+            await assert_forbidden("delete a pod", account.delete(resources.PODS, "gpu-0", namespace))
+            await kube.delete(resources.PODS, "gpu-0", namespace, grace_seconds=0)
+
+            async def node_gone() -> bool:
+                assert not run.forbidden(), run.forbidden()
+                try:
+                    await kube.get(resources.NODES, node)
+                except ApiError as exc:
+                    if exc.not_found:
+                        return True
+                    raise
+                return False
+
+            await until("the empty node to be drained and deleted", node_gone)
+        finally:
+            stats = await run.stop()
+    assert not [f for f in stats.failures if " 403 " in f], stats.failures
+    assert run.metric("capstan_capacity_drains_total") == 1
+    assert run.metric("capstan_capacity_launches_total", type=nt.name, purpose="pods") == 1
+    node_events, _ = await kube.list(resources.EVENTS, namespace="default")
+    assert any(e["involvedObject"]["name"] == node and e["reason"] == "CapstanDraining" for e in node_events)
+
+
+async def test_with_the_chart_s_identity_headroom_is_held_by_placeholders_in_their_namespace_only(
+    sandbox: Sandbox, kube: KubeClient, namespace: str, kubeconfig: Path, tmp_path: Path, cleanup_nodes: None
+) -> None:
+    """The controller in a pod of the chart's ServiceAccount with ``capacity.placeholderNamespace`` (a Role for
+    pod create and delete there only, templates/rbac.yaml): a suspended Job's demand gets a headroom node, and a
+    placeholder pod made in that namespace, in the PriorityClass ``capstan-headroom`` it creates, holds the
+    node's free GPUs; a real pod preempts it. Once the Job is gone the placeholders are deleted (drains are off
+    here, so nothing else deletes them). No call is refused; a pod anywhere else is still 403."""
+    from capstan.capacity.live import ensure_namespace
+    from tests.fixtures.identity import assert_forbidden, in_cluster_identity
+
+    priority_classes = resources.Resource(
+        "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+    )
+    holders = f"{namespace[:50]}-holders"
+    await ensure_namespace(kube, holders, tries=1200)
+    # the controller must create the PriorityClass itself, with the identity's grant
+    await kube.delete(priority_classes, "capstan-headroom")
+    nt = node_type(namespace)
+    await kube.create(resources.JOBS, suspended_job("train", namespace))
+    values = ("--set", f"capacity.placeholderNamespace={holders}")
+    try:
+        async with (
+            in_cluster_identity("capacity", sandbox, kube, kubeconfig, tmp_path / "account", *values) as env,
+            await KubeClient.in_cluster(environ=env) as account,
+        ):
+            queue = SuspendedJobs(refresh_s=0.5)
+            run = Running(
+                account,
+                namespace,
+                nt,
+                config=PlannerConfig(min_idle_s=1.0, headroom_wait_s=0.0, drain=False),
+                forecaster=QueuedDemand(queue, NoForecast()),
+                queue=queue,
+                placeholder_namespace=holders,
+            )
+            try:
+
+                async def placeholders() -> dict[str, dict[str, Any]]:
+                    """The placeholders not being deleted, by the node they are bound to ('' for none yet)."""
+                    assert not run.forbidden(), run.forbidden()
+                    items, _ = await kube.list(resources.PODS, namespace=holders)
+                    return {
+                        p["spec"].get("nodeName", ""): p
+                        for p in items
+                        if p["metadata"]["name"].startswith("capstan-headroom")
+                        and not p["metadata"].get("deletionTimestamp")
+                    }
+
+                async def held() -> bool:
+                    return any(await placeholders())  # '' (not bound yet) is not a node
+
+                await until("a placeholder to hold a headroom node's GPUs", held)
+                ((first, placeholder),) = [(n, p) for n, p in (await placeholders()).items() if n]
+                node = await kube.get(resources.NODES, first)
+                assert node["metadata"]["labels"][PURPOSE_LABEL] == "headroom"
+                assert node["metadata"]["labels"][TEST_LABEL] == namespace
+                assert placeholder["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "2"
+                assert placeholder["spec"]["priorityClassName"] == "capstan-headroom"
+                assert placeholder["spec"]["priority"] == -10
+                made = await kube.get(priority_classes, "capstan-headroom")
+                assert made["value"] == -10 and made["preemptionPolicy"] == "Never"
+                pods, _ = await kube.list(resources.PODS, namespace=namespace)
+                assert pods == []  # held for the Job's pods, which do not exist yet
+
+                real = gated_pod("real", namespace)
+                real["spec"].pop("schedulingGates")
+                real["spec"]["nodeSelector"]["kubernetes.io/hostname"] = first
+                real["spec"]["containers"][0]["resources"] = {
+                    "requests": {"nvidia.com/gpu": "2"},
+                    "limits": {"nvidia.com/gpu": "2"},
+                }
+                await kube.create(resources.PODS, real)
+
+                async def preempted() -> bool:
+                    pod = await kube.get(resources.PODS, "real", namespace)
+                    return pod["spec"].get("nodeName") == first and first not in await placeholders()
+
+                await until("the real pod to preempt the placeholder", preempted)
+
+                async def moved() -> bool:  # the Job still wants its room: a second node, held the same way
+                    return any(n not in ("", first) for n in await placeholders())
+
+                await until("a placeholder to hold a second headroom node", moved)
+
+                # what the identity may not write: pods outside the placeholder namespace, the PriorityClass
+                other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": namespace},
+                         "spec": {"containers": [{"name": "c", "image": "example.com/x:1"}]}}  # fmt: skip
+                await assert_forbidden(
+                    "create a pod outside the placeholder namespace", account.create(resources.PODS, other)
+                )
+                await assert_forbidden(
+                    "delete a pod outside the placeholder namespace",
+                    account.delete(resources.PODS, "real", namespace),
+                )
+                await assert_forbidden(
+                    "delete the PriorityClass", account.delete(priority_classes, "capstan-headroom")
+                )
+
+                # the Job's demand goes: the controller deletes the placeholders it made
+                await kube.delete(resources.JOBS, "train", namespace)
+
+                async def released() -> bool:
+                    return not await placeholders()
+
+                await until("the placeholders to be deleted once no headroom is held", released)
+                assert (await kube.get(resources.PODS, "real", namespace))["spec"]["nodeName"] == first
+            finally:
+                stats = await run.stop()
+    finally:
+        await kube.delete(resources.JOBS, "train", namespace)
+        await kube.delete(resources.NAMESPACES, holders)
+    assert not [f for f in stats.failures if " 403 " in f], stats.failures
+    assert run.metric("capstan_capacity_launches_total", type=nt.name, purpose="headroom") >= 1
+    assert run.metric("capstan_capacity_launches_total", type=nt.name, purpose="pods") == 0
