@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from pathlib import Path
 
 import typer
 
@@ -63,6 +64,21 @@ def serve(
     hash_seed: int = typer.Option(
         0, "--hash-seed", help="Seed of the block-hash chain (vLLM's PYTHONHASHSEED)."
     ),
+    tokenizer: Path | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="A real model's tokenizer.json: tokenize with it and hash blocks as vLLM does (default: the "
+        "contract's tokenizer and hashes).",
+    ),
+    tokenizer_config: Path | None = typer.Option(
+        None, "--tokenizer-config", help="Its tokenizer_config.json (chat template, special tokens)."
+    ),
+    chat_template: Path | None = typer.Option(None, "--chat-template", help="A chat template file."),
+    prefix_caching_hash_algo: str = typer.Option(
+        "sha256",
+        "--prefix-caching-hash-algo",
+        help="vLLM's block hash with --tokenizer (sha256, sha256_cbor, …).",
+    ),
 ) -> None:
     """Serve simulated vLLM replicas on 127.0.0.1 until interrupted."""
     import math
@@ -93,7 +109,23 @@ def serve(
         max_model_len=max_model_len,
         time_scale=time_scale,
         hash_seed=hash_seed,
+        tokenizer=tokenizer,
+        tokenizer_config=tokenizer_config,
+        chat_template=chat_template,
+        prefix_caching_hash_algo=prefix_caching_hash_algo,
     )
+    if tokenizer is not None:
+        from capstan.kvcache import HASH_ALGOS, ServedTokenizer
+
+        if prefix_caching_hash_algo not in HASH_ALGOS:
+            raise UserError(
+                f"--prefix-caching-hash-algo: {prefix_caching_hash_algo!r} is not one of {', '.join(HASH_ALGOS)}"
+            )
+        ServedTokenizer.from_files(
+            tokenizer, tokenizer_config, chat_template
+        )  # a bad file: one line, before serving
+    elif tokenizer_config is not None or chat_template is not None:
+        raise UserError("--tokenizer-config and --chat-template need --tokenizer")
     specs = [
         replace(base, port=port + i, kv_events_port=(kv_events_port + i) if kv_events_port else None)
         for i in range(replicas)

@@ -94,12 +94,16 @@ async def _check_cluster_access(connect: KubeConnect) -> None:
 def check(config: Path = typer.Argument(..., help="Router YAML to validate.")) -> None:
     """Validate a router configuration file: everything `route serve` would reject (unknown keys and plugin
     types, endpoint URLs, duplicate names, roles, KV-event addresses, no endpoints)."""
-    from capstan.route import RouteConfig
+    from capstan.route import RouteConfig, served_models
 
     cfg = _load(config, None, None)
     assert isinstance(cfg, RouteConfig)
+    served_models(
+        cfg
+    )  # each served model's tokenizer and chat template load (a bad file: one line naming it)
+    models = f", {len(cfg.models)} served models" if cfg.models else ""
     typer.echo(
-        f"{config}: ok ({len(cfg.endpoints)} endpoints, prefix index {cfg.scheduler.prefix.kind}, "
+        f"{config}: ok ({len(cfg.endpoints)} endpoints{models}, prefix index {cfg.scheduler.prefix.kind}, "
         f"scorers {', '.join(f'{s.type}×{s.weight:g}' for s in cfg.scheduler.scorers)}, "
         f"picker {cfg.scheduler.picker.type})"
     )

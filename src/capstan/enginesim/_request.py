@@ -9,6 +9,7 @@ from capstan.enginesim._engine import EngineRequest
 from capstan.kvcache import (
     DEFAULT_BLOCK_SIZE,
     VOCAB_SIZE,
+    PromptKeys,
     Tokenizer,
     block_hashes,
     prompt_text,
@@ -54,9 +55,13 @@ def build_engine_request(
     seed: int = 0,
     chat: bool | None = None,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    served: PromptKeys | None = None,
+    vocab_size: int = VOCAB_SIZE,
 ) -> EngineRequest:
     """Validate ``body`` (chat when ``chat`` is True, completions when False, either when None) and build the
-    engine request: tokens, full-block hashes (``cache_salt`` honoured) and output length."""
+    engine request: tokens, full-block hashes (``cache_salt`` honoured) and output length. ``served``: a real
+    model's tokenizer and vLLM's hashes (:class:`capstan.kvcache.ServedModel`, of ``vocab_size`` tokens) instead of
+    the contract's."""
     if chat is True and "messages" not in body:
         raise BadRequest("'messages' is required", "messages")
     if chat is False and "prompt" not in body:
@@ -69,11 +74,16 @@ def build_engine_request(
     tokens = prompt_token_ids(body)
     if tokens is not None:
         # vLLM's check: an id the model's vocabulary does not have cannot be embedded
-        bad = next((t for t in tokens if not 0 <= t < VOCAB_SIZE), None)
+        bad = next((t for t in tokens if not 0 <= t < vocab_size), None)
         if bad is not None:
             raise BadRequest(
-                f"Token id {bad} is out of vocabulary (the vocabulary has {VOCAB_SIZE} tokens)", "prompt"
+                f"Token id {bad} is out of vocabulary (the vocabulary has {vocab_size} tokens)", "prompt"
             )
+    elif served is not None:
+        try:
+            tokens = served.token_ids(body)
+        except ValueError as exc:
+            raise BadRequest(str(exc), "messages" if "messages" in body else "prompt") from None
     else:
         try:
             text = prompt_text(body)
@@ -85,7 +95,11 @@ def build_engine_request(
     return EngineRequest(
         request_id=request_id,
         prompt_len=len(tokens),
-        block_hashes=block_hashes(tokens, block_size, seed=seed, salt=salt),
+        block_hashes=(
+            served.block_hashes(tokens, salt)
+            if served is not None
+            else block_hashes(tokens, block_size, seed=seed, salt=salt)
+        ),
         max_tokens=max_tokens_of(body, default_max_tokens),
         token_ids=tokens,
     )

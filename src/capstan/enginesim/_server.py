@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import zmq
@@ -40,7 +41,17 @@ from capstan.httpserver import (
     await_or_disconnect,
     read_body,
 )
-from capstan.kvcache import DEFAULT_BLOCK_SIZE, Tokenizer, encode_kv_batch, encode_seq, kv_topic
+from capstan.kvcache import (
+    DEFAULT_BLOCK_SIZE,
+    VOCAB_SIZE,
+    ServedModel,
+    ServedTokenizer,
+    Tokenizer,
+    VllmBlockHasher,
+    encode_kv_batch,
+    encode_seq,
+    kv_topic,
+)
 from capstan.openai_api import InvalidRequest, check_request, parse_json
 
 log = logging.getLogger(__name__)
@@ -70,6 +81,12 @@ class ReplicaSpec:
     time_scale: float = 1.0
     kv_events_port: int | None = None
     hash_seed: int = 0
+    # a real model's tokenization instead of the contract's: its tokenizer.json (and tokenizer_config.json, chat
+    # template), hashed with vLLM's --prefix-caching-hash-algo seeded by str(hash_seed), as PYTHONHASHSEED is
+    tokenizer: Path | None = None
+    tokenizer_config: Path | None = None
+    chat_template: Path | None = None
+    prefix_caching_hash_algo: str = "sha256"
     max_body_bytes: int = 32 * 1024 * 1024
     request_timeout_s: float = 600.0
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
@@ -205,6 +222,11 @@ class Replica:
             )
         )
         self.tokenizer = Tokenizer()
+        self.served: ServedModel | None = None
+        if spec.tokenizer is not None:
+            tok = ServedTokenizer.from_files(spec.tokenizer, spec.tokenizer_config, spec.chat_template)
+            hasher = VllmBlockHasher(spec.prefix_caching_hash_algo, str(spec.hash_seed), spec.block_size)
+            self.served = ServedModel(tok, hasher)
         self.registry = CollectorRegistry()
         self._ttft = Histogram(
             "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
@@ -377,6 +399,8 @@ class Replica:
                 self.tokenizer,
                 block_size=self.spec.block_size,
                 seed=self.spec.hash_seed,
+                served=self.served,
+                vocab_size=self.served.tokenizer.vocab_size if self.served is not None else VOCAB_SIZE,
                 chat=chat,
                 default_max_tokens=self.spec.default_max_tokens,
             )

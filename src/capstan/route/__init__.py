@@ -22,6 +22,7 @@ from capstan.route._config import (
     ProxyConfig,
     RouteConfig,
     SchedulerConfig,
+    ServedModelConfig,
     recommended_scheduler,
     serving_problem,
 )
@@ -37,6 +38,7 @@ _LAZY = {
     "StaticEndpointSource": "capstan.route._endpoints",
     "KubernetesEndpointSource": "capstan.route._discovery",
     "Router": "capstan.route._proxy",
+    "served_models": "capstan.route._proxy",
     "UpstreamClient": "capstan.route._upstream",
     "UpstreamError": "capstan.route._upstream",
     "UpstreamResponse": "capstan.route._upstream",
@@ -54,7 +56,7 @@ __getattr__ = lazy_attributes("capstan.route", _LAZY)
 if TYPE_CHECKING:
     from capstan.route._discovery import KubernetesEndpointSource
     from capstan.route._endpoints import EndpointSource, StaticEndpointSource
-    from capstan.route._proxy import Router
+    from capstan.route._proxy import Router, served_models
     from capstan.route._sim import SimRequest, SimResult, pooled_cache_reference, simulate
     from capstan.route._upstream import UpstreamClient, UpstreamError, UpstreamResponse, upstream_for
     from capstan.route._workloads import from_replay_requests, mooncake_requests
@@ -76,6 +78,7 @@ __all__ = [
     "Router",
     "Scheduler",
     "SchedulerConfig",
+    "ServedModelConfig",
     "SimRequest",
     "SimResult",
     "StaticEndpointSource",
@@ -86,6 +89,7 @@ __all__ = [
     "mooncake_requests",
     "pooled_cache_reference",
     "recommended_scheduler",
+    "served_models",
     "serving_problem",
     "simulate",
     "upstream_for",

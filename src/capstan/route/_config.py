@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -417,11 +418,49 @@ class ProxyConfig(StrictModel):
     unhealthy_after_failures: int = Field(default=2, ge=1)
 
 
+class ServedModelConfig(StrictModel):
+    """A model served by real vLLM engines: the gateway tokenizes its requests with the model's own tokenizer and
+    chat template and keys their blocks with vLLM's hash chain, so a precise index learns from the engines' KV
+    events (docs/route.md, "In front of vLLM"). Models not listed use Capstan's contract (the engine simulator)."""
+
+    name: str = Field(min_length=1, description="the model name requests give (vLLM's --served-model-name)")
+    tokenizer: Path = Field(description="the model's tokenizer.json")
+    tokenizer_config: Path | None = Field(
+        default=None, description="the model's tokenizer_config.json: its chat_template and special tokens"
+    )
+    chat_template: Path | None = Field(
+        default=None, description="a chat template file, as vLLM's --chat-template (wins over the config's)"
+    )
+    hash_algo: str = Field(default="sha256", description="the engines' --prefix-caching-hash-algo")
+    hash_seed: str = Field(
+        min_length=1,
+        description="the engines' PYTHONHASHSEED: without it vLLM seeds its block hashes at random and no one "
+        "outside the engine can compute them",
+    )
+    lora_adapters: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list,
+        description="names of LoRA adapters served on this model (vLLM's --lora-modules): a request for one "
+        "is tokenized as the model and its blocks keyed with the adapter's name",
+    )
+
+    @field_validator("hash_algo")
+    @classmethod
+    def _known_algo(cls, v: str) -> str:
+        from capstan.kvcache import HASH_ALGOS
+
+        if v not in HASH_ALGOS:
+            raise ValueError(f"unknown hash algorithm {v!r} (vLLM's: {', '.join(HASH_ALGOS)})")
+        return v
+
+
 class RouteConfig(StrictModel):
     endpoints: list[EndpointConfig] = Field(default_factory=list)
     discovery: DiscoveryConfig | None = None
     scheduler: SchedulerConfig = SchedulerConfig()
     proxy: ProxyConfig = ProxyConfig()
+    models: list[ServedModelConfig] = Field(
+        default_factory=list, description="models served by real vLLM engines (their tokenizer and hashing)"
+    )
 
     @model_validator(mode="after")
     def _endpoints_are_distinct(self) -> RouteConfig:
@@ -440,6 +479,10 @@ class RouteConfig(StrictModel):
                 )
         if self.endpoints and self.discovery is not None:
             raise ValueError("give either 'endpoints' or 'discovery', not both")
+        names = [m.name for m in self.models] + [a for m in self.models for a in m.lora_adapters]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"models: each model and adapter name once: {', '.join(twice)} given twice")
         return self
 
 

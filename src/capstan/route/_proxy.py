@@ -40,7 +40,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from capstan.httpserver import BodyTimeout, BodyTooLarge, await_or_disconnect, read_body, server_config
-from capstan.kvcache import PromptHasher
+from capstan.kvcache import PromptHasher, PromptKeys, ServedModel, ServedTokenizer, VllmBlockHasher
 from capstan.openai_api import InvalidRequest, RequestKind, parse_request
 from capstan.route._config import RouteConfig
 from capstan.route._endpoints import EndpointMonitor, EndpointSource, StaticEndpointSource
@@ -219,6 +219,9 @@ class Router:
         self.tracker = InFlightTracker()
         self.metrics = RouterMetrics()
         self.hasher = PromptHasher(cfg.scheduler.block_size)
+        # models served by real vLLM engines: their own tokenizer and vLLM's hash chain (a LoRA adapter's name
+        # maps to its base model's keys and the adapter, which vLLM hashes into every block)
+        self.served: dict[str, tuple[PromptKeys, str | None]] = served_models(cfg)
         p = cfg.proxy
         self.upstream = upstream
         # the monitor's low-rate polling keeps httpx
@@ -323,13 +326,14 @@ class Router:
         return out
 
     def route_request(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> RouteRequest:
+        keys, lora_name = self.served.get(str(body.get("model")), (self.hasher, None))
         try:
-            tokens = self.hasher.token_ids(body)
+            tokens = keys.token_ids(body)
         except ValueError as exc:
             raise _Reject(400, str(exc)) from None
         bs = self.cfg.scheduler.block_size
         salt = body.get("cache_salt")
-        hashes = self.hasher.block_hashes(tokens, salt if isinstance(salt, str) else None)
+        hashes = keys.block_hashes(tokens, salt if isinstance(salt, str) else None, lora_name)
         return RouteRequest(
             model=str(body["model"]),
             block_hashes=tuple(hashes),
@@ -528,3 +532,16 @@ class Router:
 
 def _publishers(endpoints: Sequence[Endpoint]) -> dict[str, str]:
     return {e.name: e.kv_events for e in endpoints if e.kv_events}
+
+
+def served_models(cfg: RouteConfig) -> dict[str, tuple[PromptKeys, str | None]]:
+    """The prompt keys of each model of ``cfg.models`` (and of its LoRA adapters) by the name requests give; a
+    tokenizer file that cannot be read is a :class:`~capstan.errors.UserError` naming it."""
+    out: dict[str, tuple[PromptKeys, str | None]] = {}
+    for m in cfg.models:
+        tokenizer = ServedTokenizer.from_files(m.tokenizer, m.tokenizer_config, m.chat_template)
+        keys = ServedModel(tokenizer, VllmBlockHasher(m.hash_algo, m.hash_seed, cfg.scheduler.block_size))
+        out[m.name] = (keys, None)
+        for adapter in m.lora_adapters:
+            out[adapter] = (keys, adapter)
+    return out
