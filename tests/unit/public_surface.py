@@ -187,6 +187,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
     "capstan.kvcache": (
         "DEFAULT_BLOCK_SIZE",
         "HASH_ALGOS",
+        "MEDIUM_GPU",
         "VOCAB_SIZE",
         "AllBlocksCleared",
         "BlockRemoved",

@@ -43,6 +43,7 @@ The contract, in order:
 from typing import TYPE_CHECKING
 
 from capstan.kvcache._events import (
+    MEDIUM_GPU,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "HASH_ALGOS",
+    "MEDIUM_GPU",
     "VOCAB_SIZE",
     "AllBlocksCleared",
     "BlockRemoved",

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-from capstan.kvcache import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from capstan.kvcache import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
 # Bytes per index entry for the index-memory gauge, as tracemalloc measured them (distinct blocks, 8 endpoints;
 # tests/unit/route/test_index_match.py checks them): the precise index keeps an engine-hash dict per endpoint
@@ -365,6 +365,7 @@ class PreciseKVIndex:
         self._holders = _Holders()
         self.inflight = inflight
         self.events_applied = 0
+        self.other_medium_events = 0
 
     def indexed(self, hashes: Sequence[int]) -> Sequence[int]:
         return hashes
@@ -391,6 +392,12 @@ class PreciseKVIndex:
         blocks = self._blocks.setdefault(name, {})
         for ev in events:
             self.events_applied += 1
+            # NOTE: the index holds what is in the engine's GPU cache, what its scheduler counts as a prefix hit.
+            # vLLM with KV offloading also reports the blocks it stores to and drops from CPU (or storage): those
+            # must neither add a block nor, above all, remove one the GPU still holds. Older engines send no medium.
+            if isinstance(ev, BlockStored | BlockRemoved) and ev.medium not in (None, MEDIUM_GPU):
+                self.other_medium_events += 1
+                continue
             if isinstance(ev, BlockStored):
                 keys = self._router_keys(blocks, ev)
                 for eh, rk in zip(ev.block_hashes, keys, strict=False):  # keys may be shorter

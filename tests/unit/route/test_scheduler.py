@@ -228,6 +228,20 @@ def test_longest_run_stops_per_endpoint_where_its_chain_breaks() -> None:
     assert idx.match([9, 1], ["a"]) == {"a": 0}
 
 
+def test_blocks_offloaded_to_cpu_neither_add_to_nor_remove_from_the_gpu_cache_the_index_holds() -> None:
+    """vLLM with KV offloading reports its CPU tier too (medium "CPU"): a GPU block evicted while its CPU copy
+    stays, and a CPU copy dropped while the GPU still holds it, must leave the index holding exactly the GPU's."""
+    idx = PreciseKVIndex()
+    idx.apply("a", [BlockStored([1, 2, 3], None, list(range(48)), 16)])  # GPU (the default medium)
+    idx.apply("a", [BlockStored([1, 2, 3, 4], None, list(range(64)), 16, medium="CPU")])
+    assert idx.match([1, 2, 3, 4], ["a"]) == {"a": 3}  # the CPU-only block 4 is no GPU hit
+    idx.apply("a", [BlockRemoved([1, 2, 3], medium="CPU")])
+    assert idx.match([1, 2, 3], ["a"]) == {"a": 3}  # the CPU tier dropping its copies leaves the GPU's
+    idx.apply("a", [BlockRemoved([3], medium="GPU"), BlockStored([9], None, [0] * 16, 16, medium=None)])
+    assert idx.match([1, 2, 3], ["a"]) == {"a": 2} and idx.match([9], ["a"]) == {"a": 1}
+    assert idx.other_medium_events == 2
+
+
 def test_precise_index_follows_events() -> None:
     idx = PreciseKVIndex()
     idx.apply("a", [BlockStored([1, 2, 3], None, list(range(48)), 16)])
