@@ -508,6 +508,12 @@ def run(
     review_interval: str = typer.Option(
         "60s", "--review-interval", help="Reviews (headroom, drains) at most this often."
     ),
+    drain_empty_after: str = typer.Option(
+        "5m",
+        "--drain-empty-after",
+        help="Drain a node Capstan launched once it has been empty this long (Karpenter's consolidateAfter, "
+        "cluster-autoscaler's --scale-down-unneeded-time).",
+    ),
     no_headroom: bool = typer.Option(False, "--no-headroom", help="Hold no forecast headroom."),
     suspended_jobs: bool = typer.Option(
         False,
@@ -583,6 +589,7 @@ def run(
         Delay("fixed", parse_duration(gpu_ready_delay, "--gpu-ready-delay")),
     )
     review = parse_interval(review_interval, "--review-interval")
+    min_idle_s = parse_duration(drain_empty_after, "--drain-empty-after")
     lease_s = parse_lease_duration(lease_duration)
     check_lease_name(lease_name)
     path = cluster_kubeconfig(kubeconfig)
@@ -597,7 +604,7 @@ def run(
         )
     queue = SuspendedJobs() if suspended_jobs else None
     controller = Controller(
-        live_config(PlannerConfig(headroom=not no_headroom)),
+        live_config(PlannerConfig(headroom=not no_headroom, min_idle_s=min_idle_s)),
         review_interval=review,
         forecaster=QueuedDemand(queue) if queue is not None else None,
     )

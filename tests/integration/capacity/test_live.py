@@ -5,6 +5,7 @@ deleted once their pods are gone."""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import time
@@ -308,6 +309,7 @@ async def test_capacity_run_dry_run_logs_its_plan_and_writes_nothing(
         (("--provider", "gce"), "--provider gce: unknown provider"),
         (("--duration", "soon"), "--duration 'soon'"),
         (("--review-interval", "0s"), "--review-interval '0s': must be longer than 0 s"),
+        (("--drain-empty-after", "later"), "--drain-empty-after 'later'"),
     ],
 )
 def test_capacity_run_bad_options_are_one_line_and_exit_2(
@@ -728,7 +730,8 @@ async def test_in_a_pod_with_the_chart_s_identity_it_places_a_pod_and_may_write_
 ) -> None:
     """`capstan capacity run` in-cluster (no kubeconfig: the service variables and a TokenRequest token of the
     chart's ServiceAccount for it, deploy/helm/capstan: files/rbac/capacity.yaml and its Roles) launches a node for
-    a gated pod and the pod is bound to it; its probes answer; with the same token, what it is not granted is 403."""
+    a gated pod and the pod is bound to it; its probes answer; with the same token, what it is not granted is 403;
+    once the pod is gone the command drains the node (``--drain-empty-after 1s``) and the kwok provider deletes it."""
     import os
     import signal
     import socket
@@ -746,7 +749,7 @@ async def test_in_a_pod_with_the_chart_s_identity_it_places_a_pod_and_may_write_
         argv = [sys.executable, "-m", "capstan.cli.main", "capacity", "run", "--node-types", str(types),
                 "--namespace", namespace, "--no-headroom", "--review-interval", "1s", "--lease-namespace", "capstan",
                 "--lease-name", f"capstan-capacity-{namespace[-40:]}", "--lease-duration", "3s",
-                "--probe-port", str(probe)]  # fmt: skip
+                "--probe-port", str(probe), "--drain-empty-after", "1s"]  # fmt: skip
         pod_env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"} | env
         log = tmp_path / "capacity.log"
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=pod_env)
@@ -781,6 +784,25 @@ async def test_in_a_pod_with_the_chart_s_identity_it_places_a_pod_and_may_write_
                     "read another Lease in kube-system",
                     account.get(resources.LEASES, "kube-scheduler", "kube-system"),
                 )
+            await kube.delete(resources.PODS, "gpu-0", namespace, grace_seconds=0)
+
+            async def node_gone() -> bool:
+                assert proc.poll() is None, log.read_text()[-2000:]
+                try:
+                    await kube.get(resources.NODES, node)
+                except ApiError as exc:
+                    if exc.not_found:
+                        return True
+                    raise
+                return False
+
+            await until("the emptied node drained and deleted by the command", node_gone)
+            async with httpx.AsyncClient(timeout=10) as http:
+                metrics = await http.get(f"http://127.0.0.1:{probe}/metrics")
+            assert re.search(r"^capstan_capacity_drains_total 1\.0$", metrics.text, re.M), metrics.text[
+                -1500:
+            ]
+            assert "403" not in log.read_text(), log.read_text()[-2000:]
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -795,8 +817,8 @@ async def test_with_the_chart_s_identity_it_drains_and_deletes_the_node_once_its
     """The controller in a pod of the chart's ServiceAccount (its client from the service variables and a
     TokenRequest token, deploy/helm/capstan: files/rbac/capacity.yaml): it launches a node for a gated pod, and
     once the pod is deleted it drains the node and the kwok provider deletes it, with no call refused. It cannot
-    evict or delete the pod itself. (In-process: `capstan capacity run` drains a node only after it has been
-    empty for the planner's default 300 s; this is the loop it runs, with 1 s.)"""
+    evict or delete the pod itself. (In-process, the loop `capstan capacity run` runs, so each failed call is seen
+    as it happens, and the drain's Event; the command's own drain is in the test above.)"""
     from tests.fixtures.identity import assert_forbidden, in_cluster_identity
 
     nt = node_type(namespace)
