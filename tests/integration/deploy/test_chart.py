@@ -209,11 +209,35 @@ def test_the_recorder_configuration_follows_its_values() -> None:
         (["--set", "gateway.enabled=true"], "/gateway/config"),
         (["--set", "capacity.enabled=true"], "/capacity/nodeTypes"),
         (["--set", "capacity.provider=gke"], "/capacity/provider"),
+        (["--set-json", 'gateway.extraVolumeMounts=[{"name": "tok"}]'], "/gateway/extraVolumeMounts/0"),
     ],
 )  # fmt: skip
 def test_values_that_cannot_work_are_refused_naming_the_value(args: list[str], named: str) -> None:
     proc = helm("template", "capstan", str(CHART), *args)
     assert proc.returncode != 0 and named in proc.stderr, proc.stderr
+
+
+def test_the_gateway_mounts_the_files_its_served_models_name() -> None:
+    """A model served by real vLLM engines is tokenized with its own files (docs/route.md, "In front of vLLM"):
+    the volumes and mounts given reach the gateway's pod, and its configuration names the mounted files."""
+    models = [{"name": "llama", "tokenizer": "/models/llama/tokenizer.json", "hash_seed": "0"}]
+    args = ["--set", "gateway.enabled=true", "--set-json",
+            'gateway.config={"endpoints": [{"name": "e0", "url": "http://vllm:8000"}], "models": ' + json.dumps(models) + "}",
+            "--set-json", 'gateway.extraVolumes=[{"name": "tok", "configMap": {"name": "llama-tokenizer"}}]',
+            "--set-json", 'gateway.extraVolumeMounts=[{"name": "tok", "mountPath": "/models/llama", "readOnly": true}]']  # fmt: skip
+    docs = documents(render(*args))
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("gateway")]
+    pod = deploy["spec"]["template"]["spec"]
+    assert {"name": "tok", "configMap": {"name": "llama-tokenizer"}} in pod["volumes"]
+    (container,) = pod["containers"]
+    assert {"name": "tok", "mountPath": "/models/llama", "readOnly": True} in container["volumeMounts"]
+    import yaml
+
+    from capstan.route import RouteConfig
+
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and "route.yaml" in d["data"]]
+    parsed = RouteConfig.model_validate(yaml.safe_load(config["data"]["route.yaml"]))
+    assert [str(m.tokenizer) for m in parsed.models] == ["/models/llama/tokenizer.json"]
 
 
 def test_the_default_values_need_no_secret() -> None:
