@@ -7,7 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def _content_text(content: Any) -> str:
+def content_text(content: Any, separator: str = " ") -> str:
+    """A message's content as text: a string as it is, a list of parts as their ``text`` parts joined by
+    ``separator`` (the contract's template: a space; vLLM's "string" content format: a newline), None as ""."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -16,8 +18,18 @@ def _content_text(content: Any) -> str:
         parts = [
             str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text"
         ]
-        return " ".join(parts)
+        return separator.join(parts)
     raise ValueError(f"message content must be a string or a list of parts, got {type(content).__name__}")
+
+
+def message_role(msg: Any, i: int) -> str:
+    """The role of ``messages[i]``, checked: an object with a non-empty string role, else ValueError naming it."""
+    if not isinstance(msg, Mapping):
+        raise ValueError(f"messages[{i}] must be an object")
+    role = msg.get("role")
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"messages[{i}].role must be a non-empty string")
+    return role
 
 
 def render_chat(
@@ -30,12 +42,8 @@ def render_chat(
     if tools:
         out.append(f" <|tools|> {json.dumps(list(tools), sort_keys=True, separators=(',', ':'))} <|end|>")
     for i, msg in enumerate(messages):
-        if not isinstance(msg, Mapping):
-            raise ValueError(f"messages[{i}] must be an object")
-        role = msg.get("role")
-        if not isinstance(role, str) or not role:
-            raise ValueError(f"messages[{i}].role must be a non-empty string")
-        text = _content_text(msg.get("content"))
+        role = message_role(msg, i)
+        text = content_text(msg.get("content"))
         calls = msg.get("tool_calls")
         if calls:
             text = f"{text} {json.dumps(calls, sort_keys=True, separators=(',', ':'))}"
@@ -45,8 +53,10 @@ def render_chat(
     return "".join(out)
 
 
-def prompt_text(body: Mapping[str, Any]) -> str:
-    """The prompt text of a chat (``messages``) or completions (``prompt``) body. Raises ValueError if neither."""
+def body_prompt(body: Mapping[str, Any]) -> tuple[list[Any], list[Any] | None] | str:
+    """What a chat or completions body asks to complete: ``(messages, tools)`` of a chat, or the text of a
+    completions prompt (a list of strings joined); ValueError naming what is missing or malformed (a prompt of
+    token ids: :func:`prompt_token_ids`)."""
     if "messages" in body:
         messages = body["messages"]
         if not isinstance(messages, list) or not messages:
@@ -54,7 +64,7 @@ def prompt_text(body: Mapping[str, Any]) -> str:
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):
             raise ValueError("'tools' must be an array")
-        return render_chat(messages, tools=tools)
+        return messages, tools
     if "prompt" in body:
         prompt = body["prompt"]
         if isinstance(prompt, str):
@@ -65,6 +75,15 @@ def prompt_text(body: Mapping[str, Any]) -> str:
             "'prompt' must be a string or an array of strings here (token ids: prompt_token_ids)"
         )
     raise ValueError("the body has neither 'messages' nor 'prompt'")
+
+
+def prompt_text(body: Mapping[str, Any]) -> str:
+    """The prompt text of a chat (``messages``) or completions (``prompt``) body. Raises ValueError if neither."""
+    asked = body_prompt(body)
+    if isinstance(asked, str):
+        return asked
+    messages, tools = asked
+    return render_chat(messages, tools=tools)
 
 
 def prompt_token_ids(body: Mapping[str, Any]) -> list[int] | None:

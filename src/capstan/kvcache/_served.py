@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from capstan.errors import UserError
-from capstan.kvcache._prompt import prompt_token_ids
+from capstan.kvcache._prompt import body_prompt, content_text, message_role, prompt_token_ids
 from capstan.kvcache._vllm import VllmBlockHasher
 
 _SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
@@ -50,17 +50,6 @@ def _token_text(value: Any) -> str | None:
     if isinstance(value, Mapping) and isinstance(value.get("content"), str):
         return str(value["content"])
     return None
-
-
-def _content(content: Any, where: str) -> Any:
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [
-            str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text"
-        ]
-        return "\n".join(texts)
-    raise ValueError(f"{where}.content must be a string or a list of parts, got {type(content).__name__}")
 
 
 class ServedTokenizer:
@@ -167,12 +156,13 @@ class ServedTokenizer:
             raise ValueError(f"the model has no chat template ({self.source}): use /v1/completions")
         rendered: list[dict[str, Any]] = []
         for i, msg in enumerate(messages):
-            if not isinstance(msg, Mapping):
-                raise ValueError(f"messages[{i}] must be an object")
-            role = msg.get("role")
-            if not isinstance(role, str) or not role:
-                raise ValueError(f"messages[{i}].role must be a non-empty string")
-            rendered.append({**msg, "content": _content(msg.get("content"), f"messages[{i}]")})
+            message_role(msg, i)
+            content = msg.get("content")
+            try:  # a template may test for a missing content (a tool call): None stays None
+                text = None if content is None else content_text(content, "\n")
+            except ValueError as exc:
+                raise ValueError(f"messages[{i}]: {exc}") from None
+            rendered.append({**msg, "content": text})
         try:
             return self._template.render(
                 messages=rendered,
@@ -192,22 +182,11 @@ class ServedTokenizer:
         direct = prompt_token_ids(body)
         if direct is not None:
             return direct
-        if "messages" in body:
-            messages = body["messages"]
-            if not isinstance(messages, list) or not messages:
-                raise ValueError("'messages' must be a non-empty array")
-            tools = body.get("tools")
-            if tools is not None and not isinstance(tools, list):
-                raise ValueError("'tools' must be an array")
-            return self.encode(self.render_chat(messages, tools), add_special_tokens=False)
-        if "prompt" in body:
-            prompt = body["prompt"]
-            if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-                prompt = "".join(prompt)
-            if not isinstance(prompt, str):
-                raise ValueError("'prompt' must be a string, an array of strings or an array of token ids")
-            return self.encode(prompt, add_special_tokens=True)
-        raise ValueError("the body has neither 'messages' nor 'prompt'")
+        asked = body_prompt(body)
+        if isinstance(asked, str):
+            return self.encode(asked, add_special_tokens=True)
+        messages, tools = asked
+        return self.encode(self.render_chat(messages, tools), add_special_tokens=False)
 
 
 class ServedModel:

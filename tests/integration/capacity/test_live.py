@@ -89,6 +89,18 @@ def gated_pod(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
+def real_pod_on(node: str, namespace: str) -> dict[str, Any]:
+    """A 2-GPU pod not gated for Capstan, pinned to ``node``: kube-scheduler binds it, preempting a placeholder."""
+    real = gated_pod("real", namespace)
+    real["spec"].pop("schedulingGates")
+    real["spec"]["nodeSelector"]["kubernetes.io/hostname"] = node
+    real["spec"]["containers"][0]["resources"] = {
+        "requests": {"nvidia.com/gpu": "2"},
+        "limits": {"nvidia.com/gpu": "2"},
+    }
+    return real
+
+
 def suspended_job(name: str, namespace: str) -> dict[str, Any]:
     """A suspended Job of two one-GPU pods gated for Capstan: demand announced ahead (``SuspendedJobs``)."""
     template = gated_pod("unused", namespace)
@@ -594,14 +606,7 @@ async def test_a_headroom_node_is_held_by_a_placeholder_that_a_real_pod_preempts
     cluster.observe()
     assert cluster.snapshot().nodes[0].devs == (1000, 1000)  # the planner still sees the room as free
 
-    real = gated_pod("real", namespace)
-    real["spec"].pop("schedulingGates")
-    real["spec"]["nodeSelector"]["kubernetes.io/hostname"] = name
-    real["spec"]["containers"][0]["resources"] = {
-        "requests": {"nvidia.com/gpu": "2"},
-        "limits": {"nvidia.com/gpu": "2"},
-    }
-    await kube.create(resources.PODS, real)
+    await kube.create(resources.PODS, real_pod_on(name, namespace))
 
     async def real_bound() -> bool:
         return bool((await kube.get(resources.PODS, "real", namespace))["spec"].get("nodeName"))
@@ -937,14 +942,7 @@ async def test_with_the_chart_s_identity_headroom_is_held_by_placeholders_in_the
                 pods, _ = await kube.list(resources.PODS, namespace=namespace)
                 assert pods == []  # held for the Job's pods, which do not exist yet
 
-                real = gated_pod("real", namespace)
-                real["spec"].pop("schedulingGates")
-                real["spec"]["nodeSelector"]["kubernetes.io/hostname"] = first
-                real["spec"]["containers"][0]["resources"] = {
-                    "requests": {"nvidia.com/gpu": "2"},
-                    "limits": {"nvidia.com/gpu": "2"},
-                }
-                await kube.create(resources.PODS, real)
+                await kube.create(resources.PODS, real_pod_on(first, namespace))
 
                 async def preempted() -> bool:
                     pod = await kube.get(resources.PODS, "real", namespace)

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -180,3 +181,38 @@ class EngineProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=30)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def serve_gateway(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """A real ``capstan route serve --config config --port port`` child, once its ``/health`` answers 200 (its
+    output in ``log``)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "capstan.cli.main",
+        "route",
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+    ]
+    proc = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # bounded by the deadline
+        assert proc.poll() is None, log.read_text()[-2000:]
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"gateway on {port} did not start: {log.read_text()[-2000:]}")

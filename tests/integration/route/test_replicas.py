@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,18 +16,11 @@ import pytest
 
 from capstan.route import recommended_scheduler
 
-from ._servers import EngineProcess
+from ._servers import EngineProcess, free_port, serve_gateway
 
 pytestmark = pytest.mark.integration
 
 MODEL = "m"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def kv_batches(gateway: str) -> float:
@@ -65,33 +56,6 @@ def engines() -> Iterator[list[tuple[EngineProcess, str]]]:
         engine.__exit__()
 
 
-def serve(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable,
-        "-m",
-        "capstan.cli.main",
-        "route",
-        "serve",
-        "--config",
-        str(config),
-        "--port",
-        str(port),
-    ]
-    proc = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # bounded by the deadline
-        assert proc.poll() is None, log.read_text()[-2000:]
-        try:
-            health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
-            if health.status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError(f"gateway on {port} did not start: {log.read_text()[-2000:]}")
-
-
 def served_by(gateway: str, messages: list[dict[str, str]]) -> tuple[int, str]:
     """(the engine's port, the reply): the simulator's response ids are ``chatcmpl-<its port>-<n>``."""
     r = httpx.post(
@@ -121,7 +85,7 @@ def test_two_gateway_replicas_send_each_conversation_to_the_same_engine(
         )
     )
     ports = [free_port(), free_port()]
-    procs = [serve(config, p, tmp_path / f"gateway-{i}.log") for i, p in enumerate(ports)]
+    procs = [serve_gateway(config, p, tmp_path / f"gateway-{i}.log") for i, p in enumerate(ports)]
     gateways = [f"http://127.0.0.1:{p}" for p in ports]
     decisions: list[tuple[int, str, int]] = []  # (conversation, which replica, engine)
     try:

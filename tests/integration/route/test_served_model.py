@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,19 +25,12 @@ from capstan.kvcache import ServedModel, ServedTokenizer, VllmBlockHasher, decod
 from capstan.route import recommended_scheduler
 from tests.fixtures.tokenizer import train_tokenizer
 
-from ._servers import EngineProcess
+from ._servers import EngineProcess, free_port, serve_gateway
 
 pytestmark = pytest.mark.integration
 
 MODEL = "served-m"
 ALGO, SEED = "sha256_cbor", 7
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -116,30 +107,7 @@ def gateway(config: dict[str, object], tmp_path: Path, name: str) -> tuple[subpr
     path = tmp_path / f"{name}.yaml"
     path.write_text(json.dumps(config))
     port = free_port()
-    log = tmp_path / f"{name}.log"
-    argv = [
-        sys.executable,
-        "-m",
-        "capstan.cli.main",
-        "route",
-        "serve",
-        "--config",
-        str(path),
-        "--port",
-        str(port),
-    ]
-    proc = subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # bounded by the deadline
-        assert proc.poll() is None, log.read_text()[-2000:]
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc, f"http://127.0.0.1:{port}"
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise AssertionError(f"gateway {name} did not start: {log.read_text()[-2000:]}")
+    return serve_gateway(path, port, tmp_path / f"{name}.log"), f"http://127.0.0.1:{port}"
 
 
 def predicted_cached(url: str) -> float:
