@@ -571,7 +571,14 @@ class Replica:
         if isinstance(body, JSONResponse):
             return body
         try:
-            ereq = build_engine_request(body, "tokenize", self.tokenizer, block_size=self.spec.block_size)
+            ereq = build_engine_request(
+                body,
+                "tokenize",
+                self.tokenizer,
+                block_size=self.spec.block_size,
+                served=self.served,
+                vocab_size=self.served.tokenizer.vocab_size if self.served is not None else VOCAB_SIZE,
+            )
         except BadRequest as exc:
             return _error(400, str(exc), param=exc.param)
         tokens = list(ereq.token_ids or [])

@@ -91,6 +91,10 @@ def test_an_engine_publishes_the_keys_the_gateway_computes(
         keys = expected.block_hashes(ids)
         assert len(keys) >= 4, len(ids)
         assert r.json()["usage"]["prompt_tokens"] == len(ids)  # the engine counted the same tokens
+        tokenized = httpx.post(
+            f"{engine.url}/tokenize", json={"model": MODEL, "messages": body["messages"]}, timeout=10
+        )
+        assert tokenized.json()["tokens"] == ids
         stored: list[int] = []
         deadline = time.monotonic() + 20
         while len(stored) < len(keys) and time.monotonic() < deadline:  # bounded by the deadline
