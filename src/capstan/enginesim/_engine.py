@@ -66,6 +66,10 @@ class EngineRequest:
     block_hashes: Sequence[int]
     max_tokens: int
     token_ids: Sequence[int] | None = None
+    assume_cached_blocks: int = 0
+    """Leading prompt blocks to count as cached whether or not this engine's cache holds them (their KV is then
+    stored as if computed): the cache-bound optimum of ``capstan.route``'s simulator, where every request finds
+    all that any earlier request computed. 0 for every real request."""
 
 
 @dataclass(frozen=True)
@@ -322,6 +326,11 @@ class Engine:
         c = self.config
         req = seq.req
         hit = self._hit_blocks(req.block_hashes, req.prompt_len)
+        # blocks past the cached run counted as computed all the same (the optimum's assumption): private blocks
+        # now, stored into the cache by _store_blocks as computed ones are
+        assumed = max(
+            hit, min(req.assume_cached_blocks, len(req.block_hashes), (req.prompt_len - 1) // c.block_size)
+        )
         total = self._blocks_for(req.prompt_len + req.max_tokens)
         hit_hashes = list(req.block_hashes[:hit])
         refs = self._refs
@@ -337,7 +346,7 @@ class Engine:
         seq.stored_upto = hit
         seq.anon = total - hit
         self._used += seq.anon
-        seq.cached_tokens = hit * c.block_size
+        seq.cached_tokens = assumed * c.block_size
         seq.computed = seq.cached_tokens
         # Allocating the private blocks may evict unreferenced cached blocks, oldest first.
         evict = self._used + len(self._lru) - c.num_gpu_blocks

@@ -19,7 +19,7 @@ import heapq
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from capstan.enginesim import Engine, EngineConfig, EngineRequest, RequestRejected, admission_problem
@@ -106,8 +106,14 @@ def simulate(
     scrape_interval_s: float = 0.075,
     clock: Callable[[], float] = time.perf_counter,
     quiet_decisions: int = 0,
+    assume_cached: Mapping[str, int] | None = None,
 ) -> SimResult:
     """Replay ``requests`` (sorted by arrival) through the scheduler onto ``replicas`` engines.
+
+    ``assume_cached`` (request id → leading blocks): each request counts that many blocks as cached wherever it
+    goes. Given the infinite-cache bound's (:func:`pooled_cache_reference` with ``total_blocks=None``, its
+    ``blocks_hit``) this is the cache-bound optimum: every request finds all that any earlier request computed, and
+    its busy GPU-seconds are the least any routing could reach.
 
     ``quiet_decisions`` > 0: afterwards, time that many decisions again against the final state, each repeated
     five times keeping the fastest, which removes the preemption noise of a shared machine from the figure
@@ -242,7 +248,14 @@ def simulate(
         sched.sending(decision, tid, now)
         try:
             engines[chosen].submit(
-                EngineRequest(req.request_id, req.prompt_tokens, req.block_hashes, req.output_tokens), now
+                EngineRequest(
+                    req.request_id,
+                    req.prompt_tokens,
+                    req.block_hashes,
+                    req.output_tokens,
+                    assume_cached_blocks=assume_cached.get(req.request_id, 0) if assume_cached else 0,
+                ),
+                now,
             )
         except RequestRejected:
             tracker.finish(tid)
@@ -314,6 +327,8 @@ class ReferenceResult:
     queries: int
     rejected: int = 0
     """Requests left out: the engine would reject them (:func:`capstan.enginesim.admission_problem`)."""
+    blocks_hit: dict[str, int] = field(default_factory=dict)
+    """Per request id, the leading blocks it found cached (the requests counted only)."""
 
     @property
     def hit_ratio(self) -> float:
@@ -342,6 +357,7 @@ def pooled_cache_reference(
         raise ValueError(f"block_size {block_size} is not the engine's {engine.block_size}")
     lru: OrderedDict[int, None] = OrderedDict()
     hits = queries = rejected = 0
+    blocks_hit: dict[str, int] = {}
     for req in requests:
         if engine is not None and admission_problem(engine, req.prompt_tokens, req.output_tokens) is not None:
             rejected += 1
@@ -350,6 +366,7 @@ def pooled_cache_reference(
         n = 0
         while n < limit and req.block_hashes[n] in lru:
             n += 1
+        blocks_hit[req.request_id] = n
         hits += n * block_size
         queries += req.prompt_tokens
         for h in reversed(req.block_hashes):
@@ -360,4 +377,4 @@ def pooled_cache_reference(
         if total_blocks is not None:
             while len(lru) > total_blocks:
                 lru.popitem(last=False)
-    return ReferenceResult(hits, queries, rejected)
+    return ReferenceResult(hits, queries, rejected, blocks_hit)

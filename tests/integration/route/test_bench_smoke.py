@@ -25,6 +25,8 @@ def test_route_sim_bench_smoke(tmp_path: Path, shape: str, extra: tuple[str, ...
     by = {r["policy"]: r for r in rows}
     assert by["round-robin"]["prefill_vs_round_robin"] == 1.0  # the column is relative to round-robin
     assert by["capstan-approx"]["learn_p99_us"] > 0  # the approximate index's recording was timed
+    # every policy is set against the cache-bound optimum of its own routing
+    assert all(r["busy_vs_bound"] > 0 for r in rows) and "cache-bound optimum" in proc.stdout
     if extra:
         assert "50 output tokens per turn" in proc.stdout.replace("\n", " ")
 

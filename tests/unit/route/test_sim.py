@@ -62,6 +62,28 @@ def test_cache_aware_policies_reuse_what_round_robin_recomputes() -> None:
     assert precise.index_entries > 0 and precise.predicted_cached_tokens > 0
 
 
+def test_the_cache_bound_optimum_hits_the_infinite_bound_and_costs_no_more_than_the_same_routing() -> None:
+    """Every request counting the infinite-cache bound's blocks as cached, wherever it goes: its hit ratio is the
+    bound's, and the same routing with it spends no more busy GPU-seconds than without (batching differs between
+    routings, through the steps' fixed overhead, so the optimum is taken per routing)."""
+    reqs = sessions()
+    bound = pooled_cache_reference(reqs, None)
+    assert sum(bound.blocks_hit.values()) * 16 == bound.hits and len(bound.blocks_hit) == len(reqs)
+    for policy in (
+        {"picker": {"type": "round-robin"}, "prefix": {"kind": "none"}},
+        {"prefix": {"kind": "precise"}},
+    ):
+        plain = simulate(reqs, cfg(policy), ENGINE, 4)
+        optimum = simulate(reqs, cfg(policy), ENGINE, 4, assume_cached=bound.blocks_hit)
+        assert optimum.hit_ratio == pytest.approx(bound.hit_ratio)
+        assert optimum.hit_ratio >= plain.hit_ratio
+        busy = [sum(r.busy_seconds for r in res.replicas) for res in (optimum, plain)]
+        assert busy[0] <= busy[1], (policy, busy)
+        assert sum(r.prefill_tokens for r in optimum.replicas) <= sum(
+            r.prefill_tokens for r in plain.replicas
+        )
+
+
 def test_simulation_is_deterministic() -> None:
     reqs = sessions()
     a = simulate(reqs, cfg({"picker": {"type": "random"}, "seed": 3}), ENGINE, 4)
