@@ -69,10 +69,11 @@ def test_the_cache_bound_optimum_hits_the_infinite_bound_and_costs_no_more_than_
     reqs = sessions()
     bound = pooled_cache_reference(reqs, None)
     assert sum(bound.blocks_hit.values()) * 16 == bound.hits and len(bound.blocks_hit) == len(reqs)
-    for policy in (
+    policies: list[dict[str, object]] = [
         {"picker": {"type": "round-robin"}, "prefix": {"kind": "none"}},
         {"prefix": {"kind": "precise"}},
-    ):
+    ]
+    for policy in policies:
         plain = simulate(reqs, cfg(policy), ENGINE, 4)
         optimum = simulate(reqs, cfg(policy), ENGINE, 4, assume_cached=bound.blocks_hit)
         assert optimum.hit_ratio == pytest.approx(bound.hit_ratio)
