@@ -70,6 +70,10 @@ _HOP_BY_HOP = frozenset(
 )
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _CLIENT_GONE = 499  # nginx's status for a client that closed the connection before the answer (never sent)
+# A served model's prompt of this many body bytes or more is tokenized and hashed on a worker thread, not on the
+# event loop: the tokenizer costs about 2 µs a token (bench/route_served_model.py), so a 128k-token prompt would
+# hold every other request for a third of a second; the tokenizer releases the GIL while it runs.
+_OFF_LOOP_BODY_BYTES = 16 * 1024
 
 
 class _Reject(Exception):
@@ -326,6 +330,8 @@ class Router:
         return out
 
     def route_request(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> RouteRequest:
+        """The request's token count and block keys (a 400 for a body its model's template refuses). A served
+        model's large prompt is computed on a worker thread: its tokenizer and hasher are safe to share."""
         keys, lora_name = self.served.get(str(body.get("model")), (self.hasher, None))
         try:
             tokens = keys.token_ids(body)
@@ -386,7 +392,10 @@ class Router:
             )
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         t0 = self.clock()
-        rreq = self.route_request(body, headers)
+        if len(raw) >= _OFF_LOOP_BODY_BYTES and str(body.get("model")) in self.served:
+            rreq = await anyio.to_thread.run_sync(self.route_request, body, headers)
+        else:
+            rreq = self.route_request(body, headers)
         self.metrics.prompt_hash_seconds.observe(self.clock() - t0)
         stream = bool(body.get("stream"))
         p = self.cfg.proxy

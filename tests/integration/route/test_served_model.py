@@ -15,6 +15,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -170,3 +171,64 @@ def test_the_gateway_with_the_model_s_files_predicts_hits_and_the_contract_does_
             assert not split, f"conversations served by more than one engine: {split}"
         else:
             assert predicted == 0, "the contract's keys matched a served model's blocks"
+
+
+def long_conversation(n: int) -> list[dict[str, str]]:
+    """A conversation whose body is well over the gateway's off-loop threshold (16 KiB)."""
+    rules = " ".join(
+        f"Rule {n}-{i}: pods of team {n} wait for node pool {i % 7} to scale." for i in range(400)
+    )
+    return [
+        {"role": "system", "content": rules},
+        {"role": "user", "content": f"Which pods of team {n} wait?"},
+    ]
+
+
+def test_long_prompts_are_keyed_off_the_event_loop_with_the_engine_s_keys(
+    engines: list[tuple[EngineProcess, str]], model_dir: Path, tmp_path: Path
+) -> None:
+    config: dict[str, object] = {
+        "endpoints": [
+            {"name": f"e{i}", "url": e.url, "models": [MODEL], "kv_events": kv}
+            for i, (e, kv) in enumerate(engines)
+        ],
+        "proxy": {"poll_interval_s": 0.1},
+        "scheduler": {**recommended_scheduler().model_dump(mode="json"), "prefix": {"kind": "precise", "inflight": False}},
+        "models": [{"name": MODEL, "tokenizer": str(model_dir / "tokenizer.json"),
+                    "tokenizer_config": str(model_dir / "tokenizer_config.json"),
+                    "hash_algo": ALGO, "hash_seed": str(SEED)}],
+    }  # fmt: skip
+    expected = served_model(model_dir)
+    messages = long_conversation(50)
+    first: dict[str, object] = {"model": MODEL, "messages": messages, "max_tokens": 8}
+    assert len(json.dumps(first)) > 16 * 1024
+    proc, url = gateway(config, tmp_path, "long")
+    try:
+        r = httpx.post(f"{url}/v1/chat/completions", json=first, timeout=60)
+        assert r.status_code == 200, r.text
+        engine = r.json()["id"].split("-")[1]
+        reply = r.json()["choices"][0]["message"]["content"]
+        second = {**first, "messages": [*messages, {"role": "assistant", "content": reply},
+                                        {"role": "user", "content": "And then?"}]}  # fmt: skip
+        time.sleep(0.5)  # the engine's KV events reach the gateway's index
+        r2 = httpx.post(f"{url}/v1/chat/completions", json=second, timeout=60)
+        assert r2.status_code == 200, r2.text
+        # keys computed on the worker thread match what the engine published: the whole first prompt's full
+        # blocks are predicted cached, and the conversation stays on its engine
+        block = expected.block_size
+        assert predicted_cached(url) >= (len(expected.token_ids(first)) // block) * block
+        assert r2.json()["id"].split("-")[1] == engine
+        # concurrent long and short prompts: every one answered, every prompt token counted as the engine counts
+        bodies = [{"model": MODEL, "messages": long_conversation(60 + i), "max_tokens": 4} for i in range(4)]
+        bodies += [{"model": MODEL, "messages": conversation(70 + i), "max_tokens": 4} for i in range(4)]
+        with httpx.Client(timeout=60) as client, ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda b: client.post(f"{url}/v1/chat/completions", json=b), bodies))
+        assert [a.status_code for a in answers] == [200] * len(bodies)
+        for body, answer in zip(bodies, answers, strict=True):
+            assert answer.json()["usage"]["prompt_tokens"] == len(expected.token_ids(body))
+        text = httpx.get(f"{url}/metrics", timeout=5).text
+        counted = float(re.findall(r"^capstan_route_prompt_tokens_total (\S+)$", text, re.M)[0])
+        assert counted == sum(len(expected.token_ids(b)) for b in (first, second, *bodies))
+    finally:
+        proc.terminate()
+        proc.wait(30)
