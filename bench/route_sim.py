@@ -328,8 +328,24 @@ def run() -> None:
         default=None,
         help="mean output tokens per turn instead of the shape's (e.g. short tool calls)",
     )
+    ap.add_argument(
+        "--policies",
+        default=None,
+        help="policies to run, comma-separated (default: all; round-robin always runs, the ratios need it)",
+    )
+    ap.add_argument("--no-agentic", action="store_true", help="the trace sweep only")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/out")
     args = ap.parse_args()
+    known = list(policies())
+    chosen = known
+    if args.policies is not None:
+        asked = [p.strip() for p in args.policies.split(",") if p.strip()]
+        unknown = [p for p in asked if p not in known]
+        if unknown or not asked:
+            raise UserError(
+                f"--policies {args.policies!r}: unknown {unknown or 'none given'}; known: {', '.join(known)}"
+            )
+        chosen = [p for p in known if p in asked or p == "round-robin"]
     if args.agentic_answer_tokens is not None and args.agentic_answer_tokens < 1:
         raise UserError("--agentic-answer-tokens must be at least 1")
     loads = parse_list(args.load, "--load", float, "load factor")
@@ -390,7 +406,7 @@ def run() -> None:
             ref = pooled_cache_reference(reqs, cap * args.replicas, engine=engine)
             bound = pooled_cache_reference(reqs, None, engine=engine).hit_ratio
             rows = []
-            for policy in policies():
+            for policy in chosen:
                 res, wall = run_policy(reqs, policy, engine, args.replicas)
                 rows.append(row(res, ref.hit_ratio, wall))
             against_round_robin(rows)
@@ -451,6 +467,16 @@ def run() -> None:
     }
 
     # ---- 2. Agentic sessions -------------------------------------------------------------------------------
+    rows = run_agentic(args, preset, chosen, results) if not args.no_agentic else []
+    plot(args, name, loads, sweep, rows, [p for p in SWEEP_POLICIES if p in chosen])
+    (args.out / "route_sim.json").write_text(json.dumps(results, indent=1))
+    console.print(f"wrote {args.out}/route_sim_hit_vs_capacity.png, route_sim_ttft_p90.png, route_sim.json")
+
+
+def run_agentic(
+    args: argparse.Namespace, preset: Any, chosen: list[str], results: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Part 2: every chosen policy on agentic sessions, against round-robin and the cache-bound optimum."""
     acfg = AgenticConfig(
         sessions=args.agentic_sessions,
         session_rate=args.agentic_rate,
@@ -468,7 +494,7 @@ def run() -> None:
     bound_ref = pooled_cache_reference(areqs, None, engine=engine)
     abound = bound_ref.hit_ratio
     rows = []
-    for policy in policies():
+    for policy in chosen:
         res, wall = run_policy(areqs, policy, engine, args.replicas)
         rows.append(row(res, pooled, wall))
         # the cache-bound optimum of the same routing: every request finds all that any earlier one computed
@@ -514,8 +540,18 @@ def run() -> None:
         + ", ".join(f"{r['policy']} {r['busy_vs_best_bound']:.3f}" for r in rows)
     )
     results["agentic"] = {"requests": len(areqs), "pooled": pooled, "bound": abound, "rows": rows}
+    return rows
 
-    # ---- plots ----------------------------------------------------------------------------------------------
+
+def plot(
+    args: argparse.Namespace,
+    name: str,
+    loads: list[float],
+    sweep: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    plotted: list[str],
+) -> None:
+    """Hit ratio against capacity (per load) and TTFT p90 per policy (trace, agentic when it ran)."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for load in loads:
         at = [p for p in sweep if p["load"] == load]
@@ -523,7 +559,7 @@ def run() -> None:
         tag = f" (load {load:g})" if len(loads) > 1 else ""
         ax.plot(xs, [p["pooled"] for p in at], "k--", label=f"pooled-cache reference{tag}")
         ax.plot(xs, [p["bound"] for p in at], "k:", label=f"infinite-cache bound{tag}")
-        for policy in SWEEP_POLICIES:
+        for policy in plotted:
             ys = [next(r["hit"] for r in p["rows"] if r["policy"] == policy) for p in at]
             ax.plot(xs, ys, marker="o", label=f"{policy}{tag}")
     ax.set_xscale("log")
@@ -539,12 +575,13 @@ def run() -> None:
     first = sweep[0]["rows"]
     names = [r["policy"] for r in first]
     ax.bar([i - 0.2 for i in range(len(names))], [r["ttft_p90"] for r in first], 0.4, label=name)
-    ax.bar(
-        [i + 0.2 for i in range(len(names))],
-        [next(r["ttft_p90"] for r in rows if r["policy"] == n) for n in names],
-        0.4,
-        label="agentic",
-    )
+    if rows:
+        ax.bar(
+            [i + 0.2 for i in range(len(names))],
+            [next(r["ttft_p90"] for r in rows if r["policy"] == n) for n in names],
+            0.4,
+            label="agentic",
+        )
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("TTFT p90 (s)")
@@ -552,8 +589,6 @@ def run() -> None:
     fig.tight_layout()
     fig.savefig(args.out / "route_sim_ttft_p90.png", dpi=120)
     plt.close(fig)
-    (args.out / "route_sim.json").write_text(json.dumps(results, indent=1))
-    console.print(f"wrote {args.out}/route_sim_hit_vs_capacity.png, route_sim_ttft_p90.png, route_sim.json")
 
 
 if __name__ == "__main__":

@@ -152,6 +152,35 @@ def test_route_index_bench_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "route_index_match.png").stat().st_size > 0
 
 
+def test_route_served_model_bench_smoke(tmp_path: Path) -> None:
+    proc = run_smoke("route_served_model.py", tmp_path)
+    assert "loop stall" in proc.stdout
+    data = json.loads((tmp_path / "route_served_model.json").read_text())
+    rows = data["rows"]
+    assert [r["prompt_tokens"] > 0 for r in rows] == [True, True]
+    assert rows[1]["prompt_tokens"] > rows[0]["prompt_tokens"]
+    assert all(r["served"]["sha256"]["hash_cold_us"] > 0 and r["tokenize_us"] > 0 for r in rows)
+    assert (tmp_path / "route_served_model.png").stat().st_size > 0
+
+
+def test_route_served_model_bench_refuses_an_unknown_algorithm(tmp_path: Path) -> None:
+    proc = run_bench("route_served_model.py", "--algos", "md5", "--out", str(tmp_path))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "unknown ['md5']" in lines[0], proc.stderr
+
+
+def test_route_sim_runs_only_the_policies_asked_for(tmp_path: Path) -> None:
+    proc = run_smoke("route_sim.py", tmp_path, "--policies", "capstan-precise", "--no-agentic")
+    data = json.loads((tmp_path / "route_sim.json").read_text())
+    assert {r["policy"] for p in data["trace"]["points"] for r in p["rows"]} == {
+        "capstan-precise",
+        "round-robin",
+    }
+    assert "agentic" not in data and "Agentic" not in proc.stdout
+    bad = run_bench("route_sim.py", "--smoke", "--policies", "capstan-exact", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and "unknown ['capstan-exact']" in bad.stderr
+
+
 def test_route_soak_bench_smoke(tmp_path: Path) -> None:
     proc = run_smoke("route_soak.py", tmp_path)
     assert "file descriptors back to the baseline" in proc.stdout
