@@ -46,6 +46,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from capstan.enginesim import EngineConfig, get_preset
 from capstan.errors import UserError
 from capstan.kvcache import DEFAULT_BLOCK_SIZE, MooncakeText
 from capstan.replay import (
@@ -57,7 +58,7 @@ from capstan.replay import (
     mooncake_requests,
     replay,
 )
-from capstan.route import recommended_scheduler
+from capstan.route import from_replay_requests, pooled_cache_reference, recommended_scheduler
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_VENV = ROOT / "bench/out/peers-venv"
@@ -270,6 +271,20 @@ def trace_requests(path: Path, limit: int, load: float) -> list[ReplayRequest]:
     return out
 
 
+def pooled_reference(requests: list[ReplayRequest], args: argparse.Namespace) -> tuple[float, int]:
+    """The pooled-cache reference of a trace's requests in the engines' own tokens and blocks (the shared contract
+    renders and tokenizes them as router and engines do): one LRU cache of every replica's blocks fed the
+    requests in arrival order, leaving out what one engine would reject. (hit ratio, requests rejected)."""
+    preset = get_preset(args.preset)
+    engine = EngineConfig(
+        latency=preset.latency, num_gpu_blocks=args.kv_blocks, max_num_seqs=preset.max_num_seqs
+    )
+    ref = pooled_cache_reference(
+        from_replay_requests(requests), args.kv_blocks * args.replicas, engine=engine
+    )
+    return ref.hit_ratio, ref.rejected
+
+
 def probe_latency(url: str, n: int) -> tuple[float, float]:
     """Median and fastest wall latency of ``n`` sequential tiny non-streaming chat completions (sglang-router's
     openai backend implements only the chat endpoint)."""
@@ -392,6 +407,7 @@ def run() -> None:
     if args.trace is not None:  # read (and checked) before anything starts
         requests = trace_requests(args.trace, args.trace_limit, args.load)
         workload = f"{args.trace.name}, {len(requests)} requests at load {args.load:g}"
+        pooled, pooled_rejected = pooled_reference(requests, args)
     else:
         acfg = AgenticConfig(
             model=MODEL,
@@ -407,6 +423,7 @@ def run() -> None:
             think_time_s=2.0,
         )
         requests = openai_strict(agentic_requests(acfg))
+        pooled, pooled_rejected = math.nan, 0  # closed-loop sessions: arrival order depends on the routing
         workload = f"{len(requests)} agentic requests, {args.sessions} sessions"
     out.mkdir(parents=True, exist_ok=True)
     policies = args.policies or (["capstan-precise"] if args.smoke else [*capstan_policies(), *PEER_POLICIES])
@@ -464,6 +481,7 @@ def run() -> None:
                     "hash_p99_le_ms": h99 * 1000,
                 }
             )
+            rows[-1]["hit_vs_pooled"] = rows[-1]["backend_hit_ratio"] / pooled if pooled else math.nan
             console.print(f"  {policy}: done ({s.get('ok', 0):.0f} ok, {s.get('errors', 0):.0f} errors)")
         except Exception as exc:  # a peer failing to start is reported, the run goes on
             console.print(f"  {policy}: FAILED: {exc}")
@@ -478,6 +496,7 @@ def run() -> None:
         ("ok", "ok", "{:.0f}"),
         ("err", "errors", "{:.0f}"),
         ("hit (backends)", "backend_hit_ratio", "{:.3f}"),
+        ("hit / pooled", "hit_vs_pooled", "{:.3f}"),
         ("TTFT p50 s", "ttft_p50", "{:.3f}"),
         ("p90", "ttft_p90", "{:.3f}"),
         ("p99", "ttft_p99", "{:.3f}"),
@@ -505,10 +524,17 @@ def run() -> None:
             continue
         table.add_row(*(fmt.format(r[k]) for _, k, fmt in cols))
     console.print(table)
+    if not math.isnan(pooled):
+        console.print(
+            f"  pooled-cache reference (one LRU cache of all {args.replicas} replicas' blocks, arrival order): hit "
+            f"{pooled:.3f}; {pooled_rejected} requests an engine rejects left out"
+        )
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "args": {k: str(v) for k, v in vars(args).items()},
         "workload": {"trace": args.trace.name if args.trace else None, "requests": len(requests)},
+        "pooled": pooled,
+        "pooled_rejected": pooled_rejected,
         "rows": rows,
     }
     (out / "route_http.json").write_text(json.dumps(results, indent=1, default=str))

@@ -133,6 +133,11 @@ def test_route_http_bench_replays_any_trace(tmp_path: Path) -> None:
     (row,) = data["rows"]
     assert row["policy"] == "capstan-precise" and row["ok"] == 12 and row["errors"] == 0
     assert row["backend_hit_ratio"] > 0  # the trace's shared prefixes reached the replicas as shared text
+    # the pooled reference is computed in the engines' own tokens: a cache-aware policy lands near it
+    assert 0 < data["pooled"] <= 1 and data["pooled_rejected"] == 0
+    assert row["hit_vs_pooled"] == row["backend_hit_ratio"] / data["pooled"]
+    assert 0.5 < row["hit_vs_pooled"] < 1.5, (row["backend_hit_ratio"], data["pooled"])
+    assert "pooled-cache reference" in proc.stdout
 
 
 def test_route_http_bench_names_a_bad_trace_line(tmp_path: Path) -> None:
