@@ -26,6 +26,15 @@ def test_history_ingest_bench_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "history_ingest.png").stat().st_size > 0
 
 
+def test_history_ingest_bench_query_only(tmp_path: Path) -> None:
+    proc = run_smoke("history_ingest.py", tmp_path, "--query-only", "--backends", "sqlite")
+    assert "ingest" not in proc.stdout.lower().split("timeline")[0]  # no ingest table before the query one
+    data = json.loads((tmp_path / "history_ingest.json").read_text())
+    (b,) = data["backends"].values()
+    assert b["stored_records"] == data["records"] and b["timeline_p99_ms"] > 0
+    assert "goal ≤ 20 ms" in proc.stdout
+
+
 def test_slowlog_vs_exporter_bench_smoke(tmp_path: Path) -> None:
     run_smoke("history_slowlog_vs_exporter.py", tmp_path)
     data = json.loads((tmp_path / "history_slowlog_vs_exporter.json").read_text())
