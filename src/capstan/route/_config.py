@@ -391,8 +391,9 @@ class ProxyConfig(StrictModel):
         default=15.0,
         gt=0,
         allow_inf_nan=False,
-        description="streaming requests: the longest wait for the response headers and between two chunks; "
-        "then the stream ends with an error event and the endpoint is marked unhealthy",
+        description="streaming requests: the longest wait for the response headers and between two chunks "
+        "(before the first token, while the endpoint answers its health checks, up to read_timeout_s: a busy "
+        "engine is queueing); then the stream ends with an error event and the endpoint is marked unhealthy",
     )
     header_timeout_s: float = Field(
         default=10.0,

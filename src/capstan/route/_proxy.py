@@ -11,7 +11,11 @@ Failures, and what the client gets (docs/route.md has the table and why these st
   headers do not come within the stall timeout) is excluded and the request goes to the next pick; when every
   attempt failed the client gets 502, or 504 when every attempt timed out;
 * a stream that breaks, or sends nothing for ``proxy.stall_timeout_s``, ends with an SSE ``data: {"error": ...}``
-  event and the connection closes; a stalled endpoint is marked unhealthy until its health check answers again;
+  event and the connection closes; a stalled endpoint is marked unhealthy until its health check answers again.
+  Before its first token a stream is queued, not stalled, while its endpoint answers its health checks: a busy
+  engine sends nothing until it has prefilled the prompt, and waits up to ``proxy.read_timeout_s`` (under load a
+  long prompt's time to first token exceeds the stall timeout, and cutting it would also mark a busy engine
+  unhealthy and pile its load onto the others);
 * a client that disconnects cancels the upstream request (the upstream connection is closed, so the engine
   aborts it), streaming or not.
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -110,6 +114,15 @@ def _error_response(rej: _Reject) -> JSONResponse:
     )
 
 
+async def _within(opening: Awaitable[UpstreamResponse], seconds: float) -> UpstreamResponse:
+    """``opening``, or an :class:`UpstreamError` (a timeout) when it takes longer than ``seconds``."""
+    try:
+        with anyio.fail_after(seconds):
+            return await opening
+    except TimeoutError as exc:
+        raise UpstreamError(exc, timeout=True) from None
+
+
 def validate_body(raw: bytes, kind: RequestKind) -> dict[str, Any]:
     """Parse and check an OpenAI request body; raise :class:`_Reject` (400) naming the problem."""
     try:
@@ -165,6 +178,27 @@ class _RelayResponse(Response):
             tg.start_soon(watch)
             tg.start_soon(relay)
 
+    async def _watch_stall(self, progress: _StreamProgress, reading: anyio.CancelScope) -> None:
+        """End the relay (``reading``) when the upstream sent nothing for the stall timeout: after the first chunk
+        always; before it only once the endpoint stops answering its health checks (a queued request on a busy
+        engine is not a stall) or the read timeout passed. Wakes once per stall timeout; ends with the relay."""
+        router = self.router
+        p = router.cfg.proxy
+        name = self.upstream.endpoint.name
+        while True:  # bounded: cancelled when the relay ends, or returns once it cancels the relay
+            idle = router.clock() - progress.last_at
+            await anyio.sleep(max(p.stall_timeout_s - idle, 0.0) or p.stall_timeout_s)
+            idle = router.clock() - progress.last_at
+            if idle < p.stall_timeout_s:
+                continue
+            signals = router.monitor.signals.get(name)
+            queued = not progress.first and signals is not None and signals.healthy
+            if queued and idle < p.read_timeout_s:
+                continue
+            progress.stalled = True
+            reading.cancel()
+            return
+
     async def _relay(self, send: Send) -> None:
         up = self.upstream
         router = self.router
@@ -175,11 +209,25 @@ class _RelayResponse(Response):
             )
             last = b"\n\n"
             try:
-                async for chunk in up.response.aiter_raw():
-                    tracker.first_token(up.ticket)
-                    if chunk:
-                        last = chunk
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                failed: UpstreamError | None = None
+                with anyio.CancelScope() as reading:
+                    progress = _StreamProgress(router.clock())
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._watch_stall, progress, reading)
+                        try:  # NOTE: caught here, not through the task group (which would wrap it in a group)
+                            async for chunk in up.response.aiter_raw():
+                                tracker.first_token(up.ticket)
+                                progress.chunk(router.clock())
+                                if chunk:
+                                    last = chunk
+                                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                        except UpstreamError as exc:
+                            failed = exc
+                        tg.cancel_scope.cancel()  # the answer is complete (or broke): the watchdog goes
+                if progress.stalled:
+                    failed = UpstreamError(TimeoutError("no chunk within the stall timeout"), timeout=True)
+                if failed is not None:
+                    raise failed
             except UpstreamError as exc:
                 if self.sse:
                     event = router.stream_failed(up.endpoint, exc)
@@ -194,6 +242,21 @@ class _RelayResponse(Response):
             with anyio.CancelScope(shield=True):
                 await up.response.aclose()
             router.request_done(up.ticket)
+
+
+class _StreamProgress:
+    """When a relayed stream last sent something, and whether the watchdog gave up on it."""
+
+    __slots__ = ("first", "last_at", "stalled")
+
+    def __init__(self, now: float) -> None:
+        self.last_at = now
+        self.first = False
+        self.stalled = False
+
+    def chunk(self, now: float) -> None:
+        self.last_at = now
+        self.first = True
 
 
 class Router:
@@ -399,7 +462,8 @@ class Router:
         self.metrics.prompt_hash_seconds.observe(self.clock() - t0)
         stream = bool(body.get("stream"))
         p = self.cfg.proxy
-        read_timeout_s = p.stall_timeout_s if stream else p.read_timeout_s
+        # a stream's reads are bounded by the relay's stall watchdog; the socket's timeout is only the backstop
+        read_timeout_s = p.read_timeout_s
         tried: set[str] = set()
         failures: list[str] = []
         timeouts = 0
@@ -426,6 +490,8 @@ class Router:
             self.scheduler.sending(decision, tid, self.clock())
             self.metrics.requests.labels(ep.name).inc()
             opening = self.upstream.open(f"{ep.url}{path}", raw, headers, read_timeout_s=read_timeout_s)
+            if stream:  # the headers of a stream come at once from a live engine
+                opening = _within(opening, p.stall_timeout_s)
             try:
                 upstream = await await_or_disconnect(request, opening)
             except UpstreamError as exc:

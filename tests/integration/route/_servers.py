@@ -112,6 +112,8 @@ class Upstream:
 
         async def events() -> AsyncIterator[bytes]:
             try:
+                if mode.startswith("queued="):  # a busy engine: the headers at once, the first token later
+                    await asyncio.sleep(float(mode.removeprefix("queued=")))
                 for i in range(3):
                     yield f"data: {json.dumps({'served_by': self.name, 'i': i})}\n\n".encode()
                     if mode == "die" and i == 1:

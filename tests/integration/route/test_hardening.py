@@ -151,6 +151,35 @@ def test_a_frozen_upstream_ends_the_stream_with_an_error_event_and_is_marked_unh
     assert sample(metrics, "capstan_route_errors_total", endpoint="e0", kind="client_disconnect") == 0
 
 
+def test_a_stream_queued_before_its_first_token_is_not_a_stall() -> None:
+    """A busy engine sends a stream's headers at once and nothing until it has prefilled the prompt: longer than
+    the stall timeout under load. While the engine answers its health checks that wait is a queue, not a stall,
+    up to the read timeout; a stream silent after its first chunk still stalls at the stall timeout."""
+    a = Upstream("a")
+    with ServerThread(a.app) as sa:
+        router = router_for([("a", sa.url)], stall_timeout_s=0.5, read_timeout_s=1.8)
+        with serve(router) as srv:
+            wait_until(lambda: all(e.healthy for e in router.snapshot(set())))
+            body = CHAT | {"stream": True}
+            queued = httpx.post(
+                f"{srv.url}/v1/chat/completions", json=body, headers={"x-test-mode": "queued=1.2"}, timeout=20
+            )
+            healthy_after = next(e for e in router.snapshot(set())).healthy
+            metrics = httpx.get(f"{srv.url}/metrics", timeout=10).text
+            assert sample(metrics, "capstan_route_errors_total", endpoint="a", kind="stall") == 0
+            # past the read timeout a silent engine is given up on even though it answers health checks
+            too_long = httpx.post(
+                f"{srv.url}/v1/chat/completions", json=body, headers={"x-test-mode": "queued=5"}, timeout=20
+            )
+            metrics = httpx.get(f"{srv.url}/metrics", timeout=10).text
+    events = [line for line in queued.text.splitlines() if line]
+    assert queued.status_code == 200 and events[-1] == "data: [DONE]" and len(events) == 4, queued.text
+    assert healthy_after
+    last = json.loads([line for line in too_long.text.splitlines() if line][-1][len("data: ") :])
+    assert last["error"]["code"] == "upstream_timeout"
+    assert sample(metrics, "capstan_route_errors_total", endpoint="a", kind="stall") == 1
+
+
 def test_a_stream_whose_upstream_sends_no_headers_is_sent_elsewhere() -> None:
     a, b = Upstream("a"), Upstream("b")
     with ServerThread(a.app) as sa, ServerThread(b.app) as sb:

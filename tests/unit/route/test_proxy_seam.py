@@ -88,7 +88,8 @@ async def test_a_stream_that_breaks_ends_with_an_error_event_after_what_was_rela
     events = [line[len("data: ") :] for line in reply.text.split("\n\n") if line.startswith("data: ")]
     assert [json.loads(e) for e in events[:2]] == [{"n": 1}, {"n": 2}]
     assert json.loads(events[2])["error"]["code"] == "upstream_error"
-    assert upstream.read_timeouts == [1.5] and upstream.closed == [URLS["a"]]
+    # the socket's timeout of a stream is the read timeout, a backstop: the relay's watchdog enforces the stall one
+    assert upstream.read_timeouts == [7.0] and upstream.closed == [URLS["a"]]
     assert healthy(router)["a"]  # a broken stream is not a silent endpoint
 
 
