@@ -238,6 +238,14 @@ GOALS: tuple[Goal, ...] = (
         "ms",
     ),
     Goal(
+        "history.timeline_10m",
+        "durable history",
+        "one object's timeline p99 ≤ 20 ms with 10M records stored on PostgreSQL",
+        "history_ingest.py",
+        20,
+        "ms",
+    ),
+    Goal(
         "history.api_memory",
         "durable history",
         "HTTP API under 300 MB RSS with 10 concurrent maximum pages over 1M rows",
