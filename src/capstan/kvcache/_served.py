@@ -172,6 +172,13 @@ class ServedTokenizer:
             )
         except jinja2.exceptions.TemplateError as exc:
             raise ValueError(f"the chat template refused the messages: {exc}") from None
+        except (
+            Exception
+        ) as exc:  # the model's template failing on this request's messages is the request's 400
+            # (e.g. ChatML's `'\n' + message['content']` on a message without content: a TypeError)
+            raise ValueError(
+                f"the chat template could not render the messages: {type(exc).__name__}: {exc}"
+            ) from None
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         # NOTE: encode_batch, not encode: the library releases the GIL only in its batch call (measured: a thread

@@ -226,6 +226,18 @@ def test_long_prompts_are_keyed_off_the_event_loop_with_the_engine_s_keys(
         assert [a.status_code for a in answers] == [200] * len(bodies)
         for body, answer in zip(bodies, answers, strict=True):
             assert answer.json()["usage"]["prompt_tokens"] == len(expected.token_ids(body))
+        # a conversation the model's template cannot render (ChatML on an assistant turn without content): a 400
+        # naming it, from the gateway, not a 500
+        tool_turn = [
+            {"role": "user", "content": "Which pods wait?"},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "pods", "arguments": "{}"}}]},
+        ]  # fmt: skip
+        refused = httpx.post(
+            f"{url}/v1/chat/completions", json={"model": MODEL, "messages": tool_turn}, timeout=30
+        )
+        assert refused.status_code == 400, refused.text
+        assert "could not render the messages" in refused.json()["error"]["message"]
         text = httpx.get(f"{url}/metrics", timeout=5).text
         counted = float(re.findall(r"^capstan_route_prompt_tokens_total (\S+)$", text, re.M)[0])
         assert counted == sum(len(expected.token_ids(b)) for b in (first, second, *bodies))

@@ -97,6 +97,11 @@ def test_what_the_template_or_the_body_refuses_is_a_value_error(
     refusing = ServedTokenizer.from_files(model_dir / "tokenizer.json", chat_template=strict)
     with pytest.raises(ValueError, match="first must be user"):
         refusing.token_ids({"model": "m", "messages": [{"role": "system", "content": "x"}]})
+    # a template that breaks on the request's messages (ChatML concatenates a content that is null): a ValueError,
+    # so a 400 at the gateway and the engine simulator, never a 500
+    for message in ({"role": "user", "content": None}, {"role": "user"}):
+        with pytest.raises(ValueError, match="could not render the messages: TypeError"):
+            served.token_ids({"model": "m", "messages": [message]})
     bare = ServedTokenizer.from_files(model_dir / "tokenizer.json")
     with pytest.raises(ValueError, match="no chat template"):
         bare.token_ids({"model": "m", "messages": [{"role": "user", "content": "x"}]})
