@@ -98,9 +98,8 @@ def check(config: Path = typer.Argument(..., help="Router YAML to validate.")) -
 
     cfg = _load(config, None, None)
     assert isinstance(cfg, RouteConfig)
-    served_models(
-        cfg
-    )  # each served model's tokenizer and chat template load (a bad file: one line naming it)
+    # each served model's tokenizer and chat template load (a bad file: one line naming it)
+    served_models(cfg)
     models = f", {len(cfg.models)} served models" if cfg.models else ""
     typer.echo(
         f"{config}: ok ({len(cfg.endpoints)} endpoints{models}, prefix index {cfg.scheduler.prefix.kind}, "

@@ -75,8 +75,8 @@ _HOP_BY_HOP = frozenset(
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _CLIENT_GONE = 499  # nginx's status for a client that closed the connection before the answer (never sent)
 # A served model's prompt of this many body bytes or more is tokenized and hashed on a worker thread, not on the
-# event loop: the tokenizer costs about 2 µs a token (bench/route_served_model.py), so a 128k-token prompt would
-# hold every other request for a third of a second; the tokenizer releases the GIL while it runs.
+# event loop: the whole path costs about 1.8 µs a token (bench/route_served_model.py), so a 141k-token prompt held
+# every other request for 267 ms; the tokenizer releases the GIL while it runs (encode_batch).
 _OFF_LOOP_BODY_BYTES = 16 * 1024
 
 
@@ -189,7 +189,7 @@ class _RelayResponse(Response):
             idle = router.clock() - progress.last_at
             await anyio.sleep(max(p.stall_timeout_s - idle, 0.0) or p.stall_timeout_s)
             idle = router.clock() - progress.last_at
-            if idle < p.stall_timeout_s:
+            if idle < p.stall_timeout_s or progress.sending:
                 continue
             signals = router.monitor.signals.get(name)
             queued = not progress.first and signals is not None and signals.healthy
@@ -217,10 +217,13 @@ class _RelayResponse(Response):
                         try:  # NOTE: caught here, not through the task group (which would wrap it in a group)
                             async for chunk in up.response.aiter_raw():
                                 tracker.first_token(up.ticket)
-                                progress.chunk(router.clock())
+                                progress.sending = (
+                                    True  # a slow client holds the relay here, not the upstream
+                                )
                                 if chunk:
                                     last = chunk
                                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                                progress.chunk(router.clock())
                         except UpstreamError as exc:
                             failed = exc
                         tg.cancel_scope.cancel()  # the answer is complete (or broke): the watchdog goes
@@ -247,16 +250,21 @@ class _RelayResponse(Response):
 class _StreamProgress:
     """When a relayed stream last sent something, and whether the watchdog gave up on it."""
 
-    __slots__ = ("first", "last_at", "stalled")
+    __slots__ = ("first", "last_at", "sending", "stalled")
 
     def __init__(self, now: float) -> None:
         self.last_at = now
         self.first = False
+        self.sending = (
+            False  # a chunk is being written to the client: waiting on it is not the upstream's stall
+        )
         self.stalled = False
 
     def chunk(self, now: float) -> None:
+        """A chunk was relayed to the client at ``now``."""
         self.last_at = now
         self.first = True
+        self.sending = False
 
 
 class Router:

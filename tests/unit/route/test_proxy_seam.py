@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from capstan.config import load_model
 from capstan.route import RouteConfig, Router
@@ -101,3 +103,49 @@ async def test_a_stream_that_stalls_ends_with_a_timeout_event_and_marks_the_endp
     error = json.loads(events[-1])["error"]
     assert error["code"] == "upstream_timeout" and "sent nothing for 1.5 s" in error["message"]
     assert not healthy(router)["a"] and upstream.closed == [URLS["a"]]
+
+
+async def test_a_client_slow_to_take_the_stream_is_not_the_upstream_stalling() -> None:
+    """While the relay waits for the client to take a chunk (backpressure), nothing is read from the upstream: that
+    wait is the client's, so it must neither end the stream nor mark the endpoint unhealthy."""
+    upstream = FakeUpstream({URLS["a"]: [sse('{"n": 1}', '{"n": 2}', '{"n": 3}')]})
+    cfg = {
+        "endpoints": [{"name": "a", "url": URLS["a"], "models": ["m"]}],
+        "proxy": {"stall_timeout_s": 0.2, "read_timeout_s": 7.0},
+    }
+    router = Router(
+        load_model(RouteConfig, cfg, "test"), upstream=upstream, transport=healthy_endpoints(None)
+    )
+    await router.monitor.refresh()
+    body = json.dumps(CHAT | {"stream": True}).encode()
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions", "query_string": b"",
+        "root_path": "", "headers": [(b"content-type", b"application/json"), (b"host", b"gw")],
+        "client": ("127.0.0.1", 1), "server": ("gw", 80),
+    }  # fmt: skip
+    done = anyio.Event()
+    delivered = [False]
+
+    async def receive() -> dict[str, Any]:
+        if not delivered[0]:
+            delivered[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[bytes] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            if message.get("body"):
+                await anyio.sleep(0.5)  # the client takes each chunk late: longer than the stall timeout
+                sent.append(message["body"])
+            if not message.get("more_body"):
+                done.set()
+
+    await router.app(scope, receive, send)
+    text = b"".join(sent).decode()
+    assert [json.loads(e) for e in text.split("data: ")[1:]] == [{"n": 1}, {"n": 2}, {"n": 3}], text
+    assert healthy(router)["a"]
+    assert 'kind="stall"' not in generate_latest(router.metrics.registry).decode()
