@@ -6,6 +6,7 @@ closed; the same against real servers and real clients is tests/integration/rout
 from __future__ import annotations
 
 import json
+from collections.abc import MutableMapping
 from typing import Any
 
 import anyio
@@ -136,7 +137,7 @@ async def test_a_client_slow_to_take_the_stream_is_not_the_upstream_stalling() -
 
     sent: list[bytes] = []
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.body":
             if message.get("body"):
                 await anyio.sleep(0.5)  # the client takes each chunk late: longer than the stall timeout
