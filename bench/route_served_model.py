@@ -41,47 +41,19 @@ import matplotlib.pyplot as plt
 from rich.console import Console
 from rich.table import Table
 
+from _tokenizer_model import train_tokenizer
 from capstan.enginesim import get_preset
 from capstan.errors import UserError
 from capstan.kvcache import HASH_ALGOS, PromptHasher, ServedModel, ServedTokenizer, VllmBlockHasher
 
 ROOT = Path(__file__).resolve().parent.parent
 console = Console(width=160)
-CHATML = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-SPECIALS = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 
 
 def corpus() -> list[str]:
     """This repository's docs and Python sources, file by file, in a fixed order."""
     files = sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "src/capstan").rglob("*.py"))
     return [f.read_text(encoding="utf-8") for f in files]
-
-
-def train(directory: Path, texts: list[str], vocab: int) -> tuple[Path, Path]:
-    """A byte-level BPE of ``vocab`` tokens trained on ``texts``, saved as a model directory is laid out."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))]
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = directory / "tokenizer.json"
-    tok.save(str(tokenizer))
-    config = directory / "tokenizer_config.json"
-    config.write_text(json.dumps({"bos_token": "<s>", "eos_token": "<|im_end|>", "chat_template": CHATML}))
-    return tokenizer, config
 
 
 def conversation(text: str, served: ServedTokenizer, tokens: int, turns: int = 4) -> dict[str, Any]:
@@ -248,7 +220,9 @@ def run() -> None:
             origin = str(args.tokenizer)
         else:
             t0 = time.perf_counter()
-            tokenizer_path, config_path = train(Path(tmp), texts[:40] if args.smoke else texts, args.vocab)
+            tokenizer_path, config_path = train_tokenizer(
+                Path(tmp), texts[:40] if args.smoke else texts, args.vocab
+            )
             origin = (
                 f"byte-level BPE, {args.vocab:,} tokens, trained here in {time.perf_counter() - t0:.1f} s"
             )
