@@ -456,9 +456,15 @@ def plot(results: dict[str, Any], args: argparse.Namespace) -> None:
     axes[1].legend()
     fig.tight_layout()
     fig.savefig(args.out / "history_ingest.png", dpi=100)
-    for r in results["backends"].values():
+    for name, r in results["backends"].items():
         r.pop("latencies")
-    (args.out / "history_ingest.json").write_text(json.dumps(results, indent=2))
+        # figures a --query-only run did not measure are null in the JSON (NaN is not JSON)
+        results["backends"][name] = {
+            k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()
+        }
+    if math.isnan(results["build_changes_per_s"]):
+        results["build_changes_per_s"] = None
+    (args.out / "history_ingest.json").write_text(json.dumps(results, indent=2, allow_nan=False))
 
 
 if __name__ == "__main__":
