@@ -202,6 +202,17 @@ async def cleanup_nodes(kube: KubeClient, namespace: str) -> AsyncIterator[None]
         await kube.delete(resources.NODES, n["metadata"]["name"])
 
 
+async def node_deleted(kube: KubeClient, name: str) -> bool:
+    """Whether Node ``name`` is gone from the API server."""
+    try:
+        await kube.get(resources.NODES, name)
+    except ApiError as exc:
+        if exc.not_found:
+            return True
+        raise
+    return False
+
+
 async def test_gated_gpu_pods_get_nodes_launched_and_bound_then_drained(
     kube: KubeClient, namespace: str, cleanup_nodes: None
 ) -> None:
@@ -793,13 +804,7 @@ async def test_in_a_pod_with_the_chart_s_identity_it_places_a_pod_and_may_write_
 
             async def node_gone() -> bool:
                 assert proc.poll() is None, log.read_text()[-2000:]
-                try:
-                    await kube.get(resources.NODES, node)
-                except ApiError as exc:
-                    if exc.not_found:
-                        return True
-                    raise
-                return False
+                return await node_deleted(kube, node)
 
             await until("the emptied node drained and deleted by the command", node_gone)
             async with httpx.AsyncClient(timeout=10) as http:
@@ -859,13 +864,7 @@ async def test_with_the_chart_s_identity_it_drains_and_deletes_the_node_once_its
 
             async def node_gone() -> bool:
                 assert not run.forbidden(), run.forbidden()
-                try:
-                    await kube.get(resources.NODES, node)
-                except ApiError as exc:
-                    if exc.not_found:
-                        return True
-                    raise
-                return False
+                return await node_deleted(kube, node)
 
             await until("the empty node to be drained and deleted", node_gone)
         finally:
