@@ -28,6 +28,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -106,6 +107,38 @@ def loop_stall_ms(fn: Callable[[], object], off_loop: bool, repeat: int) -> floa
         return worst * 1000
 
     return statistics.median(asyncio.run(once()) for _ in range(repeat))
+
+
+def beside_encoding(tokenizer_path: Path, text: str, batch: bool, rounds: int = 4) -> float:
+    """How fast a Python thread runs while another thread encodes ``text`` ``rounds`` times with the tokenizers
+    library (``encode_batch`` when ``batch``, else ``encode``), as a share of its speed alone: near 1 when the library
+    releases the GIL while it works, near 0 when it holds it."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_path))
+
+    def spin_rate(until: threading.Event) -> float:
+        count, t0 = 0, time.perf_counter()
+        while not until.is_set():  # bounded: ends with the timer or the encoding thread
+            count += 1
+        return count / (time.perf_counter() - t0)
+
+    window = threading.Event()
+    timer = threading.Timer(0.5, window.set)  # the same loop as below, for half a second alone
+    timer.start()
+    alone = spin_rate(window)
+    done = threading.Event()
+
+    def work() -> None:
+        for _ in range(rounds):
+            tok.encode_batch([text]) if batch else tok.encode(text)
+        done.set()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    beside = spin_rate(done)
+    worker.join()
+    return beside / alone
 
 
 def median_us(fn: Callable[[], object], repeat: int) -> float:
@@ -227,6 +260,9 @@ def run() -> None:
                 f"byte-level BPE, {args.vocab:,} tokens, trained here in {time.perf_counter() - t0:.1f} s"
             )
         served = ServedTokenizer.from_files(tokenizer_path, config_path)
+        sample = text[: 50_000 if args.smoke else 400_000]
+        gil = {"encode": beside_encoding(tokenizer_path, sample, False)}
+        gil["encode_batch"] = beside_encoding(tokenizer_path, sample, True)
     if not served.has_chat_template:
         raise UserError(f"{config_path or tokenizer_path}: no chat template (give --tokenizer-config)")
     console.print(f"tokenizer: {origin}; corpus {len(text):,} characters; preset {preset.name}")
@@ -285,12 +321,17 @@ def run() -> None:
             ],
         )
     console.print(hashes)
+    console.print(
+        f"a Python thread beside the tokenizer ran at {gil['encode']:.0%} of its speed alone during encode, "
+        f"{gil['encode_batch']:.0%} during encode_batch (the call that releases the GIL, which the gateway uses)"
+    )
     results = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "args": {k: str(v) for k, v in vars(args).items()},
         "tokenizer": origin,
         "algos": algos,
         "rows": rows,
+        "thread_speed_beside": gil,
     }
     (args.out / "route_served_model.json").write_text(json.dumps(results, indent=1))
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -75,8 +75,8 @@ _HOP_BY_HOP = frozenset(
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _CLIENT_GONE = 499  # nginx's status for a client that closed the connection before the answer (never sent)
 # A served model's prompt of this many body bytes or more is tokenized and hashed on a worker thread, not on the
-# event loop: the whole path costs about 1.8 µs a token (bench/route_served_model.py), so a 141k-token prompt held
-# every other request for 267 ms; the tokenizer releases the GIL while it runs (encode_batch).
+# event loop: the whole path costs about 1.9 µs a token (bench/route_served_model.py), so a 142k-token prompt held
+# every other request for 304 ms; the tokenizer releases the GIL while it runs (encode_batch).
 _OFF_LOOP_BODY_BYTES = 16 * 1024
 
 

@@ -165,6 +165,7 @@ def test_route_served_model_bench_smoke(tmp_path: Path) -> None:
     assert [r["prompt_tokens"] > 0 for r in rows] == [True, True]
     assert rows[1]["prompt_tokens"] > rows[0]["prompt_tokens"]
     assert all(r["served"]["sha256"]["hash_cold_us"] > 0 and r["tokenize_us"] > 0 for r in rows)
+    assert set(data["thread_speed_beside"]) == {"encode", "encode_batch"}
     assert (tmp_path / "route_served_model.png").stat().st_size > 0
 
 
