@@ -10,15 +10,17 @@ compact JSON that any reader parses to the same value (orjson writes non-ASCII c
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
 _STDLIB = b"\x00"  # first byte of encode()'s bytes when the standard library wrote them
 # NOTE: 19 digits in a row may be an integer beyond 64 bits (or one orjson reads as a float): such text, and any
-# text orjson refuses (NaN, lone surrogates), is read by the standard library.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# text orjson refuses (NaN, lone surrogates), is read by the standard library. The text is mapped to "0" per digit
+# and " " per other byte and searched for 19 zeros: both are C loops over the bytes, where a regular expression
+# ([0-9]{19}) tried a match at every offset (measured: 5.4 µs of a 500-byte watch line, which orjson reads in 3).
+_DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= c <= 0x39 else 0x20 for c in range(256))
+_LONG_DIGITS = b"0" * 19
 
 
 def dumps(value: Any) -> str:
@@ -49,7 +51,7 @@ def encode(value: Any) -> tuple[str, bytes]:
 
 def loads(text: bytes) -> Any:
     """The value of JSON ``text`` exactly as ``json.loads`` reads it, read by orjson where that is the same."""
-    if _LONG_DIGITS.search(text) is None:
+    if _LONG_DIGITS not in text.translate(_DIGITS_AS_ZERO):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:

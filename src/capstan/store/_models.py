@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import operator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 ChangeType = Literal["added", "modified", "deleted"]
 ObservedVia = Literal["watch", "relist"]
@@ -18,6 +19,23 @@ CHANGE_TYPES: tuple[ChangeType, ...] = ("added", "modified", "deleted")
 OBSERVED_VIA: tuple[ObservedVia, ...] = ("watch", "relist")
 
 JsonDict = dict[str, Any]
+_Record = TypeVar("_Record")
+
+
+def _pickled_by_fields(cls: type[_Record]) -> type[_Record]:
+    """``cls`` (a frozen, slotted dataclass) pickled as its constructor and its field values in order.
+
+    NOTE: the recorder's diff workers send every change and state back this way; the pickling dataclasses
+    generate for slotted classes calls ``dataclasses.fields()`` per object, and unpickling 64 changes with their
+    states took 7.2 µs an item against 3.9 µs so (bench/history_ingest.py, the end-to-end run with diff workers).
+    """
+    values = operator.attrgetter(*(f.name for f in dataclasses.fields(cls)))  # type: ignore[arg-type]
+
+    def __reduce__(self: _Record) -> tuple[type[_Record], tuple[Any, ...]]:
+        return cls, values(self)
+
+    cls.__reduce__ = __reduce__  # type: ignore[assignment,method-assign]
+    return cls
 
 
 def to_us(seconds: float) -> int:
@@ -39,6 +57,7 @@ def rfc3339(seconds: float) -> str:
     )
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class ObjectChange:
     """One observed version of a Kubernetes object (a row of ``object_changes``).
@@ -63,6 +82,7 @@ class ObjectChange:
     id: int | None = None
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class ObjectState:
     """The last recorded version of a live object (``object_state``), read back after a restart to diff a relist."""

@@ -64,3 +64,26 @@ def test_the_bytes_kept_hold_no_more_memory_than_their_length() -> None:
     finally:
         tracemalloc.stop()
     assert len(raw) > 2000 and held < len(raw) + 200, (len(raw), held)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"n":123456789012345678}',  # 18 digits: orjson reads it
+        b'{"n":1234567890123456789}',  # 19 digits: still a 64-bit integer
+        b'{"n":12345678901234567890}',  # 20 digits: beyond 64 bits, orjson would read a float
+        b'{"n":-99999999999999999999999,"m":[1.5e300,"x"]}',
+        b'{"s":"1234567890123456789012","f":12345678901234567.125}',  # digits in a string and around a point
+        b'{"rv":"12345", "x": [0, 10, 200]}',
+        '{"é":"☃ 1234567890123456789012345"}'.encode(),
+    ],
+)
+def test_loads_reads_every_number_as_json_loads_does(text: bytes) -> None:
+    got, expected = jsontext.loads(text), json.loads(text)
+    assert got == expected
+    assert json.dumps(got) == json.dumps(expected)  # same types too: an int stays an int, not a float
+
+
+def test_loads_reads_an_integer_beyond_64_bits_exactly() -> None:
+    got = jsontext.loads(b'{"a":[' + str(2**70).encode() + b"]}")
+    assert got["a"][0] == 2**70 and isinstance(got["a"][0], int)

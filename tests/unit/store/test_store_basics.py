@@ -142,3 +142,26 @@ def test_json_form_uses_rfc3339_times() -> None:
     assert out["observed_at"] == "1970-01-01T00:00:00.500000Z"
     assert out["snapshot"] == {"a": 1}
     assert out["id"] == 3
+
+
+def test_a_change_and_a_state_cross_a_process_boundary_whole() -> None:
+    """The diff workers pickle what they build: every field comes back, ``encoded`` (outside equality) too."""
+    import dataclasses
+    import pickle
+
+    from capstan.store import ObjectState
+
+    change = ObjectChange(
+        "src", 1.5, "Deployment", "apps/v1", "ns", "web", "uid-1", "42", "modified", "watch", 3,
+        [{"op": "replace", "path": "/spec/replicas", "value": 2}], {"spec": {"replicas": 2}}, id=9,
+    )  # fmt: skip
+    state = ObjectState(
+        "src", "uid-1", "Deployment", "apps/v1", "ns", "web", "42", 3, {"a": [1]}, '{"a":[1]}'
+    )
+    for record in (change, state):
+        back = pickle.loads(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+        assert type(back) is type(record)
+        assert dataclasses.astuple(back) == dataclasses.astuple(record)
+        assert [getattr(back, f.name) for f in dataclasses.fields(back)] == [
+            getattr(record, f.name) for f in dataclasses.fields(record)
+        ]
