@@ -282,3 +282,23 @@ def test_the_parts_share_one_database_and_restart_records_take_only_restart_rows
     store.history.add_commit_listener(seen.append)  # one write path: a restart-record commit is heard too
     store.restart_records.write(Batch(restart_counts=[RestartCount("p2", "main", "ml", "api", 2)]))
     assert len(seen) == 1 and store.restart_records.restart_counts()[("p2", "main")].restart_count == 2
+
+
+def test_awkward_text_comes_back_exactly_from_the_state_and_the_history(store: Store) -> None:
+    """Quotes, backslashes, braces, commas, NULL and non-ASCII text in names and values: what an array literal or
+    COPY would have to escape comes back byte for byte (PostgreSQL gets the arrays as binary parameters)."""
+    awkward = 'a "quoted" \\back\\slash {brace}, comma; NULL ☃ é \t tab'
+    obj = pod("u-awk", "we\\ird,{name}", 7, awkward, labels={"NULL": "", "q": '"', "b": "\\"})
+    history = ObjectHistory("awk")
+    store.history.write(history.observe("ADDED", obj, observed_at=2000.0))
+    changed = copy.deepcopy(obj)
+    changed["metadata"]["resourceVersion"] = "8"
+    changed["spec"]["containers"][0]["image"] = awkward + " 2"
+    store.history.write(history.observe("MODIFIED", changed, observed_at=2001.0))
+    state = store.history.object_states("awk")["u-awk"]
+    assert state.name == "we\\ird,{name}" and state.object == normalize(changed, DiffPolicy())
+    timeline = store.history.timeline(source="awk", kind="Pod", namespace="ml", name="we\\ird,{name}")
+    assert timeline[0].snapshot == normalize(obj, DiffPolicy())
+    assert timeline[1].patch == [
+        {"op": "replace", "path": "/spec/containers/0/image", "value": awkward + " 2"}
+    ]
