@@ -84,14 +84,71 @@ def _dropped(node: Any, parts: tuple[str, ...]) -> Any:
     return node
 
 
+_DropTree = dict[str, "_DropTree | None"]
+"""drop paths merged by their common prefixes: a key's subtree, or None where the pointer ends (drop it)"""
+
+
+@functools.lru_cache(maxsize=64)
+def _drop_tree(pointers: tuple[str, ...]) -> _DropTree | None:
+    """``pointers`` as one tree walked once per object, or None when one of them names a list index: removing an
+    element shifts the ones after it, so such pointers are applied one after the other, as written."""
+    tree: _DropTree = {}
+    for pointer in pointers:
+        parts = _split(pointer)
+        if any(p.isdigit() for p in parts):
+            return None
+        node = tree
+        for i, part in enumerate(parts):
+            if i == len(parts) - 1:
+                node[part] = None  # everything below goes with it
+                break
+            child = node.get(part, {})
+            if child is None:
+                break  # an earlier pointer drops this whole subtree already
+            node[part] = child
+            node = child
+    return tree
+
+
+def _dropped_tree(node: Any, tree: _DropTree) -> Any:
+    """``node`` without what ``tree`` points at, in one walk; copy-on-write as :func:`_dropped`, and the same
+    result as applying its pointers one after the other (none names a list index, so nothing shifts)."""
+    if isinstance(node, dict):
+        out: Any = None
+        for head, sub in tree.items():
+            cur = node if out is None else out
+            keys = list(cur) if head == "*" else ([head] if head in cur else [])
+            for key in keys:
+                if sub is None:
+                    out = dict(node) if out is None else out
+                    del out[key]
+                    continue
+                new = _dropped_tree(cur[key], sub)
+                if new is not cur[key]:
+                    out = dict(node) if out is None else out
+                    out[key] = new
+        return node if out is None else out
+    if isinstance(node, list) and "*" in tree:
+        sub = tree["*"]
+        if sub is None:
+            return [] if node else node
+        edited = [_dropped_tree(v, sub) for v in node]
+        return edited if any(a is not b for a, b in zip(edited, node, strict=True)) else node
+    return node
+
+
 def normalize(obj: JsonDict, policy: DiffPolicy, redactor: Redactor | None = None) -> JsonDict:
     """The object as it is stored and compared: noise paths removed, then secrets redacted (``policy.redact_kinds``
     reduced to key names and keyed hashes, every other kind through :meth:`Redactor.kube_object`; a default,
     unkeyed redactor when none is given). Never mutates ``obj``; the result shares every part that was not changed
     with ``obj`` (so ``obj`` must not be mutated afterwards)."""
     out: JsonDict = obj
-    for pointer in policy.drop_paths:
-        out = _dropped(out, _split(pointer))
+    tree = _drop_tree(tuple(policy.drop_paths))
+    if tree is not None:
+        out = _dropped_tree(out, tree)
+    else:
+        for pointer in policy.drop_paths:
+            out = _dropped(out, _split(pointer))
     r = redactor if redactor is not None else Redactor()
     return r.secret(out) if out.get("kind") in policy.redact_kinds else r.kube_object(out)
 
@@ -144,6 +201,9 @@ def _diff(a: Any, b: Any, path: str, ops: list[JsonDict]) -> None:
 
 
 def _copy(value: Any) -> Any:
+    # a patch's value is its own (never shared with the states it was diffed from); a scalar needs no copy
+    if value is None or type(value) in _SCALARS:
+        return value
     return jsontext.copy(value)
 
 

@@ -57,6 +57,45 @@ def test_noise_paths_are_configurable() -> None:
     assert patch == [{"op": "replace", "path": "/status/conditions/0/lastHeartbeatTime", "value": "t2"}]
 
 
+_keys = st.sampled_from(["a", "b", "c", "*"])
+_near_objects = st.recursive(
+    st.none() | st.integers() | st.text(max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), children, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), _near_objects, max_size=3),
+    st.lists(st.lists(_keys, min_size=1, max_size=4).map(lambda p: "/" + "/".join(p)), max_size=5),
+)
+def test_drop_paths_walked_once_drop_what_each_path_in_turn_drops(
+    obj: dict[str, Any], pointers: list[str]
+) -> None:
+    """normalize merges the drop paths into one tree walked once; the result is that of the paths applied one
+    after the other (and the input is left as it was)."""
+    from capstan.record._diff import _drop_tree, _dropped, _dropped_tree, _split
+
+    frozen = repr(obj)
+    expected: Any = obj
+    for pointer in pointers:
+        expected = _dropped(expected, _split(pointer))
+    tree = _drop_tree(tuple(pointers))
+    assert tree is not None
+    assert _dropped_tree(obj, tree) == expected
+    assert repr(obj) == frozen
+
+
+def test_a_drop_path_naming_a_list_index_is_applied_as_written() -> None:
+    """Removing an element shifts the next ones, so pointers with an index run in turn: /l/0 twice drops two."""
+    policy = DiffPolicy(drop_paths=["/l/0", "/l/0"], redact_kinds=[])
+    assert normalize({"kind": "X", "l": ["a", "b", "c"]}, policy)["l"] == ["c"]
+
+
 def test_normalize_never_mutates_its_input() -> None:
     node = _node("t1", "1")
     normalize(node, DiffPolicy())
