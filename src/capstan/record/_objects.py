@@ -8,6 +8,7 @@ so a crash between building and writing simply rebuilds the same batch (writes a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -144,8 +145,7 @@ class ObjectHistory:
         if not uid:
             raise ValueError("object without metadata.uid")
         norm = obj if normalized else normalize(obj, self.policy, self.redactor)
-        kept = self._states.get(uid)
-        prev = None if kept is None else self._full(kept)
+        prev = self._states.get(uid)  # its object is kept serialised in self._objects
         patch: list[JsonDict] | None
         snapshot: JsonDict | None
         rv = str(meta.get("resourceVersion", "") or (prev.resource_version if prev else ""))
@@ -153,12 +153,11 @@ class ObjectHistory:
             # First sight (or a deletion of an object never seen alive): the full object is the snapshot.
             seq, patch, snapshot = 1, None, norm
         else:
-            patch = make_patch(prev.object, norm)
+            patch = make_patch(jsontext.decode(self._objects[uid]), norm)
             if not patch and etype == "modified":
-                self._keep(uid, ObjectState(
-                    prev.source, uid, prev.kind, prev.api_version, prev.namespace, prev.name, rv,
-                    prev.version_seq, prev.object,
-                ))  # fmt: skip
+                # noise only (a heartbeat, a new resourceVersion): the kept object stays as it is encoded
+                if rv != prev.resource_version:
+                    self._states[uid] = dataclasses.replace(prev, resource_version=rv)
                 return
             seq = prev.version_seq + 1
             snapshot = norm if seq % self.policy.snapshot_every == 0 else None

@@ -33,6 +33,19 @@ def test_heartbeat_only_updates_write_no_change_but_move_the_cursor() -> None:
     assert change.patch == [{"op": "replace", "path": "/status/conditions/0/status", "value": "False"}]
 
 
+def test_a_noise_only_update_moves_the_kept_version_and_keeps_the_object() -> None:
+    """A heartbeat writes nothing, but the state kept for the next diff (and for a relist) is at its version."""
+    history = ObjectHistory("c")
+    history.observe("ADDED", node(1, "t1"), observed_at=1.0)
+    history.observe("MODIFIED", node(2, "t2"), observed_at=2.0)
+    state = history.state("n1")
+    assert state is not None and state.resource_version == "2" and state.version_seq == 1
+    assert state.object["status"]["conditions"][0] == {"type": "Ready", "status": "True"}
+    # a relist that finds it unchanged writes nothing either
+    relisted = history.relist("v1", "Node", [node(2, "t9")], resource_version="5", observed_at=3.0)
+    assert relisted.object_changes == [] and [c.resource_version for c in relisted.kind_cursors] == ["5"]
+
+
 def test_kind_keys_name_group_version_and_kind() -> None:
     assert kind_key("v1", "Pod") == "/v1/Pod"
     assert kind_key("apps/v1", "Deployment") == "apps/v1/Deployment"
