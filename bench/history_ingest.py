@@ -208,7 +208,11 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=2_000)
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument(
-        "--diff-workers", type=int, default=2, help="diff worker processes of the second end-to-end run"
+        "--diff-workers",
+        type=int,
+        default=1,
+        help="diff worker processes of the second end-to-end run (on 2 cores one beat two: the main process, "
+        "the worker and the database share them)",
     )
     parser.add_argument(
         "--burst",
