@@ -49,6 +49,15 @@ def encode(value: Any) -> tuple[str, bytes]:
     return raw.decode(), bytes(memoryview(raw))
 
 
+def encode_transient(value: Any) -> bytes:
+    """The bytes :func:`encode` gives, without the text, and not trimmed to their length: for bytes handed on at
+    once (a message to a diff worker), not kept."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return _STDLIB + json.dumps(value, separators=(",", ":")).encode()
+
+
 def loads(text: bytes) -> Any:
     """The value of JSON ``text`` exactly as ``json.loads`` reads it, read by orjson where that is the same."""
     if _LONG_DIGITS not in text.translate(_DIGITS_AS_ZERO):

@@ -180,7 +180,7 @@ class DiffPool:
         self._raise_if_failed()
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         w = shard_of(uid, self._workers)
-        self._outgoing[w].append((event_type, jsontext.encode(obj)[1], observed_at, via))
+        self._outgoing[w].append((event_type, jsontext.encode_transient(obj), observed_at, via))
         self._fifo.append((w, target))
         self._changes_in_flight += 1
         if len(self._outgoing[w]) >= SEND_EVERY:

@@ -30,6 +30,7 @@ def test_encode_then_decode_gives_the_value_back_exactly(value: object) -> None:
     assert json.loads(text) == expected  # any JSON reader gets the value from the text
     got = jsontext.decode(raw)
     assert got == expected and jsontext.copy(value) == expected
+    assert jsontext.decode(jsontext.encode_transient(value)) == expected
     if isinstance(value, dict) and "big" in value:
         assert got["big"] == 2**70 and isinstance(got["big"], int)  # not a float, as orjson would read it
 
