@@ -31,6 +31,7 @@ import orjson
 
 from capstan.kube import KubeClient, resources
 from capstan.record import KubeCollector, KubernetesConfig
+from capstan.runtime import shorten_gil_switch_interval
 from capstan.store import INGEST_CACHE_KIB, Batch, open_store
 
 EVENTS_PER_CHUNK = 16  # watch lines per network read (a real stream arrives in reads of many lines)
@@ -221,6 +222,7 @@ def main() -> None:
     parser.add_argument("workers", type=int, help="diff worker processes (0: diff in the recorder's process)")
     parser.add_argument("--namespace", help="record as the shard of this namespace")
     args = parser.parse_args()
+    shorten_gil_switch_interval()  # as `capstan record` does at its start
     figures = asyncio.run(
         _record(args.url, args.changes, args.objects, args.max_batch, args.workers, args.namespace)
     )

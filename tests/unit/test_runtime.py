@@ -7,7 +7,7 @@ import platform
 
 import pytest
 
-from capstan.runtime import fix_mmap_threshold, limit_malloc_arenas
+from capstan.runtime import fix_mmap_threshold, limit_malloc_arenas, shorten_gil_switch_interval
 
 pytestmark = pytest.mark.unit
 
@@ -24,3 +24,14 @@ def test_malloc_arenas_can_be_capped_on_glibc() -> None:
 )
 def test_the_mmap_threshold_can_be_fixed_on_glibc() -> None:
     assert fix_mmap_threshold(128 * 1024) is True
+
+
+def test_the_gil_switch_interval_can_be_shortened() -> None:
+    import sys
+
+    before = sys.getswitchinterval()
+    try:
+        shorten_gil_switch_interval(0.0005)
+        assert abs(sys.getswitchinterval() - 0.0005) < 1e-9
+    finally:
+        sys.setswitchinterval(before)

@@ -107,6 +107,9 @@ def record(
             asyncio.run(_open_cluster_client(kube_connect))
         _record_once(Recorder(cfg, kube_connect=kube_connect))
         return
+    from capstan.runtime import shorten_gil_switch_interval
+
+    shorten_gil_switch_interval()  # the writer thread gets the GIL back soon after each database answer
     sock = None
     if probe_port is not None:
         from capstan.httpserver import bind_listener
