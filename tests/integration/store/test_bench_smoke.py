@@ -23,6 +23,13 @@ def test_history_ingest_bench_smoke(tmp_path: Path) -> None:
     for b in data["backends"].values():
         assert b["end_to_end_stored"] == b["end_to_end_workers_stored"] == data["burst"]
         assert b["burst_memory_mb"] > 0 and b["burst_workers_memory_mb"] > 0
+        assert len(b["end_to_end_runs"]) == len(b["end_to_end_workers_runs"]) == 1  # smoke: one burst each
+        assert (
+            b["end_to_end_min_changes_per_s"]
+            <= b["end_to_end_changes_per_s"]
+            <= b["end_to_end_max_changes_per_s"]
+        )
+    assert "median of 1 burst(s)" in proc.stdout
     assert (tmp_path / "history_ingest.png").stat().st_size > 0
 
 
