@@ -195,7 +195,14 @@ class _RelayResponse(Response):
             queued = not progress.first and signals is not None and signals.healthy
             if queued and idle < p.read_timeout_s:
                 continue
-            progress.stalled = True
+            if progress.first:
+                progress.stalled = f"sent nothing for {p.stall_timeout_s:g} s mid-stream"
+            elif queued:
+                progress.stalled = f"sent no first token within the read timeout ({p.read_timeout_s:g} s)"
+            else:
+                progress.stalled = (
+                    f"sent no first token for {p.stall_timeout_s:g} s and stopped answering its health checks"
+                )
             reading.cancel()
             return
 
@@ -226,9 +233,20 @@ class _RelayResponse(Response):
                                 progress.chunk(router.clock())
                         except UpstreamError as exc:
                             failed = exc
+                            if exc.timeout and exc.silence is None:  # the socket's read timeout, a backstop
+                                exc.silence = (
+                                    f"sent nothing for {router.cfg.proxy.read_timeout_s:g} s mid-stream"
+                                    if progress.first
+                                    else "sent no first token within the read timeout "
+                                    f"({router.cfg.proxy.read_timeout_s:g} s)"
+                                )
                         tg.cancel_scope.cancel()  # the answer is complete (or broke): the watchdog goes
                 if progress.stalled:
-                    failed = UpstreamError(TimeoutError("no chunk within the stall timeout"), timeout=True)
+                    failed = UpstreamError(
+                        TimeoutError("no chunk within the stall timeout"),
+                        timeout=True,
+                        silence=progress.stalled,
+                    )
                 if failed is not None:
                     raise failed
             except UpstreamError as exc:
@@ -258,7 +276,7 @@ class _StreamProgress:
         self.sending = (
             False  # a chunk is being written to the client: waiting on it is not the upstream's stall
         )
-        self.stalled = False
+        self.stalled: str | None = None  # why the watchdog gave up, once it did
 
     def chunk(self, now: float) -> None:
         """A chunk was relayed to the client at ``now``."""
@@ -546,13 +564,10 @@ class Router:
         if exc.timeout:
             self.metrics.errors.labels(endpoint.name, "stall").inc()
             self.monitor.mark_failed(endpoint.name)
-            log.warning(
-                "upstream %s sent nothing for %g s mid-stream: marked unhealthy",
-                endpoint.name,
-                self.cfg.proxy.stall_timeout_s,
-            )
+            silence = exc.silence or f"sent nothing for {self.cfg.proxy.stall_timeout_s:g} s mid-stream"
+            log.warning("upstream %s %s: marked unhealthy", endpoint.name, silence)
             event = error_body(
-                f"upstream endpoint {endpoint.name} sent nothing for {self.cfg.proxy.stall_timeout_s:g} s",
+                f"upstream endpoint {endpoint.name} {silence}",
                 kind="server_error",
                 code="upstream_timeout",
             )

@@ -28,10 +28,13 @@ class UpstreamError(Exception):
     """The upstream could not be reached, timed out (``timeout``: nothing arrived within the read timeout), or
     broke the response."""
 
-    def __init__(self, cause: BaseException, *, timeout: bool = False) -> None:
+    def __init__(self, cause: BaseException, *, timeout: bool = False, silence: str | None = None) -> None:
         super().__init__(f"{type(cause).__name__}: {cause}")
         self.cause = type(cause).__name__  # what a client may be told (the message names hosts and ports)
         self.timeout = timeout
+        # what the relay's watchdog gave up on, said to the client ("sent nothing for 1.5 s", "sent no first
+        # token within 600 s"); None: the stall timeout mid-stream
+        self.silence = silence
 
 
 def _aiohttp_error(exc: BaseException) -> UpstreamError:

@@ -177,6 +177,8 @@ def test_a_stream_queued_before_its_first_token_is_not_a_stall() -> None:
     assert healthy_after
     last = json.loads([line for line in too_long.text.splitlines() if line][-1][len("data: ") :])
     assert last["error"]["code"] == "upstream_timeout"
+    # it says what it waited for: a first token, for the read timeout (not "nothing for" the stall timeout)
+    assert "sent no first token within the read timeout (1.8 s)" in last["error"]["message"], last
     assert sample(metrics, "capstan_route_errors_total", endpoint="a", kind="stall") == 1
 
 
