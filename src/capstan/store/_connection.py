@@ -7,6 +7,7 @@ PostgreSQL through psycopg 3. Anything else is one :class:`~capstan.errors.UserE
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Final
 
@@ -107,14 +108,36 @@ def safe_url(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
+def _set_wal(cur: Any) -> None:
+    """Switch the database to WAL (a no-op once it is). NOTE: a database still in rollback-journal mode whose
+    write lock another connection holds (a second recorder creating the store at the same moment) answers "database
+    is locked" at once, without the busy handler; the switch is retried with a growing pause, within the busy
+    timeout, instead of failing the start (seen: two shard recorders started together on a fresh SQLite file)."""
+    import sqlite3
+
+    delay_s, waited_s = 0.01, 0.0
+    while True:  # bounded: gives up once the busy timeout is spent
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if waited_s >= SQLITE_BUSY_TIMEOUT_MS / 1000:
+                raise
+        time.sleep(delay_s)
+        waited_s += delay_s
+        delay_s = min(delay_s * 2, 0.5)
+
+
 def _sqlite_pragmas(sql_engine: Engine, *, immediate: bool, cache_kib: int | None = None) -> None:
     @event.listens_for(sql_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        _set_wal(cur)
+        cur.execute("PRAGMA synchronous=NORMAL")
         if cache_kib:
             cur.execute(f"PRAGMA cache_size=-{int(cache_kib)}")
         cur.close()

@@ -165,3 +165,32 @@ def test_a_change_and_a_state_cross_a_process_boundary_whole() -> None:
         assert [getattr(back, f.name) for f in dataclasses.fields(back)] == [
             getattr(record, f.name) for f in dataclasses.fields(record)
         ]
+
+
+def test_a_store_opened_while_another_connection_holds_the_write_lock_waits_for_it(tmp_path: Path) -> None:
+    """A fresh SQLite file in rollback-journal mode whose write lock another connection holds answers the switch
+    to WAL with "database is locked" at once (no busy handler): two recorders started together on one new file
+    failed so. The opener waits for the lock instead."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "contended.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE unrelated (a)")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO unrelated VALUES (1)")
+    released = threading.Event()
+
+    def release() -> None:
+        released.wait(timeout=30)
+        other.execute("COMMIT")
+
+    threading.Thread(target=release, daemon=True).start()
+    threading.Timer(0.3, released.set).start()
+    store = open_store(str(path))
+    try:
+        assert released.is_set()  # it opened only after the lock was let go
+        assert store.database.count("object_changes") == 0
+    finally:
+        store.close()
+        other.close()
