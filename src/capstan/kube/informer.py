@@ -56,13 +56,13 @@ def object_key(obj: Mapping[str, Any]) -> str:
 
 def _uid(obj: Mapping[str, Any]) -> str:
     if type(obj) is _Identity:  # what the informer keeps: read without building its metadata dict
-        return str(obj.uid or "")
+        return str(obj._uid or "")
     return str((obj.get("metadata") or {}).get("uid") or "")
 
 
 def _rv(obj: Mapping[str, Any]) -> str:
     if type(obj) is _Identity:
-        return str(obj.resource_version or "")
+        return str(obj._rv or "")
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
@@ -107,14 +107,6 @@ class _Identity(Mapping[str, Any]):
         self._name = meta.get("name")
         self._uid = meta.get("uid")
         self._rv = meta.get("resourceVersion")
-
-    @property
-    def uid(self) -> Any:
-        return self._uid
-
-    @property
-    def resource_version(self) -> Any:
-        return self._rv
 
     def __getitem__(self, key: str) -> Any:
         if key == "apiVersion":
