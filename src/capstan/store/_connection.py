@@ -7,6 +7,7 @@ PostgreSQL through psycopg 3. Anything else is one :class:`~capstan.errors.UserE
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 from typing import Any, Final
@@ -26,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
+from capstan.backoff import backoff_delay
 from capstan.errors import UserError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -111,23 +113,23 @@ def safe_url(url: URL) -> str:
 def _set_wal(cur: Any) -> None:
     """Switch the database to WAL (a no-op once it is). NOTE: a database still in rollback-journal mode whose
     write lock another connection holds (a second recorder creating the store at the same moment) answers "database
-    is locked" at once, without the busy handler; the switch is retried with a growing pause, within the busy
-    timeout, instead of failing the start (seen: two shard recorders started together on a fresh SQLite file)."""
+    is locked" at once, without the busy handler; the switch is retried with backoff, within the busy timeout,
+    instead of failing the start (seen: two shard recorders started together on a fresh SQLite file)."""
     import sqlite3
 
-    delay_s, waited_s = 0.01, 0.0
-    while True:  # bounded: gives up once the busy timeout is spent
+    waited_s = 0.0
+    for attempt in itertools.count(1):  # bounded: gives up once the busy timeout is spent
         try:
             cur.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
+            if (
+                "locked" not in str(exc) and "busy" not in str(exc)
+            ) or waited_s >= SQLITE_BUSY_TIMEOUT_MS / 1000:
                 raise
-            if waited_s >= SQLITE_BUSY_TIMEOUT_MS / 1000:
-                raise
+        delay_s = backoff_delay(attempt, base=0.01, cap=0.5)
         time.sleep(delay_s)
         waited_s += delay_s
-        delay_s = min(delay_s * 2, 0.5)
 
 
 def _sqlite_pragmas(sql_engine: Engine, *, immediate: bool, cache_kib: int | None = None) -> None:
