@@ -312,6 +312,8 @@ def main() -> None:
                 raise SystemExit(f"unknown backend {backend!r}")
             nothing = {
                 "changes_per_s": math.nan,
+                "min_changes_per_s": math.nan,
+                "max_changes_per_s": math.nan,
                 "stored": 0.0,
                 "memory_mb": math.nan,
                 "helpers_pss_mb": math.nan,
@@ -357,14 +359,10 @@ def main() -> None:
                 "end_to_end_runs": runs[0],
                 "end_to_end_workers_runs": runs[args.diff_workers],
                 "end_to_end_changes_per_s": e2e[0]["changes_per_s"],
-                "end_to_end_min_changes_per_s": e2e[0].get("min_changes_per_s", math.nan),
-                "end_to_end_max_changes_per_s": e2e[0].get("max_changes_per_s", math.nan),
-                "end_to_end_workers_min_changes_per_s": e2e[args.diff_workers].get(
-                    "min_changes_per_s", math.nan
-                ),
-                "end_to_end_workers_max_changes_per_s": e2e[args.diff_workers].get(
-                    "max_changes_per_s", math.nan
-                ),
+                "end_to_end_min_changes_per_s": e2e[0]["min_changes_per_s"],
+                "end_to_end_max_changes_per_s": e2e[0]["max_changes_per_s"],
+                "end_to_end_workers_min_changes_per_s": e2e[args.diff_workers]["min_changes_per_s"],
+                "end_to_end_workers_max_changes_per_s": e2e[args.diff_workers]["max_changes_per_s"],
                 "end_to_end_stored": int(e2e[0]["stored"]),
                 "burst_memory_mb": e2e[0]["memory_mb"],
                 "end_to_end_workers_changes_per_s": e2e[args.diff_workers]["changes_per_s"],
