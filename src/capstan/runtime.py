@@ -19,7 +19,7 @@ arrives, needs the GIL back from the main thread, which is busy decoding and dif
 the GIL up only when CPython's switch interval (5 ms) asks it to. A PostgreSQL batch is about ten round trips, so
 the writer lost up to 50 ms a batch waiting for its own thread's turn, and the whole path was the writer's: in
 process on PostgreSQL, 8,334 changes/s at 5 ms against 10,052 at 0.5 ms (means of three interleaved runs each,
-every pair won by 0.5 ms; bench/_history_e2e.py, 100,000 changes). SQLite, whose writer waits less, moved within
+every pair won by 0.5 ms; a throwaway script running bench/_history_e2e.py, 100,000 changes, at each interval). SQLite, whose writer waits less, moved within
 the noise.
 """
 

@@ -32,8 +32,8 @@ class UpstreamError(Exception):
         super().__init__(f"{type(cause).__name__}: {cause}")
         self.cause = type(cause).__name__  # what a client may be told (the message names hosts and ports)
         self.timeout = timeout
-        # what the relay's watchdog gave up on, said to the client ("sent nothing for 1.5 s", "sent no first
-        # token within 600 s"); None: the stall timeout mid-stream
+        # a timed-out stream: which silence ended it, said to the client and logged ("sent nothing for 15 s
+        # mid-stream", "sent no first token within the read timeout (300 s)"); set by the relay
         self.silence = silence
 
 
