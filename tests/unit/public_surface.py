@@ -26,6 +26,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "Launch",
         "NodeState",
         "NodeType",
+        "NoForecast",
         "NodeView",
         "Nomination",
         "OraclePolicy",

@@ -18,6 +18,7 @@ from capstan.capacity.controller import Activity, Cluster, Controller, apply_pla
 from capstan.capacity.forecast import (
     Forecast,
     Forecaster,
+    NoForecast,
     SlidingForecast,
     forecast_lookback,
     gpu_horizon,
@@ -75,6 +76,7 @@ __all__ = [
     "KarpenterConfig",
     "KarpenterPolicy",
     "Launch",
+    "NoForecast",
     "NodeState",
     "NodeType",
     "NodeView",

@@ -133,13 +133,18 @@ class PlanCache:
         the pinned ones found none (and, under ``pinned_headroom_node_ratio``, often no node either). Pinned
         first, fewer pods waited longer than a minute on openb gpuspec20 at every boot delay from 3 to 15
         minutes (docs/benchmarks.md)."""
-        if self._phantoms is None or self._phantoms[0].pods != fc.pods or self._phantoms[1] != cfg:
+        if (
+            self._phantoms is None
+            or self._phantoms[0].pods != fc.pods
+            or self._phantoms[0].known != fc.known
+            or self._phantoms[1] != cfg
+        ):
             # NOTE: a forecast pod no node type can run (``fits``: the types it fits, by shape) is never held
             # as headroom: nothing could serve it, and split into one phantom per GPU, a pod asking for a
             # million GPUs made a million phantoms in every decision. What is left is at most a node's GPUs
             # per pod, whatever the trace asks for.
             wanted = fc.pods if fits is None else tuple(p for p in fc.pods if fits(p))
-            pods = sorted(_headroom_pods(wanted, cfg), key=_queue_key)[: cfg.max_phantoms]
+            pods = sorted(_headroom_pods(wanted, cfg, fc.known), key=_queue_key)[: cfg.max_phantoms]
             pods.sort(key=_constraint_key)  # stable: queue order among equally constrained phantoms
             self._phantoms = (fc, cfg, pods)
         return self._phantoms[2]
@@ -162,22 +167,27 @@ class PlanCache:
         return self
 
 
-def _headroom_pods(pods: tuple[Pod, ...], cfg: PlannerConfig) -> list[Pod]:
-    """The phantoms headroom is held for: the forecast's pods, with each pod of more than
-    ``headroom_split_gpus`` whole GPUs held as that many one-GPU pods (its CPU and memory split alike).
+def _headroom_pods(
+    pods: tuple[Pod, ...], cfg: PlannerConfig, known: frozenset[str] = frozenset()
+) -> list[Pod]:
+    """The phantoms headroom is held for: the forecast's pods, with each guessed pod of more than
+    ``headroom_split_gpus`` whole GPUs held as that many one-GPU pods (its CPU and memory split alike); pods a
+    queue announced (``known``) are held whole.
 
     NOTE: pending time is counted per pod and pods of 5-8 GPUs are few, so keeping a whole 8-GPU machine
     free for one costs much and protects little; as single GPUs the same capacity sits in the free devices
     of busy nodes and on smaller nodes, where the many small arrivals use it. A big pod that then finds no
     room waits for a node like any pod beyond the forecast. On openb this cut cost by a tenth at the same p99
-    (docs/benchmarks.md); 1, 2 and 4 were tried as the threshold, 4 did best.
+    (docs/benchmarks.md); 1, 2 and 4 were tried as the threshold, 4 did best. An announced pod is coming, so
+    its node is no gamble: split, an announced 8-GPU pod found its eight GPUs scattered and waited a whole boot
+    (openb default told an hour ahead: 115 pods waited over a minute split, 59 whole; docs/benchmarks.md).
     """
     split = cfg.headroom_split_gpus
     if split <= 0:
         return list(pods)
     out: list[Pod] = []
     for p in pods:
-        if p.num_gpu <= split or p.is_fractional:
+        if p.num_gpu <= split or p.is_fractional or p.name in known:
             out.append(p)
             continue
         n = p.num_gpu

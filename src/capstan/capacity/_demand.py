@@ -85,4 +85,8 @@ class QueuedDemand:
             pods = tuple(p for p in pods if p.arrival <= edge)
         announced = tuple(replace(p, name=p.name + ANNOUNCED_SUFFIX) for p in pods)
         soonest = min(changes, default=math.inf)
-        return Forecast(own.pods + announced, soonest if soonest < math.inf else None)
+        return Forecast(
+            own.pods + announced,
+            soonest if soonest < math.inf else None,
+            own.known | {p.name for p in announced},
+        )

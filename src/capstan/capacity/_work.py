@@ -432,10 +432,11 @@ def _place_unit(
     opened: list[_Bin] = []
     kinds = ("ready", "inflight", "new")
     for pod in unit:
-        # a node kept or launched for nothing but a phantom pinned to GPU models is at most this large, unless
-        # it costs no more than a type that is not (max_price -inf: no type is)
+        # a node kept or launched for nothing but a guessed phantom pinned to GPU models is at most this large,
+        # unless it costs no more than a type that is not (max_price -inf: no type is); announced pods are not
+        # guesses
         max_gpus = max_price = math.inf
-        if phantom and pod.gpu_models:
+        if phantom and pod.gpu_models and pod.name not in w.fc.known:
             max_gpus = w.cfg.pinned_headroom_node_ratio * math.ceil(pod.gpu_total_milli / GPU_MILLI)
             max_price = w.cheapest(pod, max_gpus)
             if max_price == math.inf:

@@ -55,6 +55,11 @@ class Forecast:
 
     pods: tuple[Pod, ...]
     changes_at: float | None
+    known: frozenset[str] = frozenset()
+    """The names of those ``pods`` that a queue announced (:class:`~capstan.capacity.QueuedDemand`): they are
+    coming, not guessed, so headroom holds each one whole (a guessed pod of many GPUs is held as one-GPU
+    phantoms, ``PlannerConfig.headroom_split_gpus``) and may launch a node of any size for one pinned to GPU
+    models (``PlannerConfig.pinned_headroom_node_ratio`` bounds guesses only)."""
 
 
 def forecast(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
@@ -294,6 +299,15 @@ class Forecaster(Protocol):
     def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
         """The pods headroom is held for at ``snap.now``; ``horizon``: the window headroom covers (seconds)."""
         ...
+
+
+class NoForecast:
+    """A :class:`Forecaster` that holds no headroom of its own: for ``QueuedDemand(queue, NoForecast())`` when every
+    pod that needs a GPU comes through a queue (a cluster whose GPU work Kueue admits), so the queue's
+    announcements are the whole forecast and guessing beside them only adds idle nodes."""
+
+    def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+        return Forecast((), None)
 
 
 class SlidingForecast:

@@ -19,9 +19,9 @@ import pytest
 from capstan.capacity import (
     Controller,
     Delay,
-    Forecast,
     Forecaster,
     NodeType,
+    NoForecast,
     PlannerConfig,
     QueuedDemand,
     Taint,
@@ -118,13 +118,6 @@ def suspended_job(name: str, namespace: str) -> dict[str, Any]:
             },
         },
     }
-
-
-class NoForecast:
-    """The planner's own forecast left out: the only headroom is what a queue announces."""
-
-    def forecast(self, snap: object, cfg: object, horizon: float) -> Forecast:
-        return Forecast((), None)
 
 
 async def labelled_nodes(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from capstan.capacity import (
     Delay,
     Forecast,
     NodeType,
+    NoForecast,
     PlannerConfig,
     Pod,
     QueuedDemand,
@@ -85,3 +86,50 @@ def test_told_a_boot_ahead_a_pod_finds_its_node_ready() -> None:
 
     assert waited(Controller()) >= 300.0
     assert waited(Controller(forecaster=QueuedDemand(TraceLead(work.pods, 300.0)))) < 5.0
+
+
+def test_an_announced_pod_is_held_whole() -> None:
+    """A pod of 8 GPUs announced 300 s ahead, and nothing else forecast: held whole, the controller launches the
+    8-GPU node it needs and the pod is bound as it arrives. Split like a guessed pod into eight one-GPU phantoms, the
+    headroom went to the cheaper one-GPU nodes, where the pod does not fit, and it waited a whole boot."""
+    boot, ready = Delay("fixed", 240.0), Delay("fixed", 60.0)
+    g1 = NodeType("g1", 8000, 32768, 1, "L4", 0.5, boot_delay=boot, gpu_ready_delay=ready)  # 0.5 per GPU-hour
+    g8 = NodeType(
+        "g8", 64000, 262144, 8, "L4", 8.0, boot_delay=boot, gpu_ready_delay=ready
+    )  # 1.0 per GPU-hour
+    cpu = NodeType("c1", 4000, 16384, price_per_hour=0.1, boot_delay=Delay("fixed", 60.0))
+    big = Pod("train-0", 1000.0, 8000, 8192, num_gpu=8, gpu_milli=1000, duration=600.0)
+    work = Workload("one big pod", (Pod("web", 0.0, 500, 512, duration=10.0), big))
+    result = Sim(
+        work, (g1, g8, cpu), Controller(forecaster=QueuedDemand(TraceLead(work.pods, 300.0), NoForecast()))
+    ).run()
+    assert result.check() == []
+    sp = next(p for p in result.pods if p.pod.name == "train-0")
+    assert sp.bound_at is not None and sp.bound_at - big.arrival < 5.0
+    assert [n.nt.name for n in result.nodes if n.nt.gpu] == ["g8"]  # no one-GPU node launched for its parts
+
+
+def test_an_announced_pod_pinned_to_a_gpu_model_gets_a_node_of_any_size() -> None:
+    """A one-GPU pod pinned to A100s, which come only in 8-GPU nodes: a guessed phantom like it may not launch a
+    node more than twice its size (``pinned_headroom_node_ratio``), an announced one is coming and does."""
+    a100 = NodeType("a8", 64000, 262144, 8, "A100", 16.0, boot_delay=Delay("fixed", 240.0),
+                    gpu_ready_delay=Delay("fixed", 60.0))  # fmt: skip
+    cpu = NodeType("c1", 4000, 16384, price_per_hour=0.1, boot_delay=Delay("fixed", 60.0))
+    pinned = Pod("job-0", 1000.0, 1000, 1024, num_gpu=1, gpu_milli=1000, gpu_models=frozenset({"A100"}),
+                 duration=600.0)  # fmt: skip
+    work = Workload("one pinned pod", (Pod("web", 0.0, 500, 512, duration=10.0), pinned))
+    result = Sim(
+        work, (a100, cpu), Controller(forecaster=QueuedDemand(TraceLead(work.pods, 300.0), NoForecast()))
+    ).run()
+    assert result.check() == []
+    sp = next(p for p in result.pods if p.pod.name == "job-0")
+    assert sp.bound_at is not None and sp.bound_at - pinned.arrival < 5.0
+
+
+def test_no_forecast_holds_nothing_and_announced_names_are_known() -> None:
+    assert NoForecast().forecast(snapshot(0.0), PlannerConfig(), 390.0) == Forecast((), None)
+    own = Pod("own", 0.0, 1000, 1024, num_gpu=1, gpu_milli=1000)
+    fc = QueuedDemand(TraceLead(PODS, 300.0), Fixed(Forecast((own,), None))).forecast(
+        snapshot(0.0), PlannerConfig(), 390.0
+    )
+    assert fc.known == {"p0" + ANNOUNCED_SUFFIX, "p1" + ANNOUNCED_SUFFIX}  # the own forecast's pod is a guess
