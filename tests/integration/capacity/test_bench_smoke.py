@@ -20,7 +20,19 @@ def test_capacity_policies_bench_smoke(tmp_path: Path) -> None:
     for row in data["rows"]:
         grown = row["case"].startswith("openb default x")  # the grown trace replays three policies
         three = {"capstan", "cluster-autoscaler", "oracle"}
-        assert set(row["policies"]) == (three if grown else three | {"ca-buffer", "karpenter", "static"})
+        # every goal trace is also replayed told each pod an hour ahead (not the growth checks)
+        signal = {"capstan + 1 h signal"} if not row["case"].endswith((" x2", " x3")) else set()
+        assert (
+            set(row["policies"])
+            == (three if grown else three | {"ca-buffer", "karpenter", "static"}) | signal
+        )
+        assert (row["cost_with_signal"] is None) == (not signal)
+        # each verdict is what the row's ratio says against the goal's limit
+        limits = {"idle_vs_oracle": 1.5, "p99_vs_ca": 0.2, "cost_vs_oracle": 1.10, "cost_with_signal": 1.05}
+        verdicts = data["verdicts"][row["case"]]
+        for field, bound in limits.items():
+            if row[field] is not None:
+                assert verdicts[f"capacity.{field}"] == ("met" if row[field] <= bound else "missed")
         assert all(p["problems"] == 0 for p in row["policies"].values())
         assert all(p["cpu_seconds"] > 0 for p in row["policies"].values())
         # the bounds printed beside the goals: boots only add to the oracle's cost; the floor is a wait
@@ -37,6 +49,24 @@ def test_capacity_policies_bench_smoke(tmp_path: Path) -> None:
     for label, rows in data["buffer_frontier"].items():
         assert [r["buffer_gpus"] for r in rows] == [1, 4]
         assert (tmp_path / "capacity" / f"buffer_frontier_{label.replace(' ', '_')}.png").stat().st_size > 0
+
+
+def test_capacity_policies_bench_takes_a_trace_and_names_a_missing_one(tmp_path: Path) -> None:
+    trace = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces" / "alibaba-openb-2023"
+    pods = tmp_path / "pods.csv"
+    pods.write_text("".join((trace / "openb_pod_list_gpuspec20.csv").read_text().splitlines(True)[:150]))
+    run_smoke("capacity_policies.py", tmp_path, "--trace", str(pods))
+    data = json.loads((tmp_path / "capacity_policies.json").read_text())
+    passed = [r for r in data["rows"] if r["case"].endswith("(--trace)")]
+    assert len(passed) == 1 and passed[0]["cost_with_signal"] is not None
+    assert set(data["verdicts"][passed[0]["case"]]) == {
+        "capacity.idle_vs_oracle",
+        "capacity.p99_vs_ca",
+        "capacity.cost_vs_oracle",
+        "capacity.cost_with_signal",
+    }
+    bad = run_bench("capacity_policies.py", "--smoke", "--trace", str(tmp_path / "nope.csv"), timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "nope.csv" in bad.stderr
 
 
 def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
