@@ -12,6 +12,7 @@ PUBLIC_SURFACE: dict[str, tuple[str, ...]] = {
         "ANNOUNCED_SUFFIX",
         "Activity",
         "AgenticSpec",
+        "AllAnnounced",
         "Announcements",
         "CAConfig",
         "Cluster",

@@ -11,7 +11,7 @@ a :class:`Cluster`, so the controller runs there as it runs live), and
 """
 
 from capstan.capacity._cluster_autoscaler import CAConfig, ClusterAutoscalerPolicy, buffer_size_and_template
-from capstan.capacity._demand import ANNOUNCED_SUFFIX, Announcements, QueuedDemand, TraceLead
+from capstan.capacity._demand import ANNOUNCED_SUFFIX, AllAnnounced, Announcements, QueuedDemand, TraceLead
 from capstan.capacity._karpenter import KarpenterConfig, KarpenterPolicy
 from capstan.capacity._oracle import OraclePolicy
 from capstan.capacity.controller import Activity, Cluster, Controller, apply_plan
@@ -64,6 +64,7 @@ __all__ = [
     "STAGES",
     "Activity",
     "AgenticSpec",
+    "AllAnnounced",
     "Announcements",
     "CAConfig",
     "Cluster",

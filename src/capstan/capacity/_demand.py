@@ -33,6 +33,24 @@ class Announcements(Protocol):
         ...
 
 
+class AllAnnounced:
+    """:class:`Announcements` from several sources at once (suspended Jobs and a gateway's rate, say): every
+    source's pods, in the order the sources were given, and the soonest of their next changes."""
+
+    def __init__(self, *sources: Announcements) -> None:
+        self.sources = sources
+
+    def announced(self, now: float) -> tuple[tuple[Pod, ...], float | None]:
+        pods: list[Pod] = []
+        changes: list[float] = []
+        for source in self.sources:
+            got, at = source.announced(now)
+            pods.extend(got)
+            if at is not None:
+                changes.append(at)
+        return tuple(pods), min(changes, default=None)
+
+
 class TraceLead:
     """A trace's pods, each announced ``lead`` seconds before it arrives (a Job created suspended and admitted
     ``lead`` later, with its pods created then)."""

@@ -32,6 +32,7 @@ from capstan.errors import UserError
 
 if TYPE_CHECKING:
     from capstan.capacity import Delay, NodeType, PlannerConfig, Summary, Workload
+    from capstan.capacity.live import GatewayDemand
 
 # NOTE: capstan.capacity (its pydantic models, the planner) is imported inside the functions, so
 # `capstan capacity … --help` and usage errors answer without loading it.
@@ -521,6 +522,21 @@ def run(
         help="Read Jobs created suspended (in --namespace) as demand announced ahead: nodes for their pods are "
         "launched before the Jobs run.",
     ),
+    gateway_metrics: str | None = typer.Option(
+        None,
+        "--gateway-metrics",
+        help="An inference gateway's metrics URL (capstan route's /metrics): its request rate, at --replica-rps "
+        "per replica, is the replicas of --gateway-deployment it will need; nodes for those beyond the "
+        "Deployment's replicas are launched before the autoscaler adds them.",
+    ),
+    gateway_deployment: str | None = typer.Option(
+        None,
+        "--gateway-deployment",
+        help="namespace/name of the Deployment whose replicas serve the gateway.",
+    ),
+    replica_rps: float | None = typer.Option(
+        None, "--replica-rps", help="Requests per second one replica of --gateway-deployment absorbs."
+    ),
     placeholder_namespace: str | None = typer.Option(
         None,
         "--placeholder-namespace",
@@ -559,7 +575,15 @@ def run(
 
     from prometheus_client import start_http_server
 
-    from capstan.capacity import Controller, Delay, PlannerConfig, QueuedDemand, load_node_type_file
+    from capstan.capacity import (
+        AllAnnounced,
+        Announcements,
+        Controller,
+        Delay,
+        PlannerConfig,
+        QueuedDemand,
+        load_node_type_file,
+    )
     from capstan.capacity.live import (
         ControllerMetrics,
         EventRecorder,
@@ -603,10 +627,12 @@ def run(
             "--read-suspended-jobs holds headroom for the Jobs' pods: it cannot go with --no-headroom"
         )
     queue = SuspendedJobs() if suspended_jobs else None
+    gateway = _gateway_demand(gateway_metrics, gateway_deployment, replica_rps, no_headroom)
+    sources: list[Announcements] = [s for s in (queue, gateway[1] if gateway else None) if s is not None]
     controller = Controller(
         live_config(PlannerConfig(headroom=not no_headroom, min_idle_s=min_idle_s)),
         review_interval=review,
-        forecaster=QueuedDemand(queue) if queue is not None else None,
+        forecaster=QueuedDemand(AllAnnounced(*sources)) if sources else None,
     )
 
     async def main() -> None:
@@ -673,6 +699,7 @@ def run(
                     events=EventRecorder(client, host=socket.gethostname()),
                     placeholder_namespace=placeholder_namespace,
                     queue=queue,
+                    gateway=gateway,
                 )
         finally:
             await cluster.close()
@@ -686,7 +713,8 @@ def run(
             f"(p50 {percentile(decided, 50, empty=0.0) * 1000:.0f} ms, "
             f"p99 {percentile(decided, 99, empty=0.0) * 1000:.0f} ms); {len(done.launches)} launches, "
             f"{len(done.promises)} pods placed, {len(done.drains)} drains, {len(done.refused)} refused, "
-            f"{len(stats.failures)} failed calls (retried)",
+            f"{len(stats.failures)} failed calls (retried)"
+            + (f", {stats.gateway_errors} failed gateway scrapes (retried)" if gateway else ""),
             markup=False,
             soft_wrap=True,
         )
@@ -701,3 +729,35 @@ def run(
         asyncio.run(main())
     except ApiError as exc:  # the cluster unreachable, or refusing what the start-up reads (a 403, a 5xx)
         raise UserError(f"cluster {path or 'in-cluster'}: {exc}") from None
+
+
+def _gateway_demand(
+    url: str | None, deployment: str | None, replica_rps: float | None, no_headroom: bool
+) -> tuple[str, GatewayDemand] | None:
+    """``--gateway-metrics``, ``--gateway-deployment`` and ``--replica-rps`` checked together (all or none), as
+    the URL and the :class:`GatewayDemand` the loop scrapes into; a bad one is one line, exit 2."""
+    from urllib.parse import urlsplit
+
+    from capstan.capacity.live import GatewayDemand as Demand
+
+    given = {"--gateway-metrics": url, "--gateway-deployment": deployment, "--replica-rps": replica_rps}
+    if all(v is None for v in given.values()):
+        return None
+    missing = [k for k, v in given.items() if v is None]
+    if missing:
+        raise UserError(
+            f"{', '.join(missing)}: needed with {', '.join(k for k in given if k not in missing)}"
+        )
+    assert url is not None and deployment is not None and replica_rps is not None
+    if no_headroom:
+        raise UserError(
+            "--gateway-metrics holds headroom for the replicas the rate asks for: it cannot go with --no-headroom"
+        )
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"--gateway-metrics {url!r}: expected an http:// or https:// URL")
+    try:
+        return url, Demand(deployment, replica_rps)
+    except ValueError as exc:
+        flag = "--gateway-deployment" if "deployment" in str(exc) else "--replica-rps"
+        raise UserError(f"{flag}: {exc}") from None

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from capstan.capacity import (
@@ -977,3 +978,115 @@ async def test_with_the_chart_s_identity_headroom_is_held_by_placeholders_in_the
     assert not [f for f in stats.failures if " 403 " in f], stats.failures
     assert run.metric("capstan_capacity_launches_total", type=nt.name, purpose="headroom") >= 1
     assert run.metric("capstan_capacity_launches_total", type=nt.name, purpose="pods") == 0
+
+
+async def test_a_gateway_s_request_rate_gets_nodes_before_the_replicas_exist(
+    kube: KubeClient, namespace: str, cleanup_nodes: None
+) -> None:
+    """A real gateway (``capstan route``'s app on loopback, over one upstream) forwards a burst of requests; the
+    controller scrapes its ``capstan_route_requests_total`` and, at 1 request/s a replica, announces the replicas
+    of a Deployment that has none: a node is launched for them while no pod exists. Then the gateway goes away:
+    the scrapes fail, are retried and counted, and the loop runs on without a failed action."""
+    from capstan.capacity.live import GatewayDemand
+    from capstan.config import load_model
+    from capstan.route import RouteConfig, Router, upstream_for
+    from tests.integration.route._servers import ServerThread, Upstream
+
+    template = gated_pod("unused", namespace)
+    await kube.create(
+        resources.DEPLOYMENTS,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "llm", "namespace": namespace},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "llm"}},
+                "template": {"metadata": {"labels": {"app": "llm"}}, "spec": template["spec"]},
+            },
+        },
+    )
+    nt = node_type(namespace)
+    upstream = Upstream("a")
+    with ServerThread(upstream.app) as engine:
+        route = load_model(
+            RouteConfig,
+            {
+                "endpoints": [{"name": "a", "url": engine.url, "models": ["m"]}],
+                "proxy": {"poll_interval_s": 0.05},
+            },
+            "test",
+        )
+        router = Router(route, upstream=upstream_for(route.proxy))
+        gateway = ServerThread(router.app).__enter__()
+        demand = GatewayDemand(f"{namespace}/llm", 1.0, window_s=3.0, refresh_s=0.3)
+        controller = Controller(
+            live_config(PlannerConfig(min_idle_s=60.0, headroom_wait_s=0.0)),
+            react=0.2,
+            review_interval=0.5,
+            forecaster=QueuedDemand(demand, NoForecast()),
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_controller(kube, KwokProvider(kube), controller, (nt,), stop=stop, namespace=namespace,
+                           tick_s=0.2, gateway=(f"{gateway.url}/metrics", demand))
+        )  # fmt: skip
+        try:
+            async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as http:
+
+                async def send_burst() -> None:
+                    for _ in range(6):
+                        r = await http.post(
+                            "/v1/chat/completions",
+                            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                        )
+                        assert r.status_code == 200, r.text
+                        await asyncio.sleep(0.05)
+
+                async def launched() -> bool:
+                    if not await labelled_nodes(kube, namespace):
+                        await send_burst()  # keep the rate up until the controller has read it
+                        return False
+                    return True
+
+                await until("a node launched for the gateway's replicas", launched, tries=100)
+            pods, _ = await kube.list(resources.PODS, namespace=namespace, label_selector="app=llm")
+            assert pods == []  # launched ahead: the Deployment has no pod
+            nodes = await labelled_nodes(kube, namespace)
+            assert nodes[0]["metadata"]["labels"][PURPOSE_LABEL] == "headroom"
+            gateway.__exit__()  # the gateway goes away: scrapes fail and are retried
+
+            async def scrape_failed() -> bool:
+                return demand.last_error is not None
+
+            await until("a failed scrape", scrape_failed)
+        finally:
+            stop.set()
+            stats = await asyncio.wait_for(task, 30)
+            gateway.__exit__()
+            await kube.delete(resources.DEPLOYMENTS, "llm", namespace)
+    assert stats.gateway_errors >= 1 and not stats.failures and stats.passes > 0
+
+
+def test_capacity_run_names_what_is_wrong_with_the_gateway_settings(
+    namespace: str, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """The three gateway flags go together, and each bad one is one line, exit 2, before the cluster is read."""
+    types = write_node_types(tmp_path / "types.yaml", namespace)
+    common = ("--node-types", str(types), "--kubeconfig", str(kubeconfig), "--duration", "1s")
+    good = ("--gateway-metrics", "http://127.0.0.1:9/metrics", "--gateway-deployment", "serve/llm",
+            "--replica-rps", "2")  # fmt: skip
+    cases = {
+        (
+            "--gateway-metrics",
+            "http://127.0.0.1:9/metrics",
+        ): "--gateway-deployment, --replica-rps: needed with",
+        (*good[:4], "--replica-rps", "0"): "--replica-rps",
+        ("--gateway-metrics", "ftp://x/metrics", *good[2:]): "expected an http:// or https:// URL",
+        (*good[:2], "--gateway-deployment", "llm", *good[4:]): "--gateway-deployment: deployment 'llm'",
+        (*good, "--no-headroom"): "cannot go with --no-headroom",
+    }
+    for args, words in cases.items():
+        r = capstan_run(*common, *args)
+        assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, (args, r.stderr)
+        assert words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)

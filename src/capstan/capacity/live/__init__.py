@@ -4,7 +4,7 @@ replays, over the Node and Pod informers, acting through a :class:`Provider`.
 Entry points: :func:`run_controller` (the loop; until its ``stop`` event), :class:`LiveCluster` (the informers'
 view as a :class:`capstan.capacity.Cluster`), :class:`KwokProvider` (nodes for the sandbox), :class:`KarpenterProvider` (NodeClaims: Capstan decides, Karpenter launches), :func:`live_config`
 (the planner's settings for a live cluster), :class:`ControllerMetrics` and :class:`EventRecorder` (what it
-tells people), :class:`SuspendedJobs` (suspended Jobs as demand announced ahead, for ``QueuedDemand``), :func:`replay_pods` (a workload's pods created and deleted on a cluster, time-compressed, and how
+tells people), :class:`SuspendedJobs` (suspended Jobs as demand announced ahead, for ``QueuedDemand``), :class:`GatewayDemand` and :func:`follow_gateway` (an inference gateway's request rate as the replicas it will need, announced ahead the same way), :func:`replay_pods` (a workload's pods created and deleted on a cluster, time-compressed, and how
 long each waited) and :func:`replay_under_controller` (the same, placed by the controller), and the names pods and nodes carry (:data:`GATE`,
 :data:`PROMISED_ANNOTATION`, :data:`PURPOSE_LABEL`, the taints). docs/capacity.md, "Live", says how pods are
 handed to Capstan and what each decision does in Kubernetes.
@@ -19,6 +19,14 @@ from capstan.capacity.live._cluster import (
     LiveCluster,
     Provider,
     other_autoscalers,
+)
+from capstan.capacity.live._gateway import (
+    MAX_GATEWAY_REPLICAS,
+    REQUESTS_METRIC,
+    GatewayDemand,
+    GatewayError,
+    follow_gateway,
+    requests_total,
 )
 from capstan.capacity.live._karpenter import NODECLAIMS, KarpenterProvider
 from capstan.capacity.live._kwok import KwokProvider
@@ -50,16 +58,20 @@ __all__ = [
     "DRAINING_TAINT",
     "FORGET_AFTER_S",
     "GATE",
+    "MAX_GATEWAY_REPLICAS",
     "MAX_PODS_PER_JOB",
     "NODECLAIMS",
     "NODE_PREFIX",
     "POOL_LABEL",
     "PROMISED_ANNOTATION",
     "PURPOSE_LABEL",
+    "REQUESTS_METRIC",
     "ActionLog",
     "ControlledReplay",
     "ControllerMetrics",
     "EventRecorder",
+    "GatewayDemand",
+    "GatewayError",
     "KarpenterProvider",
     "KwokProvider",
     "LiveCluster",
@@ -68,6 +80,7 @@ __all__ = [
     "RunStats",
     "SuspendedJobs",
     "ensure_namespace",
+    "follow_gateway",
     "follow_scale_down",
     "job_pods",
     "live_config",
@@ -76,6 +89,7 @@ __all__ = [
     "pod_manifest",
     "replay_pods",
     "replay_under_controller",
+    "requests_total",
     "run_controller",
 ]
 

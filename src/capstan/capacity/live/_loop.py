@@ -22,6 +22,7 @@ from capstan.aio import wait_any
 from capstan.backoff import Backoff
 from capstan.capacity.controller import Controller
 from capstan.capacity.live._cluster import ActionLog, EventSink, LiveCluster, Provider
+from capstan.capacity.live._gateway import GatewayDemand, follow_gateway
 from capstan.capacity.live._queue import SuspendedJobs
 from capstan.capacity.live._report import ControllerMetrics, record_pass
 from capstan.capacity.model import NodeType
@@ -46,6 +47,8 @@ class RunStats:
     """This run held the leader Lease (always True without leader election)."""
     lost_leadership: bool = False
     """It stopped because another candidate took the Lease or it could not renew it."""
+    gateway_errors: int = 0
+    """Scrapes of the gateway's metrics that gave no request count (each retried with backoff)."""
 
 
 async def run_controller(
@@ -65,17 +68,21 @@ async def run_controller(
     events: EventSink | None = None,
     placeholder_namespace: str | None = None,
     queue: SuspendedJobs | None = None,
+    gateway: tuple[str, GatewayDemand] | None = None,
 ) -> RunStats:
     """Run until ``stop`` is set; ``namespace`` limits the pods Capstan places (nodes are cluster-wide). With
     ``queue`` (the announcements the controller's :class:`~capstan.capacity.QueuedDemand` reads) a Job informer
-    in ``namespace`` feeds it the suspended Jobs. With
+    in ``namespace`` feeds it the suspended Jobs. With ``gateway`` (a gateway's metrics URL and the
+    :class:`GatewayDemand` the controller's forecast reads) the gateway's request counter is scraped into it and
+    a Deployment informer in its namespace feeds it the Deployment (a failing scrape is retried with backoff and
+    counted in :attr:`RunStats.gateway_errors`; it never stops the loop). With
     ``election`` the loop acts only while it holds the Lease: it waits as a candidate, and stops (with
     :attr:`RunStats.lost_leadership`) the moment leadership is lost; a clean stop releases the Lease."""
     await provider.check()
 
     def acting_until(until: asyncio.Event) -> Awaitable[RunStats]:
         return _run(client, provider, controller, node_types, until, namespace, dry_run, tick_s, clock, on_pass,
-                    metrics, events, placeholder_namespace, queue)  # fmt: skip
+                    metrics, events, placeholder_namespace, queue, gateway)  # fmt: skip
 
     if election is None:
         return await acting_until(stop)
@@ -101,6 +108,7 @@ async def _run(
     events: EventSink | None,
     placeholder_namespace: str | None,
     queue: SuspendedJobs | None,
+    gateway: tuple[str, GatewayDemand] | None,
 ) -> RunStats:
     nodes_inf = Informer(client, resources.NODES)
     pods_inf = Informer(client, resources.PODS)
@@ -108,6 +116,9 @@ async def _run(
     if queue is not None:
         informers["jobs"] = Informer(client, resources.JOBS, namespace=namespace)
         queue.follow(informers["jobs"].state)
+    if gateway is not None:
+        informers["deployments"] = Informer(client, resources.DEPLOYMENTS, namespace=gateway[1].namespace)
+        gateway[1].follow(informers["deployments"].state)
     changed = asyncio.Event()
     synced = {name: asyncio.Event() for name in informers}
 
@@ -118,6 +129,16 @@ async def _run(
             changed.set()
 
     tasks = [asyncio.create_task(follow(name, inf)) for name, inf in informers.items()]
+    scraping = asyncio.Event()  # set when the loop ends, so the scraper ends with it
+    if gateway is not None:
+        url, demand = gateway
+
+        def scrape_failed(why: str) -> None:
+            stats.gateway_errors += 1
+
+        tasks.append(
+            asyncio.create_task(follow_gateway(url, demand, scraping, clock=clock, on_error=scrape_failed))
+        )
     cluster = LiveCluster(
         node_types,
         nodes_inf.state,
@@ -202,6 +223,7 @@ async def _run(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wait_any(changed, stop), timeout=wait)
     finally:
+        scraping.set()
         for inf in informers.values():
             inf.stop()
         for t in tasks:

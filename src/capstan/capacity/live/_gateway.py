@@ -1,0 +1,200 @@
+"""An inference gateway's request rate as demand announced ahead: the replicas the rate asks for beyond those a
+Deployment already has, given to the planner through :class:`~capstan.capacity.QueuedDemand` so nodes for them
+are launched while the HorizontalPodAutoscaler is still deciding to add them.
+
+The gateway (``capstan route``) counts the requests it forwards (``capstan_route_requests_total``). The controller
+scrapes that counter (:func:`follow_gateway`), :class:`GatewayDemand` turns the counter's rise over the last
+window into requests per second, the rate into replicas at ``replica_rps`` each, and the replicas beyond the
+Deployment's ``spec.replicas`` into pods shaped like its pod template. A rate that stops coming (the gateway
+unreachable) soon announces nothing: a stale rate must not hold nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from capstan.backoff import Backoff
+from capstan.capacity.live._objects import pod_from_object
+from capstan.capacity.model import Pod
+
+log = logging.getLogger("capstan.capacity.gateway")
+
+REQUESTS_METRIC = "capstan_route_requests_total"
+"""The gateway's counter of forwarded requests (per endpoint; :func:`requests_total` adds the endpoints up)."""
+MAX_GATEWAY_REPLICAS = 64
+"""At most this many replicas are announced from the rate: a rate is a hint, not a promise."""
+MAX_METRICS_BYTES = 8 << 20
+"""A metrics page longer than this is refused rather than read whole."""
+
+
+class GatewayError(Exception):
+    """A scrape that gave no request count: the gateway's answer, or its absence, in one line."""
+
+
+def requests_total(text: str) -> float:
+    """The sum over endpoints of :data:`REQUESTS_METRIC` in a Prometheus text page; :class:`GatewayError` if the
+    page does not parse or has no such counter."""
+    total, found = 0.0, False
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == REQUESTS_METRIC:
+                    total += float(sample.value)
+                    found = True
+    except ValueError as exc:
+        raise GatewayError(f"not a Prometheus metrics page ({exc})") from None
+    if not found:
+        raise GatewayError(f"no {REQUESTS_METRIC} in the metrics page (is it a capstan route gateway?)")
+    return total
+
+
+class GatewayDemand:
+    """:class:`~capstan.capacity.Announcements` from a gateway's request rate for the replicas of one Deployment.
+
+    ``deployment``: ``namespace/name`` of the Deployment whose replicas serve the gateway's traffic;
+    ``replica_rps``: requests per second one replica absorbs (the HorizontalPodAutoscaler's target, or the rate
+    at which a replica's time to first token stays within its objective). :meth:`observe` takes each scrape of
+    the counter; the rate is its rise over the last ``window_s`` (a counter that falls was restarted: its new
+    value is the rise); no scrape within ``stale_after_s`` means no rate. The answer is read again every
+    ``refresh_s``."""
+
+    def __init__(
+        self,
+        deployment: str,
+        replica_rps: float,
+        *,
+        window_s: float = 60.0,
+        refresh_s: float = 5.0,
+        stale_after_s: float | None = None,
+    ) -> None:
+        namespace, _, name = deployment.partition("/")
+        if not namespace or not name or "/" in name:
+            raise ValueError(f"deployment {deployment!r}: expected namespace/name")
+        if not replica_rps > 0 or not math.isfinite(replica_rps):
+            raise ValueError(f"replica_rps {replica_rps}: it must be more than 0")
+        if not window_s > 0 or not refresh_s > 0:
+            raise ValueError(f"window_s {window_s}, refresh_s {refresh_s}: both must be more than 0")
+        self.namespace, self.name = namespace, name
+        self.replica_rps = replica_rps
+        self.window_s = window_s
+        self.refresh_s = refresh_s
+        self.stale_after_s = stale_after_s if stale_after_s is not None else max(3 * refresh_s, window_s)
+        self._samples: deque[tuple[float, float]] = deque()  # (when, counter), oldest first, over one window
+        self._deployments: Mapping[str, Mapping[str, Any]] = {}
+        self.last_error: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def follow(self, deployments: Mapping[str, Mapping[str, Any]]) -> None:
+        """Read the Deployment from ``deployments`` (an informer's state by ``namespace/name``, kept up to date)."""
+        self._deployments = deployments
+
+    def observe(self, total: float, at: float) -> None:
+        """One scrape: the counter's value ``total`` at ``at`` (seconds; scrapes come in time order)."""
+        if self._samples and at <= self._samples[-1][0]:
+            return
+        self._samples.append((at, total))
+        # keep one sample at or before the window's start, so the rate spans the whole window once it has run
+        while len(self._samples) > 2 and self._samples[1][0] <= at - self.window_s:
+            self._samples.popleft()
+        self.last_error = None
+
+    def failed(self, why: str) -> None:
+        """A scrape gave nothing (kept for the controller to report)."""
+        self.last_error = why
+
+    def rate(self, now: float) -> float | None:
+        """Requests per second over the last window, or None: fewer than two scrapes, or none recent."""
+        if len(self._samples) < 2 or now - self._samples[-1][0] > self.stale_after_s:
+            return None
+        rise = 0.0
+        prev = self._samples[0][1]
+        for _, value in list(self._samples)[1:]:
+            rise += value - prev if value >= prev else value  # a fall: the gateway restarted from 0
+            prev = value
+        span = self._samples[-1][0] - self._samples[0][0]
+        return rise / span if span > 0 else None
+
+    def wanted(self, now: float) -> int | None:
+        """Replicas the rate asks for (None without a rate)."""
+        rate = self.rate(now)
+        return None if rate is None else math.ceil(rate / self.replica_rps - 1e-9)
+
+    def announced(self, now: float) -> tuple[tuple[Pod, ...], float | None]:
+        deployment = self._deployments.get(self.key)
+        wanted = self.wanted(now)
+        if deployment is None or wanted is None:
+            return (), now + self.refresh_s
+        spec = deployment.get("spec") or {}
+        try:
+            have = int(spec.get("replicas", 1))
+        except (TypeError, ValueError):
+            have = 1
+        count = max(0, min(wanted - have, MAX_GATEWAY_REPLICAS))
+        template = spec.get("template") or {}
+        tmeta = template.get("metadata") or {}
+        pods = []
+        for i in range(count):
+            obj = {
+                "metadata": {
+                    "name": f"{self.name}-gateway-{i}",
+                    "namespace": self.namespace,
+                    "labels": tmeta.get("labels") or {},
+                    "annotations": tmeta.get("annotations") or {},
+                },
+                "spec": template.get("spec") or {},
+            }
+            pods.append(replace(pod_from_object(obj), arrival=now, service=self.key))
+        return tuple(pods), now + self.refresh_s
+
+
+async def follow_gateway(
+    url: str,
+    demand: GatewayDemand,
+    stop: asyncio.Event,
+    *,
+    clock: Callable[[], float],
+    timeout_s: float = 5.0,
+    on_error: Callable[[str], None] | None = None,
+) -> None:
+    """Scrape ``url`` (the gateway's /metrics) into ``demand`` every ``demand.refresh_s`` until ``stop`` is set. A
+    scrape that fails is logged once per failure, reported to ``on_error``, and retried with backoff; it never
+    ends the loop (a gateway down leaves the controller running, with no rate)."""
+    backoff = Backoff(base=demand.refresh_s, cap=max(60.0, demand.refresh_s))
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        while not stop.is_set():
+            try:
+                async with session.get(url, headers={"Accept": "text/plain"}) as resp:
+                    if resp.status != 200:
+                        raise GatewayError(f"the gateway answered HTTP {resp.status}")
+                    body = await resp.content.read(MAX_METRICS_BYTES + 1)
+                if len(body) > MAX_METRICS_BYTES:
+                    raise GatewayError(f"the metrics page is longer than {MAX_METRICS_BYTES} bytes")
+                demand.observe(requests_total(body.decode("utf-8", "replace")), clock())
+                backoff.reset()
+                wait = demand.refresh_s
+            except (GatewayError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+                why = str(exc) or type(exc).__name__
+                demand.failed(why)
+                wait = backoff.next()
+                log.warning(
+                    "gateway scrape failed; retrying",
+                    extra={"url": url, "error": why, "retry_in": round(wait, 2)},
+                )
+                if on_error is not None:
+                    on_error(why)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=wait)
