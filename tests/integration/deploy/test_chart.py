@@ -210,6 +210,9 @@ def test_the_recorder_configuration_follows_its_values() -> None:
         (["--set", "capacity.enabled=true"], "/capacity/nodeTypes"),
         (["--set", "capacity.provider=gke"], "/capacity/provider"),
         (["--set-json", 'gateway.extraVolumeMounts=[{"name": "tok"}]'], "/gateway/extraVolumeMounts/0"),
+        (["--set", "capacity.gatewayDemand.metricsUrl=http://gw/metrics"], "/capacity/gatewayDemand/deployment"),
+        (["--set", "capacity.gatewayDemand.metricsUrl=gw:8080"], "/capacity/gatewayDemand/metricsUrl"),
+        (["--set", "capacity.gatewayDemand.replicaRps=lots"], "/capacity/gatewayDemand/replicaRps"),
     ],
 )  # fmt: skip
 def test_values_that_cannot_work_are_refused_naming_the_value(args: list[str], named: str) -> None:
@@ -398,3 +401,38 @@ async def test_the_demo_s_step_installs_the_defaults_and_shows_what_they_made(
         for name, kind in ((namespace, resources.NAMESPACES), (f"{release}-demo-store", resources.PVS)):
             with contextlib.suppress(ApiError):
                 await kube.delete(kind, name)
+
+
+def test_the_capacity_controller_reads_the_demand_signals_it_is_given() -> None:
+    """``capacity.readSuspendedJobs`` and ``capacity.gatewayDemand`` reach the controller's command line (a decimal
+    given with --set, a string to Helm, is passed as written), and its ClusterRole may watch the Deployment."""
+    base = [
+        "--set",
+        "capacity.enabled=true",
+        "--set-json",
+        'capacity.nodeTypes=[{"name": "gpu-l4", "gpu": 2}]',
+    ]
+    signals = ["--set", "capacity.readSuspendedJobs=true",
+               "--set", "capacity.gatewayDemand.metricsUrl=http://capstan-gateway.llm:8080/metrics",
+               "--set", "capacity.gatewayDemand.deployment=llm/vllm", "--set", "capacity.gatewayDemand.replicaRps=2.5"]  # fmt: skip
+
+    def capacity_args(*args: str) -> list[str]:
+        docs = documents(render(*args))
+        (deploy,) = [
+            d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("capacity")
+        ]
+        (container,) = deploy["spec"]["template"]["spec"]["containers"]
+        return [str(a) for a in container["args"]]
+
+    given = capacity_args(*base, *signals)
+    assert {"--read-suspended-jobs", "--gateway-metrics=http://capstan-gateway.llm:8080/metrics",
+            "--gateway-deployment=llm/vllm", "--replica-rps=2.5"} <= set(given)  # fmt: skip
+    plain = capacity_args(*base)
+    assert not [a for a in plain if a.startswith(("--read-suspended-jobs", "--gateway-", "--replica-rps"))]
+    roles = [
+        d
+        for d in documents(render(*base))
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("capacity-read")
+    ]
+    (rule,) = [r for r in roles[0]["rules"] if r.get("resources") == ["deployments"]]
+    assert set(rule["verbs"]) == {"list", "watch"}
