@@ -1027,9 +1027,10 @@ async def test_a_gateway_s_request_rate_gets_nodes_before_the_replicas_exist(
             forecaster=QueuedDemand(demand, NoForecast()),
         )
         stop = asyncio.Event()
+        metrics = ControllerMetrics()
         task = asyncio.create_task(
             run_controller(kube, KwokProvider(kube), controller, (nt,), stop=stop, namespace=namespace,
-                           tick_s=0.2, gateway=(f"{gateway.url}/metrics", demand))
+                           tick_s=0.2, gateway=(f"{gateway.url}/metrics", demand), metrics=metrics)
         )  # fmt: skip
         try:
             async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as http:
@@ -1054,6 +1055,8 @@ async def test_a_gateway_s_request_rate_gets_nodes_before_the_replicas_exist(
             assert pods == []  # launched ahead: the Deployment has no pod
             nodes = await labelled_nodes(kube, namespace)
             assert nodes[0]["metadata"]["labels"][PURPOSE_LABEL] == "headroom"
+            read = metrics.registry.get_sample_value
+            assert (read("capstan_capacity_gateway_requests_per_second") or 0.0) > 0.0
             gateway.__exit__()  # the gateway goes away: scrapes fail and are retried
 
             async def scrape_failed() -> bool:
@@ -1066,6 +1069,10 @@ async def test_a_gateway_s_request_rate_gets_nodes_before_the_replicas_exist(
             gateway.__exit__()
             await kube.delete(resources.DEPLOYMENTS, "llm", namespace)
     assert stats.gateway_errors >= 1 and not stats.failures and stats.passes > 0
+    assert (
+        metrics.registry.get_sample_value("capstan_capacity_gateway_scrape_errors_total")
+        == stats.gateway_errors
+    )
 
 
 def test_capacity_run_names_what_is_wrong_with_the_gateway_settings(

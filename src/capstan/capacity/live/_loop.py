@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -135,6 +136,8 @@ async def _run(
 
         def scrape_failed(why: str) -> None:
             stats.gateway_errors += 1
+            if metrics is not None:
+                metrics.gateway_scrape_errors.inc()
 
         tasks.append(
             asyncio.create_task(follow_gateway(url, demand, scraping, clock=clock, on_error=scrape_failed))
@@ -204,6 +207,11 @@ async def _run(
                 record_pass(
                     metrics, controller.plans, seen_plans, cluster.log, counted, len(failed), pending, True
                 )
+                if gateway is not None:
+                    now = clock()
+                    rate = gateway[1].rate(now)
+                    metrics.gateway_rate.set(math.nan if rate is None else rate)
+                    metrics.gateway_replicas.set(len(gateway[1].announced(now)[0]))
             if on_pass is not None:
                 on_pass(cluster, stats)
             wait = tick_s

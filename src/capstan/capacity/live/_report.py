@@ -19,7 +19,8 @@ _DECISION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 
 class ControllerMetrics:
     """``capstan_capacity_*``: decisions by scope and their latency, launches, placements, drains, headroom held,
-    refused actions and failed API calls."""
+    refused actions and failed API calls; with a gateway's demand signal, the rate read, the replicas announced
+    and the failed scrapes."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -65,6 +66,21 @@ class ControllerMetrics:
         )
         self.leader = Gauge(
             "capstan_capacity_leader", "1 while this instance holds the leader Lease", registry=r
+        )
+        self.gateway_rate = Gauge(
+            "capstan_capacity_gateway_requests_per_second",
+            "The gateway's request rate the demand signal read (NaN: none, too few or no recent scrapes)",
+            registry=r,
+        )
+        self.gateway_replicas = Gauge(
+            "capstan_capacity_gateway_announced_replicas",
+            "Replicas the gateway's rate asks for beyond the Deployment's, announced as demand",
+            registry=r,
+        )
+        self.gateway_scrape_errors = Counter(
+            "capstan_capacity_gateway_scrape_errors_total",
+            "Scrapes of the gateway's metrics that gave no request count (each retried with backoff)",
+            registry=r,
         )
 
 
