@@ -88,6 +88,7 @@ from capstan.capacity import (
     Summary,
     Taint,
     Workload,
+    empty_start_floor,
     load_trace,
     run_policies,
     summarize,
@@ -429,6 +430,29 @@ def goals(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def bounds(
+    workload: Workload, trace_types: tuple[NodeType, ...], rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What the live goals ask of this slice, beside what no policy can do better than: the p99 wait of a cluster
+    that starts with no node (:func:`~capstan.capacity.empty_start_floor`; it binds every autoscaler on a cold
+    slice) and the oracle's idle GPU-hours (nodes up the instant it asks, no headroom) against 0.5× the better
+    autoscaler's (the real ones where they ran, else their emulations)."""
+    live = {r["policy"]: r for r in rows if r["where"] == "live"}
+    sim = {r["policy"]: r for r in rows if r["where"] == "simulator"}
+    peers = [live[w] for w in ("karpenter", "cluster-autoscaler") if w in live] or [
+        sim[w] for w in ("karpenter", "cluster-autoscaler") if w in sim
+    ]
+    best_idle = min((p["idle_gpu_hours"] for p in peers), default=0.0)
+    best_p99 = min((p["p99_pending_s"] for p in peers), default=0.0)
+    return {
+        "p99_floor_s": empty_start_floor(workload, trace_types),
+        "p99_goal_s": 0.2 * best_p99,
+        "oracle_idle_gpu_hours": sim["oracle"]["idle_gpu_hours"] if "oracle" in sim else None,
+        "idle_goal_gpu_hours": 0.5 * best_idle,
+        "against": "real" if any(w in live for w in ("karpenter", "cluster-autoscaler")) else "emulated",
+    }
+
+
 def print_tables(console: Console, rows: list[dict[str, Any]], title: str) -> None:
     table = Table(title=title)
     for col in ("policy", "where", "bound", "pending p50 s", "pending p99 s", "waited > 60 s", "GPU-h",
@@ -570,6 +594,12 @@ def main() -> None:
             f"{verdict['p99_ratio']:.2f}x (goal <= 0.2), idle GPU-h {verdict['idle_ratio']:.2f}x (goal <= 0.5), "
             f"cost {verdict['cost_ratio']:.2f}x (goal <= 1)"
         )
+    bound = bounds(workload, trace_types, rows)
+    console.print(
+        f"bounds on this slice (against the {bound['against']} autoscalers): p99 of any autoscaler starting with no "
+        f"node >= {bound['p99_floor_s']:.0f} s, the goal {bound['p99_goal_s']:.0f} s; the oracle idles "
+        f"{bound['oracle_idle_gpu_hours']:.1f} GPU-h, the goal {bound['idle_goal_gpu_hours']:.1f}"
+    )
     fixed = ", ".join(f"{k} {v:g} s = {v * speed:,.0f} trace s" for k, v in KARPENTER_FIXED_S.items())
     console.print(f"Karpenter's fixed waits at {speed:g}x: {fixed}")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -584,6 +614,7 @@ def main() -> None:
                 "rows": rows,
                 "fidelity": [{"autoscaler": g["autoscaler"], **g["gaps"]} for g in gaps],
                 "goals": verdict,
+                "bounds": bound,
             },
             indent=1,
         )

@@ -202,6 +202,13 @@ def test_capacity_live_bench_smoke(tmp_path: Path, kubeconfig: Path) -> None:
     for row in data["rows"]:
         assert sum(row["idle"].values()) == pytest.approx(row["idle_gpu_hours"])
     assert len(live["node_boot_s"]) == live["launches"] and min(live["node_boot_s"]) > 0
+    # the bounds beside the goals: no peer ran live, so against the emulations; the oracle's idle is its row's
+    bounds = data["bounds"]
+    assert bounds["against"] == "emulated" and bounds["p99_floor_s"] >= 0
+    oracle = next(r for r in data["rows"] if r["policy"] == "oracle")
+    assert bounds["oracle_idle_gpu_hours"] == oracle["idle_gpu_hours"]
+    emulated = [r for r in data["rows"] if r["policy"] in ("karpenter", "cluster-autoscaler")]
+    assert bounds["idle_goal_gpu_hours"] == pytest.approx(0.5 * min(r["idle_gpu_hours"] for r in emulated))
 
 
 def test_capacity_demand_signals_bench_smoke(tmp_path: Path) -> None:
