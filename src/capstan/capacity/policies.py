@@ -43,6 +43,7 @@ from capstan.capacity._karpenter import KarpenterPolicy
 from capstan.capacity._oracle import OraclePolicy
 from capstan.capacity._static import StaticPolicy
 from capstan.capacity.controller import Controller
+from capstan.capacity.forecast import Forecaster
 from capstan.capacity.planner import PlannerConfig
 from capstan.capacity.sim import Policy
 from capstan.errors import UserError
@@ -57,10 +58,12 @@ class PolicyOptions:
     buffer_gpus: int | None = None
     review_interval: float | None = None
     repack_interval: float | None = None
+    forecaster: Callable[[], Forecaster] | None = None
+    """Makes Capstan's forecast for one replay (a forecaster keeps state: one per run); None: its own."""
 
 
 def _controller(o: PolicyOptions) -> Policy:
-    c = Controller(o.planner)
+    c = Controller(o.planner, forecaster=o.forecaster() if o.forecaster is not None else None)
     if o.review_interval is not None:
         c.review_interval = o.review_interval
     if o.repack_interval is not None:
@@ -86,11 +89,15 @@ def make_policy(
     buffer_gpus: int | None = None,
     review_interval: float | None = None,
     repack_interval: float | None = None,
+    forecaster: Callable[[], Forecaster] | None = None,
 ) -> Policy:
     """The policy called ``name``; ``planner`` configures Capstan's planner (the oracle keeps its own),
-    ``buffer_gpus`` the size of ``ca-buffer``'s CapacityBuffer (None: the trace's peak burst), and the two
-    intervals Capstan's controller loop (None: its defaults)."""
+    ``buffer_gpus`` the size of ``ca-buffer``'s CapacityBuffer (None: the trace's peak burst), the two
+    intervals Capstan's controller loop (None: its defaults), and ``forecaster`` makes Capstan's forecast (None:
+    its own)."""
     factory = _POLICIES.get(name)
     if factory is None:
         raise UserError(f"--policy {name}: unknown policy; choose from {', '.join(POLICY_NAMES)}")
-    return factory(PolicyOptions(static_counts, planner, buffer_gpus, review_interval, repack_interval))
+    return factory(
+        PolicyOptions(static_counts, planner, buffer_gpus, review_interval, repack_interval, forecaster)
+    )

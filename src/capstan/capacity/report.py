@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from capstan.capacity.forecast import Forecaster
 from capstan.capacity.model import NodeType, PodShape, Workload
 from capstan.capacity.placement import why_incompatible
 from capstan.capacity.planner import PlannerConfig
@@ -162,9 +163,11 @@ def run_policies(
     buffer_gpus: int | None = None,
     review_interval: float | None = None,
     repack_interval: float | None = None,
+    forecaster: Callable[[], Forecaster] | None = None,
 ) -> dict[str, tuple[SimResult, Summary]]:
     """Replay ``workload`` against each of ``policies`` (static sized from the oracle's peak, which is replayed
-    for it if not asked for); ``planner`` and the two intervals configure Capstan (None: its defaults)."""
+    for it if not asked for); ``planner``, the two intervals and ``forecaster`` (a new forecast for each replay)
+    configure Capstan (None: its defaults)."""
     for name in policies:
         if name not in POLICY_NAMES:
             raise UserError(f"--policy {name}: unknown policy; choose from {', '.join(POLICY_NAMES)}")
@@ -180,7 +183,7 @@ def run_policies(
     out: dict[str, tuple[SimResult, Summary]] = {}
     for name in order:
         counts = peak_counts(out["oracle"][0]) if name == "static" else None
-        policy = make_policy(name, counts, planner, buffer_gpus, review_interval, repack_interval)
+        policy = make_policy(name, counts, planner, buffer_gpus, review_interval, repack_interval, forecaster)
         cb = (lambda f, _n=name: progress(_n, f)) if progress else None
         t0, c0 = time.perf_counter(), time.process_time()
         result = Sim(workload, node_types, policy, seed=seed, record=record, progress=cb).run()

@@ -208,8 +208,20 @@ def _run(
     planner: PlannerConfig,
     buffer_gpus: int | None,
     intervals: tuple[float | None, float | None],
+    announce: tuple[float, bool] | None = None,
 ) -> list[Summary]:
-    from capstan.capacity import run_policies
+    from capstan.capacity import NoForecast, QueuedDemand, TraceLead, gpu_horizon, run_policies
+
+    forecaster = None
+    if announce is not None:
+        lead, alone = announce
+
+        def forecaster() -> QueuedDemand:
+            return QueuedDemand(
+                TraceLead(workload.pods, lead),
+                NoForecast() if alone else None,
+                lookahead_s=gpu_horizon(types),
+            )
 
     show = len(workload.pods) >= 2000 and console.is_terminal
     with Progress(
@@ -230,6 +242,7 @@ def _run(
             buffer_gpus=buffer_gpus,
             review_interval=intervals[0],
             repack_interval=intervals[1],
+            forecaster=forecaster,
         )
     return [s for _, s in results.values()]
 
@@ -321,6 +334,19 @@ def simulate(
         help="ca-buffer's CapacityBuffer: this many virtual one-GPU pods, or 'peak' for the most GPUs the trace "
         "asks for within one boot plus GPU-ready delay (known in hindsight).",
     ),
+    announce_ahead: str | None = typer.Option(
+        None,
+        "--announce-ahead",
+        help="Capstan: each pod is announced this long before it arrives (e.g. 1h), as a queue holding Jobs "
+        "suspended would announce it, and headroom is held for it from one boot plus GPU-ready delay before it "
+        "comes (docs/capacity.md, 'Demand known before it arrives').",
+    ),
+    queue_only: bool = typer.Option(
+        False,
+        "--queue-only",
+        help="With --announce-ahead: the announcements are Capstan's whole forecast (every GPU pod comes "
+        "through the queue), not added to its own.",
+    ),
     not_safe_to_evict: list[str] = typer.Option(
         [],
         "--not-safe-to-evict",
@@ -377,6 +403,15 @@ def simulate(
     )
     if repack_orders not in ("both", "one"):
         raise UserError(f"--repack-orders {repack_orders}: expected 'both' or 'one'")
+    announce = None
+    if announce_ahead is not None:
+        announce = (parse_duration(announce_ahead, "--announce-ahead"), queue_only)
+        if headroom_quantile == 0:
+            raise UserError(
+                "--announce-ahead holds headroom for the announced pods: it cannot go with --headroom-quantile 0"
+            )
+    elif queue_only:
+        raise UserError("--queue-only: the queue is --announce-ahead's; give it too")
     planner = PlannerConfig(
         headroom=headroom_quantile > 0,
         forecast_quantile=headroom_quantile or 0.99,
@@ -417,7 +452,13 @@ def simulate(
             soft_wrap=True,
         )
     title = f"{workload.name}: {len(workload.pods)} pods, {len(types)} node types, boot {boot.a:.0f}s + GPU {ready.a:.0f}s"
-    summaries = _run(workload, types, policy, seed, console, "simulating", planner, buffer, intervals)
+    if announce is not None:
+        title += f"; capstan told each pod {announce[0]:g} s ahead" + (
+            ", nothing else" if announce[1] else ""
+        )
+    summaries = _run(
+        workload, types, policy, seed, console, "simulating", planner, buffer, intervals, announce
+    )
     console.print(summary_table(summaries, title) if wide else headline_table(summaries, title))
     if json_path is not None:
         try:
@@ -446,6 +487,7 @@ def simulate(
                 planner,
                 buffer,
                 intervals,
+                announce,
             ):
                 rows.append((minutes * 60.0, s.policy, s))
         sweep_table = Table(title=f"Boot-delay sweep — {workload.name}")

@@ -260,3 +260,28 @@ def test_wide_prints_every_figure_and_json_keeps_them(tmp_path: Path) -> None:
 def test_json_into_a_directory_that_does_not_exist_is_one_line_before_the_replay(tmp_path: Path) -> None:
     r = capstan("--trace", "synthetic:agentic:0.1", "--json", str(tmp_path / "no" / "such.json"))
     assert_one_line_exit_2(r, "--json")
+
+
+def test_pods_announced_ahead_wait_less_and_the_flags_that_cannot_work_are_one_line_exit_2(
+    tmp_path: Path,
+) -> None:
+    """``--announce-ahead 1h --queue-only``: the first 300 openb tasks, each announced an hour before it comes, with
+    the queue as Capstan's whole forecast: fewer pods wait over a minute than with its own forecast (the JSON
+    says so); the flags alone or beside no headroom are one line, exit 2."""
+    trace = ("--trace", str(OPENB / "openb_pod_list_default.csv"), "--max-pods", "300", "--policy", "capstan")
+
+    def slow_starts(*extra: str) -> int:
+        out = tmp_path / f"run{len(extra)}.json"
+        r = capstan(*trace, *extra, "--json", str(out), "--out", str(tmp_path))
+        assert r.returncode == 0, r.stderr
+        (only,) = json.loads(out.read_text())["policies"]
+        return int(only["slow_starts"])
+
+    own = slow_starts()
+    told = slow_starts("--announce-ahead", "1h", "--queue-only")
+    assert told < own, (told, own)
+    assert_one_line_exit_2(capstan(*trace, "--queue-only"), "--queue-only")
+    assert_one_line_exit_2(capstan(*trace, "--announce-ahead", "soon"), "--announce-ahead 'soon'")
+    assert_one_line_exit_2(
+        capstan(*trace, "--announce-ahead", "1h", "--headroom-quantile", "0"), "--headroom-quantile 0"
+    )
