@@ -117,31 +117,21 @@ async def _run(
     if queue is not None:
         informers["jobs"] = Informer(client, resources.JOBS, namespace=namespace)
         queue.follow(informers["jobs"].state)
-    if gateway is not None:
-        informers["deployments"] = Informer(client, resources.DEPLOYMENTS, namespace=gateway[1].namespace)
-        gateway[1].follow(informers["deployments"].state)
     changed = asyncio.Event()
     synced = {name: asyncio.Event() for name in informers}
+    if gateway is not None:
+        # not waited for: until the Deployment is read (a watch refused, a namespace not there yet, retried with
+        # backoff by the informer) the gateway's rate announces nothing, and the controller places pods meanwhile
+        informers["deployments"] = Informer(client, resources.DEPLOYMENTS, namespace=gateway[1].namespace)
+        gateway[1].follow(informers["deployments"].state)
 
     async def follow(name: str, inf: Informer) -> None:
         async for delta in inf.deltas():
-            if delta.type == "synced":
+            if delta.type == "synced" and name in synced:
                 synced[name].set()
             changed.set()
 
     tasks = [asyncio.create_task(follow(name, inf)) for name, inf in informers.items()]
-    scraping = asyncio.Event()  # set when the loop ends, so the scraper ends with it
-    if gateway is not None:
-        url, demand = gateway
-
-        def scrape_failed(why: str) -> None:
-            stats.gateway_errors += 1
-            if metrics is not None:
-                metrics.gateway_scrape_errors.inc()
-
-        tasks.append(
-            asyncio.create_task(follow_gateway(url, demand, scraping, clock=clock, on_error=scrape_failed))
-        )
     cluster = LiveCluster(
         node_types,
         nodes_inf.state,
@@ -151,6 +141,17 @@ async def _run(
         placeholder_namespace=placeholder_namespace,
     )
     stats = RunStats(actions=cluster.log, led=True)
+    scraping = asyncio.Event()  # set when the loop ends, so the scraper ends with it
+    if gateway is not None:
+
+        def scrape_failed(why: str) -> None:
+            stats.gateway_errors += 1
+            if metrics is not None:
+                metrics.gateway_scrape_errors.inc()
+
+        tasks.append(
+            asyncio.create_task(follow_gateway(*gateway, scraping, clock=clock, on_error=scrape_failed))
+        )
     seen_plans: dict[str, int] = {}
     counted = [0, 0, 0, 0]
     timed = 0
