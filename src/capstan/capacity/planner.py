@@ -193,11 +193,15 @@ def _plan_with(
         if fc.changes_at is not None:
             recheck.append(fc.changes_at)
         phantoms = w.phantoms
-        last: tuple[PodShape, _Bin] | None = None
+        known = fc.known
+        last: tuple[tuple[PodShape, bool], _Bin] | None = None
         for j, ph in enumerate(phantoms):
-            if last is not None and last[0] == ph.shape and fits(last[1].cap, ph):
+            alike = (ph.shape, ph.name in known)
+            if last is not None and last[0] == alike and fits(last[1].cap, ph):
                 # the same shape as the phantom before, which took the first ready bin that fitted: bins
-                # before that one did not fit it and have not changed, so it is still the first fit
+                # before that one did not fit it and have not changed, so it is still the first fit (alike also
+                # in whether a queue announced it: an announced pod may take an empty node a guessed one of its
+                # size may not)
                 w.place(last[1], ph, choose_devices(last[1].cap, ph))
                 last[1].phantom += 1
                 continue
@@ -206,7 +210,7 @@ def _plan_with(
             placed = _place_unit(w, [ph], phantoms, j + 1, allow_new=allow, phantom=True)
             headroom_new += len(w.new_bins) - before
             last = (
-                (ph.shape, placed[0][1])
+                (alike, placed[0][1])
                 if not isinstance(placed, str) and placed[0][1].kind == "ready"
                 else None
             )
