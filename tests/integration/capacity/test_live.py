@@ -1075,6 +1075,80 @@ async def test_a_gateway_s_request_rate_gets_nodes_before_the_replicas_exist(
     )
 
 
+async def test_a_deployment_scaled_to_zero_gets_a_node_from_the_requests_the_gateway_refused(
+    kube: KubeClient, namespace: str, cleanup_nodes: None
+) -> None:
+    """Scale from zero: the gateway's only endpoint answers nothing (no replica runs), so it refuses every request
+    with 503 ``no_healthy_endpoint`` and forwards none; those refusals are demand, and the controller launches a
+    node for the Deployment's first replica while it has no pod."""
+    from capstan.capacity.live import GatewayDemand
+    from capstan.config import load_model
+    from capstan.route import RouteConfig, Router, upstream_for
+    from tests.integration.route._servers import ServerThread, free_port
+
+    template = gated_pod("unused", namespace)
+    await kube.create(
+        resources.DEPLOYMENTS,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "llm", "namespace": namespace},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "llm"}},
+                "template": {"metadata": {"labels": {"app": "llm"}}, "spec": template["spec"]},
+            },
+        },
+    )
+    route = load_model(
+        RouteConfig,
+        {
+            "endpoints": [{"name": "a", "url": f"http://127.0.0.1:{free_port()}", "models": ["m"]}],
+            "proxy": {"poll_interval_s": 0.05},
+        },
+        "test",
+    )
+    router = Router(route, upstream=upstream_for(route.proxy))
+    demand = GatewayDemand(f"{namespace}/llm", 1.0, window_s=3.0, refresh_s=0.3)
+    controller = Controller(
+        live_config(PlannerConfig(min_idle_s=60.0, headroom_wait_s=0.0)),
+        react=0.2,
+        review_interval=0.5,
+        forecaster=QueuedDemand(demand, NoForecast()),
+    )
+    stop = asyncio.Event()
+    with ServerThread(router.app) as gateway:
+        task = asyncio.create_task(
+            run_controller(kube, KwokProvider(kube), controller, (node_type(namespace),), stop=stop,
+                           namespace=namespace, tick_s=0.2, gateway=(f"{gateway.url}/metrics", demand))
+        )  # fmt: skip
+        refused: set[int] = set()
+        try:
+            async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as http:
+
+                async def launched() -> bool:
+                    if await labelled_nodes(kube, namespace):
+                        return True
+                    for _ in range(6):  # keep asking until the controller has read the refusals
+                        r = await http.post(
+                            "/v1/chat/completions",
+                            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                        )
+                        refused.add(r.status_code)
+                        await asyncio.sleep(0.05)
+                    return False
+
+                await until("a node launched for the refused requests", launched, tries=100)
+            assert refused == {503}  # nothing was forwarded: every request was refused for want of a replica
+            pods, _ = await kube.list(resources.PODS, namespace=namespace, label_selector="app=llm")
+            assert pods == []
+        finally:
+            stop.set()
+            stats = await asyncio.wait_for(task, 30)
+            await kube.delete(resources.DEPLOYMENTS, "llm", namespace)
+    assert not stats.failures
+
+
 def test_capacity_run_names_what_is_wrong_with_the_gateway_settings(
     namespace: str, kubeconfig: Path, tmp_path: Path
 ) -> None:

@@ -17,6 +17,11 @@ PAGE = """# HELP capstan_route_requests_total Requests forwarded, per endpoint
 capstan_route_requests_total{endpoint="a"} 12.0
 capstan_route_requests_total{endpoint="b"} 30.0
 capstan_route_requests_created{endpoint="a"} 1.7e9
+# TYPE capstan_route_rejected_total counter
+capstan_route_rejected_total{status="503",reason="no_healthy_endpoint"} 5.0
+capstan_route_rejected_total{status="503",reason="no_endpoint"} 2.0
+capstan_route_rejected_total{status="400",reason="invalid_request"} 100.0
+capstan_route_rejected_total{status="404",reason="model_not_found"} 100.0
 # TYPE capstan_route_prompt_tokens_total counter
 capstan_route_prompt_tokens_total 999.0
 """
@@ -42,7 +47,12 @@ def deployment(replicas: int | None = 1) -> dict[str, Any]:
 
 
 def test_the_request_counter_is_summed_over_endpoints_and_a_bad_page_is_named() -> None:
-    assert requests_total(PAGE) == 42.0  # the _created samples and other counters are not requests
+    # forwarded requests and those refused for want of a replica; not the _created samples, bad requests or tokens
+    assert requests_total(PAGE) == 42.0 + 5.0 + 2.0
+    # a gateway that has forwarded nothing yet (a Deployment at zero replicas) exports the counter with no sample
+    empty = "# HELP capstan_route_requests_total x\n# TYPE capstan_route_requests_total counter\n"
+    assert requests_total(empty) == 0.0
+    assert requests_total(empty + 'capstan_route_rejected_total{status="503",reason="no_endpoint"} 4.0\n') == 4.0
     with pytest.raises(GatewayError, match="no capstan_route_requests_total"):
         requests_total("other_metric_total 3\n")
     with pytest.raises(GatewayError, match="not a Prometheus metrics page"):

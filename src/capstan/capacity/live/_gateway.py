@@ -31,6 +31,11 @@ log = logging.getLogger("capstan.capacity.gateway")
 
 REQUESTS_METRIC = "capstan_route_requests_total"
 """The gateway's counter of forwarded requests (per endpoint; :func:`requests_total` adds the endpoints up)."""
+REJECTED_METRIC = "capstan_route_rejected_total"
+"""The gateway's counter of requests it answered itself, per status and reason."""
+UNSERVED_REASONS = frozenset({"no_healthy_endpoint", "no_endpoint"})
+"""Rejections for want of a replica: demand as much as a forwarded request (a Deployment scaled to zero sees only
+these), so :func:`requests_total` counts them too."""
 MAX_GATEWAY_REPLICAS = 64
 """At most this many replicas are announced from the rate: a rate is a hint, not a promise."""
 MAX_METRICS_BYTES = 8 << 20
@@ -42,15 +47,22 @@ class GatewayError(Exception):
 
 
 def requests_total(text: str) -> float:
-    """The sum over endpoints of :data:`REQUESTS_METRIC` in a Prometheus text page; :class:`GatewayError` if the
-    page does not parse or has no such counter."""
+    """The requests a gateway was asked to serve, from a Prometheus text page: :data:`REQUESTS_METRIC` summed over
+    endpoints, plus the requests it refused for want of a replica (:data:`UNSERVED_REASONS`; without them a
+    Deployment scaled to zero would show no demand at all). A request retried on another endpoint counts once per
+    endpoint tried. :class:`GatewayError` if the page does not parse or has no request counter."""
     total, found = 0.0, False
+    family_name = REQUESTS_METRIC.removesuffix("_total")  # how the parser names a counter's family
     try:
         for family in text_string_to_metric_families(text):
+            # a counter with labels and no request yet has no sample, only its HELP and TYPE lines: still zero
+            found = found or family.name == family_name
             for sample in family.samples:
                 if sample.name == REQUESTS_METRIC:
                     total += float(sample.value)
                     found = True
+                elif sample.name == REJECTED_METRIC and sample.labels.get("reason") in UNSERVED_REASONS:
+                    total += float(sample.value)
     except ValueError as exc:
         raise GatewayError(f"not a Prometheus metrics page ({exc})") from None
     if not found:
