@@ -52,7 +52,9 @@ def test_the_request_counter_is_summed_over_endpoints_and_a_bad_page_is_named() 
     # a gateway that has forwarded nothing yet (a Deployment at zero replicas) exports the counter with no sample
     empty = "# HELP capstan_route_requests_total x\n# TYPE capstan_route_requests_total counter\n"
     assert requests_total(empty) == 0.0
-    assert requests_total(empty + 'capstan_route_rejected_total{status="503",reason="no_endpoint"} 4.0\n') == 4.0
+    assert (
+        requests_total(empty + 'capstan_route_rejected_total{status="503",reason="no_endpoint"} 4.0\n') == 4.0
+    )
     with pytest.raises(GatewayError, match="no capstan_route_requests_total"):
         requests_total("other_metric_total 3\n")
     with pytest.raises(GatewayError, match="not a Prometheus metrics page"):
@@ -92,8 +94,9 @@ def test_replicas_beyond_the_deployment_s_are_announced_shaped_like_its_pods() -
     assert d.announced(10.0)[0] == ()
     d.follow({"serve/llm": deployment(replicas=None)})  # no replicas field: Kubernetes' default, 1
     assert len(d.announced(10.0)[0]) == 3
-    d.follow({})  # no such Deployment: nothing
-    assert d.announced(10.0)[0] == ()
+    assert not d.missing
+    d.follow({})  # no such Deployment: nothing, and it says so
+    assert d.announced(10.0)[0] == () and d.missing
     d.follow({"serve/llm": deployment(replicas=0)})
     d.observe(70.0 + 10_000.0, 20.0)  # a flood is a hint, not a promise: bounded
     assert len(d.announced(20.0)[0]) == MAX_GATEWAY_REPLICAS

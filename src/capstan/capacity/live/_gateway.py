@@ -104,6 +104,9 @@ class GatewayDemand:
         self._samples: deque[tuple[float, float]] = deque()  # (when, counter), oldest first, over one window
         self._deployments: Mapping[str, Mapping[str, Any]] = {}
         self.last_error: str | None = None
+        self.missing = False
+        """The rate asked for replicas and there was no such Deployment (a wrong name, not created yet, or a watch
+        refused): nothing is announced, and the controller says so once."""
 
     @property
     def key(self) -> str:
@@ -147,6 +150,7 @@ class GatewayDemand:
     def announced(self, now: float) -> tuple[tuple[Pod, ...], float | None]:
         deployment = self._deployments.get(self.key)
         wanted = self.wanted(now)
+        self.missing = deployment is None and bool(wanted)
         if deployment is None or wanted is None:
             return (), now + self.refresh_s
         spec = deployment.get("spec") or {}

@@ -141,6 +141,7 @@ async def _run(
         placeholder_namespace=placeholder_namespace,
     )
     stats = RunStats(actions=cluster.log, led=True)
+    missing_said = False  # the gateway's Deployment was said to be missing (once, until it is found)
     scraping = asyncio.Event()  # set when the loop ends, so the scraper ends with it
     if gateway is not None:
 
@@ -213,6 +214,13 @@ async def _run(
                     rate = gateway[1].rate(now)
                     metrics.gateway_rate.set(math.nan if rate is None else rate)
                     metrics.gateway_replicas.set(len(gateway[1].announced(now)[0]))
+            if gateway is not None and gateway[1].missing != missing_said:
+                missing_said = gateway[1].missing
+                if missing_said:
+                    log.warning(
+                        "the gateway's rate asks for replicas of a Deployment that is not there; none announced",
+                        extra={"deployment": gateway[1].key},
+                    )
             if on_pass is not None:
                 on_pass(cluster, stats)
             wait = tick_s
