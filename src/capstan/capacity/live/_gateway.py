@@ -17,14 +17,13 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from capstan.backoff import Backoff
-from capstan.capacity.live._objects import pod_from_object
+from capstan.capacity.live._objects import template_pods
 from capstan.capacity.model import Pod
 
 log = logging.getLogger("capstan.capacity.gateway")
@@ -159,21 +158,9 @@ class GatewayDemand:
         except (TypeError, ValueError):
             have = 1
         count = max(0, min(wanted - have, MAX_GATEWAY_REPLICAS))
-        template = spec.get("template") or {}
-        tmeta = template.get("metadata") or {}
-        pods = []
-        for i in range(count):
-            obj = {
-                "metadata": {
-                    "name": f"{self.name}-gateway-{i}",
-                    "namespace": self.namespace,
-                    "labels": tmeta.get("labels") or {},
-                    "annotations": tmeta.get("annotations") or {},
-                },
-                "spec": template.get("spec") or {},
-            }
-            pods.append(replace(pod_from_object(obj), arrival=now, service=self.key))
-        return tuple(pods), now + self.refresh_s
+        pods = template_pods(spec.get("template") or {}, f"{self.name}-gateway", self.namespace, count, now,
+                             service=self.key)  # fmt: skip
+        return pods, now + self.refresh_s
 
 
 async def follow_gateway(

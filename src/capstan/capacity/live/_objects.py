@@ -16,6 +16,7 @@ What the live cluster reads and writes, in one place:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from lightkube.utils.quantity import parse_quantity
@@ -148,6 +149,27 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
         gang_size=gang_size if labels.get(GANG_LABEL) else 1,
         safe_to_evict=safe,
     )
+
+
+def template_pods(
+    template: Mapping[str, Any], name: str, namespace: str, count: int, now: float, *, service: str = ""
+) -> tuple[Pod, ...]:
+    """``count`` pods a controller would make from ``template`` (a Job's or a Deployment's pod template), named
+    ``name-0``, ``name-1``, …, expected at ``now``: demand announced before its pods exist."""
+    tmeta = template.get("metadata") or {}
+    pods = []
+    for i in range(count):
+        obj = {
+            "metadata": {
+                "name": f"{name}-{i}",
+                "namespace": namespace,
+                "labels": tmeta.get("labels") or {},
+                "annotations": tmeta.get("annotations") or {},
+            },
+            "spec": template.get("spec") or {},
+        }
+        pods.append(replace(pod_from_object(obj), arrival=now, service=service))
+    return tuple(pods)
 
 
 def is_managed(obj: Mapping[str, Any]) -> bool:

@@ -6,10 +6,9 @@ the planner through :class:`~capstan.capacity.QueuedDemand` so it can launch nod
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
-from capstan.capacity.live._objects import pod_from_object
+from capstan.capacity.live._objects import template_pods
 from capstan.capacity.model import Pod
 
 MAX_PODS_PER_JOB = 256
@@ -28,20 +27,7 @@ def job_pods(job: Mapping[str, Any], now: float) -> tuple[Pod, ...]:
     if spec.get("completions") is not None:
         count = min(count, _count(spec.get("completions"), count))
     count = max(0, min(count, MAX_PODS_PER_JOB))
-    tmeta = template.get("metadata") or {}
-    pods = []
-    for i in range(count):
-        obj = {
-            "metadata": {
-                "name": f"{meta.get('name', 'job')}-{i}",
-                "namespace": meta.get("namespace", ""),
-                "labels": tmeta.get("labels") or {},
-                "annotations": tmeta.get("annotations") or {},
-            },
-            "spec": template.get("spec") or {},
-        }
-        pods.append(replace(pod_from_object(obj), arrival=now))
-    return tuple(pods)
+    return template_pods(template, str(meta.get("name", "job")), str(meta.get("namespace", "")), count, now)
 
 
 def _count(value: object, default: int) -> int:
