@@ -33,6 +33,7 @@ from capstan.capacity.live import (
     PURPOSE_LABEL,
     ControllerMetrics,
     EventRecorder,
+    GatewayDemand,
     KwokProvider,
     LiveCluster,
     RunStats,
@@ -980,18 +981,8 @@ async def test_with_the_chart_s_identity_headroom_is_held_by_placeholders_in_the
     assert run.metric("capstan_capacity_launches_total", type=nt.name, purpose="pods") == 0
 
 
-async def test_a_gateway_s_request_rate_gets_nodes_before_the_replicas_exist(
-    kube: KubeClient, namespace: str, cleanup_nodes: None
-) -> None:
-    """A real gateway (``capstan route``'s app on loopback, over one upstream) forwards a burst of requests; the
-    controller scrapes its ``capstan_route_requests_total`` and, at 1 request/s a replica, announces the replicas
-    of a Deployment that has none: a node is launched for them while no pod exists. Then the gateway goes away:
-    the scrapes fail, are retried and counted, and the loop runs on without a failed action."""
-    from capstan.capacity.live import GatewayDemand
-    from capstan.config import load_model
-    from capstan.route import RouteConfig, Router, upstream_for
-    from tests.integration.route._servers import ServerThread, Upstream
-
+async def serving_deployment(kube: KubeClient, namespace: str) -> None:
+    """Deployment ``llm`` at zero replicas, its pods gated for Capstan: what a gateway's replicas would be."""
     template = gated_pod("unused", namespace)
     await kube.create(
         resources.DEPLOYMENTS,
@@ -1006,51 +997,82 @@ async def test_a_gateway_s_request_rate_gets_nodes_before_the_replicas_exist(
             },
         },
     )
-    nt = node_type(namespace)
+
+
+def gateway_app(endpoint_url: str) -> Any:
+    """``capstan route``'s app over one endpoint serving model ``m``."""
+    from capstan.config import load_model
+    from capstan.route import RouteConfig, Router, upstream_for
+
+    route = load_model(
+        RouteConfig,
+        {
+            "endpoints": [{"name": "a", "url": endpoint_url, "models": ["m"]}],
+            "proxy": {"poll_interval_s": 0.05},
+        },
+        "test",
+    )
+    return Router(route, upstream=upstream_for(route.proxy)).app
+
+
+def gateway_controller(demand: GatewayDemand) -> Controller:
+    """A controller whose only headroom is the replicas ``demand`` announces."""
+    return Controller(
+        live_config(PlannerConfig(min_idle_s=60.0, headroom_wait_s=0.0)),
+        react=0.2,
+        review_interval=0.5,
+        forecaster=QueuedDemand(demand, NoForecast()),
+    )
+
+
+async def ask_until_launched(kube: KubeClient, namespace: str, gateway_url: str, what: str) -> set[int]:
+    """Chat requests to the gateway, six at a time, until a node is launched in ``namespace`` (the rate kept up
+    until the controller has read it); the HTTP statuses the gateway answered."""
+    statuses: set[int] = set()
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=10) as http:
+
+        async def launched() -> bool:
+            if await labelled_nodes(kube, namespace):
+                return True
+            for _ in range(6):
+                r = await http.post(
+                    "/v1/chat/completions",
+                    json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                )
+                statuses.add(r.status_code)
+                await asyncio.sleep(0.05)
+            return False
+
+        await until(what, launched, tries=100)
+    return statuses
+
+
+async def test_a_gateway_s_request_rate_gets_nodes_before_the_replicas_exist(
+    kube: KubeClient, namespace: str, cleanup_nodes: None
+) -> None:
+    """A real gateway (``capstan route``'s app on loopback, over one upstream) forwards a burst of requests; the
+    controller scrapes its ``capstan_route_requests_total`` and, at 1 request/s a replica, announces the replicas
+    of a Deployment that has none: a node is launched for them while no pod exists. Then the gateway goes away:
+    the scrapes fail, are retried and counted, and the loop runs on without a failed action."""
+    from tests.integration.route._servers import ServerThread, Upstream
+
+    await serving_deployment(kube, namespace)
     upstream = Upstream("a")
     with ServerThread(upstream.app) as engine:
-        route = load_model(
-            RouteConfig,
-            {
-                "endpoints": [{"name": "a", "url": engine.url, "models": ["m"]}],
-                "proxy": {"poll_interval_s": 0.05},
-            },
-            "test",
-        )
-        router = Router(route, upstream=upstream_for(route.proxy))
-        gateway = ServerThread(router.app).__enter__()
+        gateway = ServerThread(gateway_app(engine.url)).__enter__()
         demand = GatewayDemand(f"{namespace}/llm", 1.0, window_s=3.0, refresh_s=0.3)
-        controller = Controller(
-            live_config(PlannerConfig(min_idle_s=60.0, headroom_wait_s=0.0)),
-            react=0.2,
-            review_interval=0.5,
-            forecaster=QueuedDemand(demand, NoForecast()),
-        )
         stop = asyncio.Event()
         metrics = ControllerMetrics()
         task = asyncio.create_task(
-            run_controller(kube, KwokProvider(kube), controller, (nt,), stop=stop, namespace=namespace,
-                           tick_s=0.2, gateway=(f"{gateway.url}/metrics", demand), metrics=metrics)
+            run_controller(kube, KwokProvider(kube), gateway_controller(demand), (node_type(namespace),), stop=stop,
+                           namespace=namespace, tick_s=0.2, gateway=(f"{gateway.url}/metrics", demand),
+                           metrics=metrics)
         )  # fmt: skip
         try:
-            async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as http:
-
-                async def send_burst() -> None:
-                    for _ in range(6):
-                        r = await http.post(
-                            "/v1/chat/completions",
-                            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-                        )
-                        assert r.status_code == 200, r.text
-                        await asyncio.sleep(0.05)
-
-                async def launched() -> bool:
-                    if not await labelled_nodes(kube, namespace):
-                        await send_burst()  # keep the rate up until the controller has read it
-                        return False
-                    return True
-
-                await until("a node launched for the gateway's replicas", launched, tries=100)
+            answered = await ask_until_launched(
+                kube, namespace, gateway.url, "a node launched for the replicas"
+            )
+            assert answered == {200}  # every request forwarded
             pods, _ = await kube.list(resources.PODS, namespace=namespace, label_selector="app=llm")
             assert pods == []  # launched ahead: the Deployment has no pod
             nodes = await labelled_nodes(kube, namespace)
@@ -1081,64 +1103,20 @@ async def test_a_deployment_scaled_to_zero_gets_a_node_from_the_requests_the_gat
     """Scale from zero: the gateway's only endpoint answers nothing (no replica runs), so it refuses every request
     with 503 ``no_healthy_endpoint`` and forwards none; those refusals are demand, and the controller launches a
     node for the Deployment's first replica while it has no pod."""
-    from capstan.capacity.live import GatewayDemand
-    from capstan.config import load_model
-    from capstan.route import RouteConfig, Router, upstream_for
     from tests.integration.route._servers import ServerThread, free_port
 
-    template = gated_pod("unused", namespace)
-    await kube.create(
-        resources.DEPLOYMENTS,
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "llm", "namespace": namespace},
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": {"app": "llm"}},
-                "template": {"metadata": {"labels": {"app": "llm"}}, "spec": template["spec"]},
-            },
-        },
-    )
-    route = load_model(
-        RouteConfig,
-        {
-            "endpoints": [{"name": "a", "url": f"http://127.0.0.1:{free_port()}", "models": ["m"]}],
-            "proxy": {"poll_interval_s": 0.05},
-        },
-        "test",
-    )
-    router = Router(route, upstream=upstream_for(route.proxy))
+    await serving_deployment(kube, namespace)
     demand = GatewayDemand(f"{namespace}/llm", 1.0, window_s=3.0, refresh_s=0.3)
-    controller = Controller(
-        live_config(PlannerConfig(min_idle_s=60.0, headroom_wait_s=0.0)),
-        react=0.2,
-        review_interval=0.5,
-        forecaster=QueuedDemand(demand, NoForecast()),
-    )
     stop = asyncio.Event()
-    with ServerThread(router.app) as gateway:
+    with ServerThread(gateway_app(f"http://127.0.0.1:{free_port()}")) as gateway:
         task = asyncio.create_task(
-            run_controller(kube, KwokProvider(kube), controller, (node_type(namespace),), stop=stop,
+            run_controller(kube, KwokProvider(kube), gateway_controller(demand), (node_type(namespace),), stop=stop,
                            namespace=namespace, tick_s=0.2, gateway=(f"{gateway.url}/metrics", demand))
         )  # fmt: skip
-        refused: set[int] = set()
         try:
-            async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as http:
-
-                async def launched() -> bool:
-                    if await labelled_nodes(kube, namespace):
-                        return True
-                    for _ in range(6):  # keep asking until the controller has read the refusals
-                        r = await http.post(
-                            "/v1/chat/completions",
-                            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-                        )
-                        refused.add(r.status_code)
-                        await asyncio.sleep(0.05)
-                    return False
-
-                await until("a node launched for the refused requests", launched, tries=100)
+            refused = await ask_until_launched(
+                kube, namespace, gateway.url, "a node for the refused requests"
+            )
             assert refused == {503}  # nothing was forwarded: every request was refused for want of a replica
             pods, _ = await kube.list(resources.PODS, namespace=namespace, label_selector="app=llm")
             assert pods == []
@@ -1164,10 +1142,15 @@ def test_capacity_run_names_what_is_wrong_with_the_gateway_settings(
         ): "--gateway-deployment, --replica-rps: needed with",
         (*good[:4], "--replica-rps", "0"): "--replica-rps",
         ("--gateway-metrics", "ftp://x/metrics", *good[2:]): "expected an http:// or https:// URL",
+        # the URL's password never reaches the error line (the CLI's one line goes through the redactor)
+        ("--gateway-metrics", "ftp://admin:Pl4ntedGw0rd@x/metrics", *good[2:]): "admin:[REDACTED]@x",
         (*good[:2], "--gateway-deployment", "llm", *good[4:]): "--gateway-deployment: deployment 'llm'",
         (*good, "--no-headroom"): "cannot go with --no-headroom",
     }
     for args, words in cases.items():
         r = capstan_run(*common, *args)
         assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, (args, r.stderr)
-        assert words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert words in r.stderr and "Traceback" not in r.stderr and "Pl4nted" not in r.stderr, (
+            args,
+            r.stderr,
+        )
