@@ -133,13 +133,14 @@ def case(
     results = run_policies(workload, types, policies, seed=seed)
     summaries = {k: v[1] for k, v in results.items()}
     if signal:
-        told = QueuedDemand(
-            TraceLead(workload.pods, SIGNAL_LEAD_S), NoForecast(), lookahead_s=gpu_horizon(types)
-        )
-        t1, c1 = time.perf_counter(), time.process_time()
-        s = summarize(Sim(workload, types, Controller(forecaster=told), seed=seed, record=False).run())
-        s = replace(s, policy=SIGNAL, seconds=time.perf_counter() - t1, cpu_seconds=time.process_time() - c1)
-        summaries = {"capstan": summaries["capstan"], SIGNAL: s} | summaries
+
+        def told() -> QueuedDemand:
+            return QueuedDemand(
+                TraceLead(workload.pods, SIGNAL_LEAD_S), NoForecast(), lookahead_s=gpu_horizon(types)
+            )
+
+        s = run_policies(workload, types, ["capstan"], seed=seed, forecaster=told)["capstan"][1]
+        summaries = {"capstan": summaries["capstan"], SIGNAL: replace(s, policy=SIGNAL)} | summaries
     table = Table(title=f"{label}: {len(workload.pods)} pods ({time.perf_counter() - t0:.0f} s)")
     for col in (
         "policy",

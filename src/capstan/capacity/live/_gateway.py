@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 from collections import deque
@@ -134,10 +135,8 @@ class GatewayDemand:
         if len(self._samples) < 2 or now - self._samples[-1][0] > self.stale_after_s:
             return None
         rise = 0.0
-        prev = self._samples[0][1]
-        for _, value in list(self._samples)[1:]:
+        for (_, prev), (_, value) in itertools.pairwise(self._samples):
             rise += value - prev if value >= prev else value  # a fall: the gateway restarted from 0
-            prev = value
         span = self._samples[-1][0] - self._samples[0][0]
         return rise / span if span > 0 else None
 
