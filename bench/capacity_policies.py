@@ -54,6 +54,7 @@ from capstan.capacity import (
     synthetic_agentic,
     write_plots,
 )
+from capstan.errors import UserError
 from goals import limit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -487,8 +488,9 @@ def main() -> None:
     for path in args.trace:
         try:
             extra.append((load_trace(str(path)), read_openb_nodes(args.nodes, boot, ready)))
-        except (OSError, ValueError) as e:
-            print(f"capacity_policies: {path}: {e}", file=sys.stderr)
+        except (OSError, ValueError, UserError) as e:
+            said = str(e) if isinstance(e, UserError) else f"{path}: {e}"  # a UserError names its file
+            print(f"capacity_policies: {said}", file=sys.stderr)
             raise SystemExit(2) from None
     infer_types = inference_node_types(boot, ready)
     rows = []

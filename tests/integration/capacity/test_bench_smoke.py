@@ -68,6 +68,11 @@ def test_capacity_policies_bench_takes_a_trace_and_names_a_missing_one(tmp_path:
     }
     bad = run_bench("capacity_policies.py", "--smoke", "--trace", str(tmp_path / "nope.csv"), timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "nope.csv" in bad.stderr
+    garbled = tmp_path / "garbled.csv"
+    garbled.write_text("bad,header\n1,2\n")
+    bad = run_bench("capacity_policies.py", "--smoke", "--trace", str(garbled), timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
+    assert "garbled.csv:1: unknown trace header" in bad.stderr
 
 
 def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
