@@ -190,8 +190,11 @@ class ObjectHistory:
             encoded, raw = jsontext.encode(norm)
             self._objects[uid] = raw
             self._states[uid] = ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, {})
+            # NOTE: the put carries the object as its JSON text only: a pending batch holding each version's
+            # decoded object kept thousands of containers alive for the garbage collector to walk (and a diff
+            # worker pickled them back), for a writer that reads the text
             batch.state_puts.append(
-                ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, norm, encoded)
+                ObjectState(self.source, uid, kind, api_version, namespace, name, rv, seq, {}, encoded)
             )
 
 

@@ -12,6 +12,8 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from capstan import jsontext
+
 ChangeType = Literal["added", "modified", "deleted"]
 ObservedVia = Literal["watch", "relist"]
 OutboxState = Literal["pending", "sent", "dead"]
@@ -97,8 +99,16 @@ class ObjectState:
     version_seq: int
     object: JsonDict
     # ``object`` already encoded as JSON by whoever built it (the diff builder keeps it encoded anyway); the store
-    # writes it as is instead of encoding the object again
+    # writes it as is instead of encoding the object again. The diff builder's puts carry the text alone (their
+    # ``object`` is empty): read them with :meth:`full_object`
     encoded: str | None = field(default=None, compare=False, repr=False)
+
+    def full_object(self) -> JsonDict:
+        """The object: ``object``, or decoded from ``encoded`` when the text alone was kept."""
+        if self.object or self.encoded is None:
+            return self.object
+        decoded: JsonDict = jsontext.loads(self.encoded.encode())
+        return decoded
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,20 @@ def test_a_noise_only_update_moves_the_kept_version_and_keeps_the_object() -> No
     assert relisted.object_changes == [] and [c.resource_version for c in relisted.kind_cursors] == ["5"]
 
 
+def test_a_state_put_carries_its_object_as_text_only() -> None:
+    """The batch's last state holds the normalized object as JSON text (what the store writes), not the decoded
+    object: a pending batch must not keep every version's containers alive."""
+    history = ObjectHistory("c")
+    history.observe("ADDED", node(1, "t1"), observed_at=1.0)
+    batch = history.observe("MODIFIED", node(2, "t2", ready="False"), observed_at=2.0)
+    (put,) = batch.state_puts
+    assert put.object == {} and put.encoded is not None
+    kept = history.state("n1")
+    assert kept is not None
+    assert put.full_object() == kept.object
+    assert put.full_object()["status"]["conditions"][0] == {"type": "Ready", "status": "False"}
+
+
 def test_kind_keys_name_group_version_and_kind() -> None:
     assert kind_key("v1", "Pod") == "/v1/Pod"
     assert kind_key("apps/v1", "Deployment") == "apps/v1/Deployment"
