@@ -34,8 +34,8 @@ class Metrics:
         if self.mode == "500":
             return web.Response(status=500, text="engine said token=" + SECRET)
         if self.mode == "garbage":
-            return web.Response(text="capstan_route_requests_total{endpoint= 3\n")
-        return web.Response(text=f'capstan_route_requests_total{{endpoint="a"}} {self.total}\n')
+            return web.Response(text="capstan_route_responses_total{status= 3\n")
+        return web.Response(text=f'capstan_route_responses_total{{status="200"}} {self.total}\n')
 
 
 @pytest.fixture
@@ -103,3 +103,57 @@ async def test_the_scraper_reads_the_rate_names_each_failure_and_leaks_no_passwo
     text = log_file.read_text()
     assert "gateway scrape failed" in text and "admin:[REDACTED]@" in text and SECRET not in text
     assert SECRET not in " ".join(errors)
+
+
+def test_a_request_retried_on_another_endpoint_is_demand_once() -> None:
+    """A real gateway (``capstan route``'s app on loopback) over two upstreams, one of which refuses every request
+    it gets (503 before the first byte): each request sent there is retried on the other, so the gateway forwards
+    more requests than its clients sent. The demand read from its real /metrics page is what the clients sent,
+    the bad request among them left out."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from capstan.capacity.live import requests_total
+    from capstan.config import load_model
+    from capstan.route import RouteConfig, Router, upstream_for
+    from tests.integration.route._servers import ServerThread, Upstream
+
+    a, b = Upstream("a"), Upstream("b")
+    with ServerThread(a.app) as ea, ServerThread(b.app) as eb:
+        route = load_model(
+            RouteConfig,
+            {
+                "endpoints": [
+                    {"name": "a", "url": ea.url, "models": ["m"]},
+                    {"name": "b", "url": eb.url, "models": ["m"]},
+                ],
+                "proxy": {"poll_interval_s": 0.05},
+            },
+            "test",
+        )
+        with ServerThread(Router(route, upstream=upstream_for(route.proxy)).app) as gateway:
+            sent = 24
+            for i in range(sent):
+                body = {
+                    "model": "m",
+                    "messages": [{"role": "user", "content": f"request {i} " + "w " * (i * 9)}],
+                }
+                r = httpx.post(
+                    f"{gateway.url}/v1/chat/completions",
+                    json=body,
+                    headers={"x-test-mode": "fail=a"},
+                    timeout=10,
+                )
+                assert r.status_code == 200 and r.json()["served_by"] == "b"
+            bad = httpx.post(f"{gateway.url}/v1/chat/completions", content=b"{not json", timeout=10)
+            assert bad.status_code == 400
+            page = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+    forwarded = sum(
+        s.value
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+        if s.name == "capstan_route_requests_total"
+    )
+    assert a.requests, "no request went to the failing endpoint first: nothing was retried"
+    assert forwarded == sent + len(a.requests) > sent
+    assert requests_total(page) == sent

@@ -1051,7 +1051,7 @@ async def test_a_gateway_s_request_rate_gets_nodes_before_the_replicas_exist(
     kube: KubeClient, namespace: str, cleanup_nodes: None
 ) -> None:
     """A real gateway (``capstan route``'s app on loopback, over one upstream) forwards a burst of requests; the
-    controller scrapes its ``capstan_route_requests_total`` and, at 1 request/s a replica, announces the replicas
+    controller scrapes its ``capstan_route_responses_total`` and, at 1 request/s a replica, announces the replicas
     of a Deployment that has none: a node is launched for them while no pod exists. Then the gateway goes away:
     the scrapes fail, are retried and counted, and the loop runs on without a failed action."""
     from tests.integration.route._servers import ServerThread, Upstream

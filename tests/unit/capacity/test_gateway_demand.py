@@ -14,9 +14,16 @@ pytestmark = pytest.mark.unit
 
 PAGE = """# HELP capstan_route_requests_total Requests forwarded, per endpoint
 # TYPE capstan_route_requests_total counter
-capstan_route_requests_total{endpoint="a"} 12.0
+capstan_route_requests_total{endpoint="a"} 30.0
 capstan_route_requests_total{endpoint="b"} 30.0
-capstan_route_requests_created{endpoint="a"} 1.7e9
+# TYPE capstan_route_responses_total counter
+capstan_route_responses_total{status="200"} 40.0
+capstan_route_responses_total{status="503"} 7.0
+capstan_route_responses_total{status="502"} 1.0
+capstan_route_responses_total{status="499"} 1.0
+capstan_route_responses_total{status="400"} 100.0
+capstan_route_responses_total{status="404"} 100.0
+capstan_route_responses_created{status="200"} 1.7e9
 # TYPE capstan_route_rejected_total counter
 capstan_route_rejected_total{status="503",reason="no_healthy_endpoint"} 5.0
 capstan_route_rejected_total{status="503",reason="no_endpoint"} 2.0
@@ -46,19 +53,27 @@ def deployment(replicas: int | None = 1) -> dict[str, Any]:
     return {"metadata": {"name": "llm", "namespace": "serve"}, "spec": spec}
 
 
-def test_the_request_counter_is_summed_over_endpoints_and_a_bad_page_is_named() -> None:
-    # forwarded requests and those refused for want of a replica; not the _created samples, bad requests or tokens
-    assert requests_total(PAGE) == 42.0 + 5.0 + 2.0
-    # a gateway that has forwarded nothing yet (a Deployment at zero replicas) exports the counter with no sample
-    empty = "# HELP capstan_route_requests_total x\n# TYPE capstan_route_requests_total counter\n"
+def test_each_client_request_counts_once_and_a_bad_page_is_named() -> None:
+    # answers relayed (200, an upstream's 502, a client gone: 499) and refusals for want of a replica (503); not
+    # bad requests or unknown models, not the _created samples or tokens, and not the forwards: 60 of them for
+    # these 42 requests, since a request retried on another endpoint is forwarded once per endpoint tried
+    assert requests_total(PAGE) == 40.0 + 1.0 + 1.0 + 5.0 + 2.0
+    # a gateway that has answered nothing yet exports the counter with no sample
+    empty = "# HELP capstan_route_responses_total x\n# TYPE capstan_route_responses_total counter\n"
     assert requests_total(empty) == 0.0
-    assert (
-        requests_total(empty + 'capstan_route_rejected_total{status="503",reason="no_endpoint"} 4.0\n') == 4.0
+    refused = (
+        'capstan_route_responses_total{status="503"} 4.0\n'
+        'capstan_route_rejected_total{status="503",reason="no_endpoint"} 4.0\n'
     )
-    with pytest.raises(GatewayError, match="no capstan_route_requests_total"):
+    assert (
+        requests_total(empty + refused) == 4.0
+    )  # a Deployment at zero replicas: its refusals are its demand
+    with pytest.raises(GatewayError, match="no capstan_route_responses_total"):
         requests_total("other_metric_total 3\n")
+    with pytest.raises(GatewayError, match="no capstan_route_responses_total"):
+        requests_total('capstan_route_requests_total{endpoint="a"} 3\n')  # forwards alone: not the count
     with pytest.raises(GatewayError, match="not a Prometheus metrics page"):
-        requests_total("capstan_route_requests_total{endpoint= 3\n")
+        requests_total("capstan_route_responses_total{status= 3\n")
 
 
 def test_the_rate_spans_the_window_survives_a_restart_and_goes_stale() -> None:

@@ -22,7 +22,7 @@ from capstan.capacity.live._cluster import (
 )
 from capstan.capacity.live._gateway import (
     MAX_GATEWAY_REPLICAS,
-    REQUESTS_METRIC,
+    RESPONSES_METRIC,
     GatewayDemand,
     GatewayError,
     follow_gateway,
@@ -65,7 +65,7 @@ __all__ = [
     "POOL_LABEL",
     "PROMISED_ANNOTATION",
     "PURPOSE_LABEL",
-    "REQUESTS_METRIC",
+    "RESPONSES_METRIC",
     "ActionLog",
     "ControlledReplay",
     "ControllerMetrics",

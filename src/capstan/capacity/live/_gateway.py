@@ -2,8 +2,9 @@
 Deployment already has, given to the planner through :class:`~capstan.capacity.QueuedDemand` so nodes for them
 are launched while the HorizontalPodAutoscaler is still deciding to add them.
 
-The gateway (``capstan route``) counts the requests it forwards (``capstan_route_requests_total``). The controller
-scrapes that counter (:func:`follow_gateway`), :class:`GatewayDemand` turns the counter's rise over the last
+The gateway (``capstan route``) counts its answers to client requests (``capstan_route_responses_total``). The
+controller scrapes it (:func:`follow_gateway`), :func:`requests_total` keeps the requests that were served or
+refused for want of a replica, :class:`GatewayDemand` turns the count's rise over the last
 window into requests per second, the rate into replicas at ``replica_rps`` each, and the replicas beyond the
 Deployment's ``spec.replicas`` into pods shaped like its pod template. A rate that stops coming (the gateway
 unreachable) soon announces nothing: a stale rate must not hold nodes.
@@ -29,13 +30,15 @@ from capstan.capacity.model import Pod
 
 log = logging.getLogger("capstan.capacity.gateway")
 
-REQUESTS_METRIC = "capstan_route_requests_total"
-"""The gateway's counter of forwarded requests (per endpoint; :func:`requests_total` adds the endpoints up)."""
+RESPONSES_METRIC = "capstan_route_responses_total"
+"""The gateway's counter of answers to client requests, per status: one per request, however many endpoints it was
+tried on, relayed or the gateway's own (:func:`requests_total` adds the statuses up)."""
 REJECTED_METRIC = "capstan_route_rejected_total"
 """The gateway's counter of requests it answered itself, per status and reason."""
 UNSERVED_REASONS = frozenset({"no_healthy_endpoint", "no_endpoint"})
-"""Rejections for want of a replica: demand as much as a forwarded request (a Deployment scaled to zero sees only
-these), so :func:`requests_total` counts them too."""
+"""The gateway's own answers that are demand: refusals for want of a replica (a Deployment scaled to zero sees only
+these). Its other own answers (a bad request, an unknown model, its own failure) are not, and
+:func:`requests_total` takes them out."""
 MAX_GATEWAY_REPLICAS = 64
 """At most this many replicas are announced from the rate: a rate is a hint, not a promise."""
 MAX_METRICS_BYTES = 8 << 20
@@ -47,27 +50,28 @@ class GatewayError(Exception):
 
 
 def requests_total(text: str) -> float:
-    """The requests a gateway was asked to serve, from a Prometheus text page: :data:`REQUESTS_METRIC` summed over
-    endpoints, plus the requests it refused for want of a replica (:data:`UNSERVED_REASONS`; without them a
-    Deployment scaled to zero would show no demand at all). A request retried on another endpoint counts once per
-    endpoint tried. :class:`GatewayError` if the page does not parse or has no request counter."""
-    total, found = 0.0, False
-    family_name = REQUESTS_METRIC.removesuffix("_total")  # how the parser names a counter's family
+    """The requests a gateway was asked to serve, from a Prometheus text page: its answers
+    (:data:`RESPONSES_METRIC`, each client request once, retries on other endpoints included) less those it gave
+    itself for any reason but want of a replica (:data:`REJECTED_METRIC` outside :data:`UNSERVED_REASONS`). Both
+    rise together at such an answer, so the difference is a counter too. :class:`GatewayError` if the page does
+    not parse or has no answer counter."""
+    answered, not_demand, found = 0.0, 0.0, False
+    family_name = RESPONSES_METRIC.removesuffix("_total")  # how the parser names a counter's family
     try:
         for family in text_string_to_metric_families(text):
-            # a counter with labels and no request yet has no sample, only its HELP and TYPE lines: still zero
+            # a counter with labels and no answer yet has no sample, only its HELP and TYPE lines: still zero
             found = found or family.name == family_name
             for sample in family.samples:
-                if sample.name == REQUESTS_METRIC:
-                    total += float(sample.value)
+                if sample.name == RESPONSES_METRIC:
+                    answered += float(sample.value)
                     found = True
-                elif sample.name == REJECTED_METRIC and sample.labels.get("reason") in UNSERVED_REASONS:
-                    total += float(sample.value)
+                elif sample.name == REJECTED_METRIC and sample.labels.get("reason") not in UNSERVED_REASONS:
+                    not_demand += float(sample.value)
     except ValueError as exc:
         raise GatewayError(f"not a Prometheus metrics page ({exc})") from None
     if not found:
-        raise GatewayError(f"no {REQUESTS_METRIC} in the metrics page (is it a capstan route gateway?)")
-    return total
+        raise GatewayError(f"no {RESPONSES_METRIC} in the metrics page (is it a capstan route gateway?)")
+    return max(answered - not_demand, 0.0)
 
 
 class GatewayDemand:
