@@ -107,4 +107,5 @@ class QueuedDemand:
             own.pods + announced,
             soonest if soonest < math.inf else None,
             own.known | {p.name for p in announced},
+            own.guessed,
         )

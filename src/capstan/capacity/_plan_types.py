@@ -134,7 +134,8 @@ class PlannerConfig:
     repack_min_age_s: float = 1800.0
     """Only pods that have run this long are moved (they are likely to run on)."""
     min_idle_s: float = 300.0
-    """An empty node is drained only after it has been empty this long (damps launch/drain flapping)."""
+    """An empty node is drained only after it has been empty this long (damps launch/drain flapping), unless the
+    forecast guesses nothing and holds announced pods only (:attr:`~capstan.capacity.Forecast.guessed`)."""
     headroom_split_gpus: int = 4
     """Forecast pods asking for more whole GPUs than this are held as that many one-GPU phantoms (0: never)."""
     make_room_moves: int = 4

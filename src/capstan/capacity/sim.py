@@ -26,6 +26,7 @@ protocol are the data that loop produces and the interface it drives.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
@@ -296,6 +297,9 @@ class Sim:
         """Allocatable nodes without pods not yet gone, as of the last activity."""
         self._held: set[str] = set()
         """Nodes that may be held as headroom (a superset)."""
+        self._repack_up_at = -math.inf
+        """When a node launched for a repack last came to take pods with nothing promised to it
+        (:attr:`Activity.repack_up_at`)."""
 
     # ----- event core -----
     def _push(self, t: float, kind: str, ref: str) -> None:
@@ -388,6 +392,8 @@ class Sim:
     def _allocatable(self, n: SimNode) -> None:
         if n.gpu_at is None:
             n.gpu_at = self.now
+        if n.purpose == "repack" and not n.promised:
+            self._repack_up_at = self.now
         for name in sorted(n.promised, key=lambda p: self.pods[p].pod.arrival):
             a = n.promised.pop(name)
             give(n.cap, self.pods[name].pod, a)
@@ -424,7 +430,7 @@ class Sim:
         self._stale_activity.clear()
         empty = tuple(sorted(self._empty, key=self._launch_no.__getitem__))
         repack_waiting = any(self.nodes[nid].purpose == "repack" for nid in empty)
-        return Activity(self.arrivals, self.launches, self.drains, empty, repack_waiting)
+        return Activity(self.arrivals, self.launches, self.drains, empty, repack_waiting, self._repack_up_at)
 
     def cordon(self, nid: str) -> None:
         """Take no new pods on ``nid`` (its pods stay); a later :meth:`drain` evicts them."""

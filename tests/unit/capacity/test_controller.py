@@ -122,6 +122,23 @@ def test_a_review_with_nothing_changed_is_skipped_and_a_waiting_repack_node_forc
     assert controller.plans["full"] == 2
 
 
+def test_a_repack_node_that_came_up_after_the_last_full_plan_forces_one_even_if_it_has_pods() -> None:
+    # a node launched for a repack and announced demand: a pod placed on it as it came up leaves it not empty,
+    # but the repack that wanted it can go on (on openb gpuspec20 told an hour ahead, without this the next
+    # full plan came 391 h later, when the queue's next pod was announced)
+    cluster = RecordingCluster(seen=Activity(3, 1, 0, (), False))
+    controller = Controller(PlannerConfig(headroom=False), repack_interval=900.0)
+    controller.on_wake(cluster, 0.0, "review")  # the first review is a full plan
+    cluster.seen = Activity(4, 1, 0, (), False, repack_up_at=-1.0)  # came up before that full plan
+    controller.on_wake(cluster, 100.0, "review")
+    assert controller.plans == {"place": 0, "review": 1, "full": 1, "skipped": 0}
+    cluster.seen = Activity(4, 1, 0, (), False, repack_up_at=150.0)
+    controller.on_wake(cluster, 200.0, "review")
+    assert controller.plans["full"] == 2
+    controller.on_wake(cluster, 300.0, "review")  # seen by a full plan already
+    assert controller.plans["full"] == 2
+
+
 def test_a_recheck_asks_for_a_review_within_the_review_interval_and_forces_it() -> None:
     cluster = RecordingCluster(seen=Activity(0, 0, 0, (), False))
     controller = Controller(PlannerConfig(headroom=False), review_interval=60.0)

@@ -127,9 +127,12 @@ def test_an_announced_pod_pinned_to_a_gpu_model_gets_a_node_of_any_size() -> Non
 
 
 def test_no_forecast_holds_nothing_and_announced_names_are_known() -> None:
-    assert NoForecast().forecast(snapshot(0.0), PlannerConfig(), 390.0) == Forecast((), None)
+    assert NoForecast().forecast(snapshot(0.0), PlannerConfig(), 390.0) == Forecast((), None, guessed=False)
     own = Pod("own", 0.0, 1000, 1024, num_gpu=1, gpu_milli=1000)
     fc = QueuedDemand(TraceLead(PODS, 300.0), Fixed(Forecast((own,), None))).forecast(
         snapshot(0.0), PlannerConfig(), 390.0
     )
     assert fc.known == {"p0" + ANNOUNCED_SUFFIX, "p1" + ANNOUNCED_SUFFIX}  # the own forecast's pod is a guess
+    assert fc.guessed  # beside a forecast that guesses, announced pods do not make it exact
+    told = QueuedDemand(TraceLead(PODS, 300.0), NoForecast()).forecast(snapshot(0.0), PlannerConfig(), 390.0)
+    assert told.known and not told.guessed  # the queue as the whole forecast: nothing is guessed

@@ -155,6 +155,33 @@ def test_a_plan_over_the_live_cluster_records_one_launch_and_forgets_nothing_unt
     assert len(live.log.refused) == 2 and not live.log.drains
 
 
+def test_a_repack_node_coming_up_with_nothing_promised_to_it_is_reported_once() -> None:
+    """As the simulator's node coming up: a node launched for a repack, first seen taking pods with no pod promised
+    to it, moves ``Activity.repack_up_at`` (a pod the scheduler put there first does not stop it); one with a pod
+    promised to it does not; each node counts once."""
+    now = [1e9]
+    first = node("capstan-n1")
+    first["metadata"]["labels"][PURPOSE_LABEL] = "repack"
+    promised_to = node("capstan-n2")
+    promised_to["metadata"]["labels"][PURPOSE_LABEL] = "repack"
+    held = pod("held", gated=False, node="capstan-n2")
+    held["metadata"]["annotations"] = {PROMISED_ANNOTATION: "capstan-n2"}  # released to it, the promise kept
+    nodes: dict[str, Any] = {"capstan-n1": node("capstan-n1", gpus_ready=False), "capstan-n2": promised_to}
+    nodes["capstan-n1"]["metadata"]["labels"][PURPOSE_LABEL] = "repack"
+    pods = {"ns/held": held}
+    live = LiveCluster((L4X2,), nodes, pods, clock=lambda: now[0])
+    live.observe()
+    assert live.activity().repack_up_at == float("-inf")  # n1 not up yet; n2 came up with a pod promised
+    nodes["capstan-n1"] = first
+    pods["ns/other"] = pod("other", gated=False, node="capstan-n1")  # the scheduler put a pod there first
+    now[0] += 5
+    live.observe()
+    seen = live.activity()
+    assert seen.repack_up_at == now[0] and not seen.repack_waiting  # not empty, but up for the repack
+    now[0] += 5
+    assert live.activity().repack_up_at == now[0] - 5  # counted once
+
+
 async def test_an_event_message_carries_no_planted_secret() -> None:
     """Events leave the process (the API server stores them): their text goes through the shared redactor."""
     from capstan.capacity.live import EventRecorder

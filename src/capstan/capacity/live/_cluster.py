@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -141,6 +142,9 @@ class LiveCluster:
         self._seen: set[str] = set()
         self._recent: deque[Pod] = deque()
         self._idle: dict[str, float] = {}
+        self._repack_up: set[str] = set()
+        """Nodes launched for a repack seen taking pods (each counts once for :attr:`Activity.repack_up_at`)."""
+        self._repack_up_at = -math.inf
         self._launched: dict[str, _Launch] = {}
         self._promised: dict[str, tuple[str, float]] = {}
         """pod → (node, when): promises made and not yet seen in the pod's annotations (or its binding)."""
@@ -264,14 +268,34 @@ class LiveCluster:
         running = self._running()
         empty = []
         repack_waiting = False
+        promised: set[str] | None = (
+            None  # the nodes any pod is promised to, read only when a repack node is new
+        )
+        self._repack_up &= self._by_id.keys()
         for name, node in self._by_id.items():
             if node_type_of(node, self.types) is None or node_state(node) is not NodeState.GPU_ALLOCATABLE:
                 continue
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            is_repack = labels.get(PURPOSE_LABEL) == "repack"
+            if is_repack and name not in self._repack_up:
+                # first seen taking pods: as the simulator's node coming up, it counts if no pod was promised to
+                # it (the promise annotation stays on a pod after its release), pods the scheduler put there or not
+                self._repack_up.add(name)
+                if promised is None:
+                    promised = {self._promise_of(obj) for obj in self.pods.values()}
+                if name not in promised:
+                    self._repack_up_at = self.clock()
             if not running.get(name):
                 empty.append(name)
-                labels = (node.get("metadata") or {}).get("labels") or {}
-                repack_waiting = repack_waiting or labels.get(PURPOSE_LABEL) == "repack"
-        return Activity(self.arrivals, self.launches, self.drains, tuple(sorted(empty)), repack_waiting)
+                repack_waiting = repack_waiting or is_repack
+        return Activity(
+            self.arrivals,
+            self.launches,
+            self.drains,
+            tuple(sorted(empty)),
+            repack_waiting,
+            self._repack_up_at,
+        )
 
     def snapshot(self) -> Snapshot:
         now = self.clock()
