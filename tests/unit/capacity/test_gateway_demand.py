@@ -29,6 +29,7 @@ capstan_route_rejected_total{status="503",reason="no_healthy_endpoint"} 5.0
 capstan_route_rejected_total{status="503",reason="no_endpoint"} 2.0
 capstan_route_rejected_total{status="400",reason="invalid_request"} 100.0
 capstan_route_rejected_total{status="404",reason="model_not_found"} 100.0
+capstan_route_rejected_total{status="502",reason="upstream_error"} 1.0
 # TYPE capstan_route_prompt_tokens_total counter
 capstan_route_prompt_tokens_total 999.0
 """
@@ -54,9 +55,10 @@ def deployment(replicas: int | None = 1) -> dict[str, Any]:
 
 
 def test_each_client_request_counts_once_and_a_bad_page_is_named() -> None:
-    # answers relayed (200, an upstream's 502, a client gone: 499) and refusals for want of a replica (503); not
-    # bad requests or unknown models, not the _created samples or tokens, and not the forwards: 60 of them for
-    # these 42 requests, since a request retried on another endpoint is forwarded once per endpoint tried
+    # answers relayed (200, a client gone: 499), refusals for want of a replica (503) and a request every endpoint
+    # failed (502: the replicas were there but failing); not bad requests or unknown models, not the _created
+    # samples or tokens, and not the forwards: 60 of them for these 49 requests, since a request retried on
+    # another endpoint is forwarded once per endpoint tried
     assert requests_total(PAGE) == 40.0 + 1.0 + 1.0 + 5.0 + 2.0
     # a gateway that has answered nothing yet exports the counter with no sample
     empty = "# HELP capstan_route_responses_total x\n# TYPE capstan_route_responses_total counter\n"

@@ -268,9 +268,8 @@ class LiveCluster:
         running = self._running()
         empty = []
         repack_waiting = False
-        promised: set[str] | None = (
-            None  # the nodes any pod is promised to, read only when a repack node is new
-        )
+        # the nodes any pod is promised to: read only when a repack node is seen for the first time
+        promised: set[str] | None = None
         self._repack_up &= self._by_id.keys()
         for name, node in self._by_id.items():
             if node_type_of(node, self.types) is None or node_state(node) is not NodeState.GPU_ALLOCATABLE:

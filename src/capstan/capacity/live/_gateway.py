@@ -35,9 +35,10 @@ RESPONSES_METRIC = "capstan_route_responses_total"
 tried on, relayed or the gateway's own (:func:`requests_total` adds the statuses up)."""
 REJECTED_METRIC = "capstan_route_rejected_total"
 """The gateway's counter of requests it answered itself, per status and reason."""
-UNSERVED_REASONS = frozenset({"no_healthy_endpoint", "no_endpoint"})
+UNSERVED_REASONS = frozenset({"no_healthy_endpoint", "no_endpoint", "upstream_error", "upstream_timeout"})
 """The gateway's own answers that are demand: refusals for want of a replica (a Deployment scaled to zero sees only
-these). Its other own answers (a bad request, an unknown model, its own failure) are not, and
+these) and requests every endpoint tried failed or timed out on (replicas too few or too busy). Its other own
+answers (a bad request, an unknown model, a body too large or too slow, its own failure) are not, and
 :func:`requests_total` takes them out."""
 MAX_GATEWAY_REPLICAS = 64
 """At most this many replicas are announced from the rate: a rate is a hint, not a promise."""
