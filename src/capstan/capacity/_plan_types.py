@@ -134,8 +134,12 @@ class PlannerConfig:
     repack_min_age_s: float = 1800.0
     """Only pods that have run this long are moved (they are likely to run on)."""
     min_idle_s: float = 300.0
-    """An empty node is drained only after it has been empty this long (damps launch/drain flapping), unless the
-    forecast guesses nothing and holds announced pods only (:attr:`~capstan.capacity.Forecast.guessed`)."""
+    """An empty node is drained only after it has been empty this long (damps launch/drain flapping)."""
+    known_idle_s: float = 30.0
+    """The same wait when the forecast guesses nothing and holds announced pods only
+    (:attr:`~capstan.capacity.Forecast.guessed`), if shorter than ``min_idle_s``: nothing comes unannounced, so
+    only the moments between an announcement's end and its pods' arrival need covering (a Job resumed, the Job
+    controller's pods a few seconds later)."""
     headroom_split_gpus: int = 4
     """Forecast pods asking for more whole GPUs than this are held as that many one-GPU phantoms (0: never)."""
     make_room_moves: int = 4

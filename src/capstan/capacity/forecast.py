@@ -63,13 +63,14 @@ class Forecast:
     guessed: bool = True
     """The forecaster guesses demand (from past arrivals, say). False (:class:`NoForecast`, and a queue's
     announcements beside it): it holds headroom for announced pods only, so an empty node none of them needs is
-    not needed as far as anything knows, and is drained without waiting ``PlannerConfig.min_idle_s`` (a damper
-    for guesses that come and go).
+    drained after ``PlannerConfig.known_idle_s`` rather than ``min_idle_s`` (a damper for guesses that come and
+    go).
 
-    NOTE: told each pod an hour ahead (the queue the whole forecast), waiting 300 s before draining such a node
-    cost more: on openb gpuspec20 1.055× the oracle's cost against 1.050× (p99 59 s against 58 s), on openb
-    default 1.018× against 1.015× (69 pods waited over a minute against 23); exploratory replays, 2026-12-07.
-    Nodes launched for announced pods that were placed elsewhere when they came stood empty for those 300 s."""
+    NOTE: told each pod an hour ahead (the queue the whole forecast), nodes launched for announced pods that were
+    placed elsewhere when they came stood empty for the 300 s. Exploratory replays (2026-12-07), cost against the
+    oracle's on openb gpuspec20 / default: 300 s 1.055× / 1.018×, 30 s 1.054× / 1.014×, 15 s 1.051×, 5 s 1.051×,
+    at once 1.050× / 1.015×. At once raced live: a Job resumed leaves the queue a moment before the Job
+    controller's pods exist, and its node was drained in between (tests/integration/capacity/test_live.py)."""
 
 
 def forecast(snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:

@@ -247,8 +247,10 @@ def _plan_with(
             continue  # let it come up: cancelling and relaunching churns; it is drained once idle if unused
         elif view.purpose == "repack" and scope != "full":
             continue  # only a full plan (which repacks) knows whether it still wants this node
-        elif w.fc.guessed and view.idle_since is not None and snapshot.now < view.idle_since + cfg.min_idle_s:
-            recheck.append(view.idle_since + cfg.min_idle_s)
+        elif view.idle_since is not None and snapshot.now < view.idle_since + (
+            idle_wait := cfg.min_idle_s if w.fc.guessed else min(cfg.min_idle_s, cfg.known_idle_s)
+        ):
+            recheck.append(view.idle_since + idle_wait)
             continue
         elif cfg.drain:
             drains.append(

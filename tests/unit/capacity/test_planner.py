@@ -1018,21 +1018,24 @@ def test_a_pod_larger_than_every_type_is_found_unplaceable_at_once_and_holds_no_
     assert [p.name for p in held] == ["small"]
 
 
-def test_an_empty_node_is_drained_at_once_when_the_forecast_holds_announced_pods_only() -> None:
-    """An empty node idle for 100 s (``min_idle_s`` 300): kept while the forecast guesses (the planner's own, or
-    a queue beside it), drained at once when a queue's announcements are the whole forecast and none needs it."""
+def test_an_empty_node_is_drained_sooner_when_the_forecast_holds_announced_pods_only() -> None:
+    """An empty node idle for 100 s (``min_idle_s`` 300, ``known_idle_s`` 30): kept while the forecast guesses
+    (the planner's own, or a queue beside it), drained when a queue's announcements are the whole forecast and none
+    needs it; idle only 10 s, kept even then (a resumed Job's pods come a moment after it leaves the queue)."""
     from capstan.capacity import NoForecast, QueuedDemand, TraceLead
 
-    up = replace(node("up", T4x4), idle_since=4900.0)
-    snap = Snapshot(now=5000.0, node_types=(T4x4,), nodes=(up,), pending=(), recent=())
-    cfg = PlannerConfig(consolidate=False)
-    assert not plan(snap, cfg, scope="review").drains
     later = pod("later", arrival=9000.0)  # announced, beyond the look-ahead: it needs no node now
-    told = PlanCache(
-        snap.node_types, forecaster=QueuedDemand(TraceLead((later,), 3600.0), NoForecast(), lookahead_s=390.0)
-    )
-    assert [d.node for d in plan(snap, cfg, told, scope="review").drains] == ["up"]
-    beside = PlanCache(
-        snap.node_types, forecaster=QueuedDemand(TraceLead((later,), 3600.0), lookahead_s=390.0)
-    )
-    assert not plan(snap, cfg, beside, scope="review").drains
+    cfg = PlannerConfig(consolidate=False)
+
+    def drains(idle_s: float, told: bool) -> list[str]:
+        up = replace(node("up", T4x4), idle_since=5000.0 - idle_s)
+        snap = Snapshot(now=5000.0, node_types=(T4x4,), nodes=(up,), pending=(), recent=())
+        base = NoForecast() if told else None
+        cache = PlanCache(
+            snap.node_types, forecaster=QueuedDemand(TraceLead((later,), 3600.0), base, lookahead_s=390.0)
+        )
+        return [d.node for d in plan(snap, cfg, cache, scope="review").drains]
+
+    assert drains(100.0, told=True) == ["up"]
+    assert drains(100.0, told=False) == []
+    assert drains(10.0, told=True) == []
