@@ -81,9 +81,9 @@ def write_rows(conn: Connection, db: Database, batch: Batch, inserted: dict[str,
             inserted[name] = inserted.get(name, 0) + len(result.all())
 
     if batch.object_changes and db.dialect == "sqlite":
-        result = conn.exec_driver_sql(_SQLITE_CHANGE_INSERT, _change_tuples(batch.object_changes))
-        # sqlite3's rowcount of an executemany is the number of rows inserted
-        inserted["object_changes"] = max(int(result.rowcount), 0)
+        inserted["object_changes"] = _sqlite_insert_rows(
+            conn, _SQLITE_CHANGE_INSERT, len(_CHANGE_COLUMNS), _change_tuples(batch.object_changes)
+        )
     elif batch.object_changes:
         inserted["object_changes"] = _postgres_copy_changes(conn, batch.object_changes)
     if batch.state_deletes:
@@ -351,9 +351,31 @@ _CHANGE_COLUMNS = (
     "snapshot",
 )
 _SQLITE_CHANGE_INSERT = (
-    f"INSERT INTO object_changes ({', '.join(_CHANGE_COLUMNS)}) VALUES ({', '.join('?' * len(_CHANGE_COLUMNS))}) "
-    "ON CONFLICT DO NOTHING"
+    f"INSERT INTO object_changes ({', '.join(_CHANGE_COLUMNS)}) VALUES {{values}} ON CONFLICT DO NOTHING"
 )
+_SQLITE_ROWS_PER_STATEMENT = 256
+"""Rows per multi-row INSERT on SQLite (13 parameters a row: far below SQLite's 32,766 a statement)."""
+
+
+def _sqlite_insert_rows(conn: Connection, sql: str, width: int, rows: Sequence[tuple[Any, ...]]) -> int:
+    """``rows`` through ``sql`` (an INSERT whose ``{values}`` is replaced by the rows' placeholders), many rows a
+    statement; returns the rows changed (inserted, or upserted).
+
+    NOTE: one statement a row (``executemany``) releases the GIL for each row's ``sqlite3_step`` and must win it
+    back from the recorder's busy diffing thread every time, waiting up to a switch interval per row: the writer
+    crawled while the diff builder ran and the diff builder waited for the writer. One statement per
+    :data:`_SQLITE_ROWS_PER_STATEMENT` rows hands the GIL over that many times fewer. Rows keep their order, so
+    ``ON CONFLICT`` sees the same first row of a key as one statement a row does."""
+    one = "(" + ", ".join("?" * width) + ")"
+    changed = 0
+    step = _SQLITE_ROWS_PER_STATEMENT
+    full = sql.format(values=", ".join([one] * step))
+    for start in range(0, len(rows), step):
+        chunk = rows[start : start + step]
+        statement = full if len(chunk) == step else sql.format(values=", ".join([one] * len(chunk)))
+        params = tuple(value for row in chunk for value in row)
+        changed += max(int(conn.exec_driver_sql(statement, params).rowcount), 0)
+    return changed
 
 
 def _change_tuples(changes: Sequence[ObjectChange]) -> list[tuple[Any, ...]]:
@@ -393,16 +415,18 @@ _STATE_COLUMNS = (
     "updated_at",
 )
 _SQLITE_STATE_UPSERT = (
-    f"INSERT INTO object_state ({', '.join(_STATE_COLUMNS)}) VALUES ({', '.join('?' * len(_STATE_COLUMNS))}) "
+    f"INSERT INTO object_state ({', '.join(_STATE_COLUMNS)}) VALUES {{values}} "
     "ON CONFLICT (source, uid) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _STATE_COLUMNS[2:])
 )
 
 
 def _sqlite_upsert_states(conn: Connection, states: Sequence[ObjectState], now_us: int) -> None:
-    """The other half of the SQLite ingest hot path: last states upserted with one DB-API executemany, the object
+    """The other half of the SQLite ingest hot path: last states upserted many a statement, the object
     JSON taken as the diff builder already encoded it."""
-    conn.exec_driver_sql(
+    _sqlite_insert_rows(
+        conn,
         _SQLITE_STATE_UPSERT,
+        len(_STATE_COLUMNS),
         [
             (
                 st.source,

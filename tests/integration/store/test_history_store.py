@@ -302,3 +302,30 @@ def test_awkward_text_comes_back_exactly_from_the_state_and_the_history(store: S
     assert timeline[1].patch == [
         {"op": "replace", "path": "/spec/containers/0/image", "value": awkward + " 2"}
     ]
+
+
+def test_a_batch_of_many_statements_inserts_each_change_once_and_keeps_every_last_state(store: Store) -> None:
+    # SQLite writes 256 rows a statement: 3 versions of 300 objects cross every boundary, a change repeated in the
+    # same batch (a worker's result applied twice) lands in another statement than its first copy, and the whole
+    # batch written again inserts nothing
+    history = ObjectHistory("c1")
+    batch = Batch()
+    for version in range(1, 4):
+        for k in range(300):
+            obj = pod(f"u{k:03d}", f"p{k:03d}", version * 1000 + k, f"img:{version}")
+            batch.extend(
+                history.observe("ADDED" if version == 1 else "MODIFIED", obj, observed_at=10.0 + version)
+            )
+    batch.object_changes.append(batch.object_changes[3])
+    assert store.history.write(batch).inserted["object_changes"] == 900
+    assert store.history.write(batch).inserted.get("object_changes", 0) == 0
+    states = store.history.object_states("c1")
+    assert len(states) == 300
+    assert {st.resource_version for st in states.values()} == {str(3000 + k) for k in range(300)}
+    assert states["u299"].full_object()["spec"]["containers"][0]["image"] == "img:3"
+    timeline = store.history.timeline(source="c1", kind="Pod", namespace="ml", name="p257")
+    assert [(c.change_type, c.version_seq) for c in timeline] == [
+        ("added", 1),
+        ("modified", 2),
+        ("modified", 3),
+    ]
