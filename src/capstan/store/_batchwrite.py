@@ -10,6 +10,8 @@ path of the history and of the restart records, so both share the metrics and th
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -354,7 +356,13 @@ _SQLITE_CHANGE_INSERT = (
     f"INSERT INTO object_changes ({', '.join(_CHANGE_COLUMNS)}) VALUES {{values}} ON CONFLICT DO NOTHING"
 )
 _SQLITE_ROWS_PER_STATEMENT = 256
-"""Rows per multi-row INSERT on SQLite (13 parameters a row: far below SQLite's 32,766 a statement)."""
+"""The most rows one INSERT carries on SQLite (13 parameters a row: far below SQLite's 32,766 a statement)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _sqlite_rows_statement(sql: str, width: int, rows: int) -> str:
+    """``sql`` with ``{values}`` replaced by the placeholders of ``rows`` rows of ``width`` columns."""
+    return sql.format(values=", ".join(["(" + ", ".join("?" * width) + ")"] * rows))
 
 
 def _sqlite_insert_rows(conn: Connection, sql: str, width: int, rows: Sequence[tuple[Any, ...]]) -> int:
@@ -363,18 +371,20 @@ def _sqlite_insert_rows(conn: Connection, sql: str, width: int, rows: Sequence[t
 
     NOTE: one statement a row (``executemany``) releases the GIL for each row's ``sqlite3_step`` and must win it
     back from the recorder's busy diffing thread every time, waiting up to a switch interval per row: the writer
-    crawled while the diff builder ran and the diff builder waited for the writer. One statement per
-    :data:`_SQLITE_ROWS_PER_STATEMENT` rows hands the GIL over that many times fewer. Rows keep their order, so
-    ``ON CONFLICT`` sees the same first row of a key as one statement a row does."""
-    one = "(" + ", ".join("?" * width) + ")"
-    changed = 0
-    step = _SQLITE_ROWS_PER_STATEMENT
-    full = sql.format(values=", ".join([one] * step))
-    for start in range(0, len(rows), step):
-        chunk = rows[start : start + step]
-        statement = full if len(chunk) == step else sql.format(values=", ".join([one] * len(chunk)))
-        params = tuple(value for row in chunk for value in row)
-        changed += max(int(conn.exec_driver_sql(statement, params).rowcount), 0)
+    crawled while the diff builder ran and the diff builder waited for the writer. Here a statement carries up to
+    :data:`_SQLITE_ROWS_PER_STATEMENT` rows, and what is left over goes in statements of 128, 64, … rows, so
+    every statement's text is one of nine per table and compiled once (SQLite's statement cache). Rows keep their
+    order, so ``ON CONFLICT`` sees the same first row of a key as one statement a row does."""
+    changed, start, size = 0, 0, _SQLITE_ROWS_PER_STATEMENT
+    while start < len(rows):
+        while size > len(rows) - start:
+            size //= 2
+        chunk = rows[start : start + size]
+        params = tuple(itertools.chain.from_iterable(chunk))
+        changed += max(
+            int(conn.exec_driver_sql(_sqlite_rows_statement(sql, width, size), params).rowcount), 0
+        )
+        start += size
     return changed
 
 
