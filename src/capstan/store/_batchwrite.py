@@ -356,7 +356,21 @@ _SQLITE_CHANGE_INSERT = (
     f"INSERT INTO object_changes ({', '.join(_CHANGE_COLUMNS)}) VALUES {{values}} ON CONFLICT DO NOTHING"
 )
 _SQLITE_ROWS_PER_STATEMENT = 256
-"""The most rows one INSERT carries on SQLite (13 parameters a row: far below SQLite's 32,766 a statement)."""
+"""The most rows one INSERT carries on SQLite (13 parameters a row: far below the 32,766 parameters a statement
+of SQLite since 3.32; an older library's limit, 999, makes it fewer, see :func:`_sqlite_rows_per_statement`)."""
+
+
+def _sqlite_rows_per_statement(conn: Connection, width: int) -> int:
+    """The most rows of ``width`` columns one statement may carry on this SQLite library, a power of two up to
+    :data:`_SQLITE_ROWS_PER_STATEMENT` (SQLite before 3.32 takes at most 999 parameters a statement)."""
+    import sqlite3  # the SQLite driver: imported only where SQLite is written
+
+    dbapi: Any = conn.connection.dbapi_connection
+    limit = int(dbapi.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+    size = _SQLITE_ROWS_PER_STATEMENT
+    while size > 1 and size * width > limit:
+        size //= 2
+    return size
 
 
 @functools.lru_cache(maxsize=64)
@@ -375,7 +389,7 @@ def _sqlite_insert_rows(conn: Connection, sql: str, width: int, rows: Sequence[t
     :data:`_SQLITE_ROWS_PER_STATEMENT` rows, and what is left over goes in statements of 128, 64, … rows, so
     every statement's text is one of nine per table and compiled once (SQLite's statement cache). Rows keep their
     order, so ``ON CONFLICT`` sees the same first row of a key as one statement a row does."""
-    changed, start, size = 0, 0, _SQLITE_ROWS_PER_STATEMENT
+    changed, start, size = 0, 0, _sqlite_rows_per_statement(conn, width)
     while start < len(rows):
         while size > len(rows) - start:
             size //= 2

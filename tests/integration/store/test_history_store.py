@@ -329,3 +329,33 @@ def test_a_batch_of_many_statements_inserts_each_change_once_and_keeps_every_las
         ("modified", 2),
         ("modified", 3),
     ]
+
+
+def test_an_old_sqlite_library_s_parameter_limit_gets_smaller_statements(tmp_path: Any) -> None:
+    # SQLite before 3.32 takes at most 999 parameters a statement: 256 rows of 13 columns would be refused
+    import sqlite3
+
+    from sqlalchemy import event
+
+    store = open_store(str(tmp_path / "old.db"))
+    try:
+        engine = store.database.write_sql_engine
+        engine.dispose()
+        limits: list[int] = []
+
+        @event.listens_for(engine, "connect")
+        def _old_limit(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+            limits.append(dbapi_conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+
+        history = ObjectHistory("c1")
+        batch = Batch()
+        for k in range(300):
+            batch.extend(
+                history.observe("ADDED", pod(f"u{k:03d}", f"p{k:03d}", k + 1, "img:1"), observed_at=10.0)
+            )
+        assert store.history.write(batch).inserted["object_changes"] == 300
+        assert limits and limits[0] == 999  # the write ran on a connection with the old limit
+        assert len(store.history.object_states("c1")) == 300
+    finally:
+        store.close()
