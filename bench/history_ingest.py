@@ -30,6 +30,7 @@ import queue
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -46,6 +47,7 @@ from rich.table import Table
 
 from _history_e2e import deployment, run_in_child
 from capstan.record import ObjectHistory
+from capstan.runtime import shorten_gil_switch_interval
 from capstan.sandbox import PostgresServer
 from capstan.store import INGEST_CACHE_KIB, Batch, ObjectChange, Store, open_store
 from goals import limit
@@ -122,7 +124,8 @@ def load_query_dataset(
 def pipelined(store: Store, n_changes: int, n_objects: int, batch_size: int) -> float:
     """The live recorder's arrangement: the diff builder on one thread hands full batches to a writer thread
     (``capstan record`` writes with ``asyncio.to_thread`` while its loop keeps diffing); at most two batches wait.
-    Returns the seconds from the first diff to the last commit."""
+    Returns the seconds from the first diff to the last commit, with the GIL's switch interval ``capstan record``
+    sets (restored after)."""
     handoff: queue.Queue[Batch | None] = queue.Queue(maxsize=2)
     failure: list[BaseException] = []
 
@@ -134,12 +137,17 @@ def pipelined(store: Store, n_changes: int, n_objects: int, batch_size: int) -> 
             failure.append(exc)
 
     thread = threading.Thread(target=writer, name="bench-writer")
-    start = time.perf_counter()
-    thread.start()
-    for batch in diffed_batches("bench-pipelined", n_changes, n_objects, batch_size):
-        handoff.put(batch)
-    handoff.put(None)
-    thread.join()
+    interval = sys.getswitchinterval()
+    shorten_gil_switch_interval()  # as `capstan record` does at its start
+    try:
+        start = time.perf_counter()
+        thread.start()
+        for batch in diffed_batches("bench-pipelined", n_changes, n_objects, batch_size):
+            handoff.put(batch)
+        handoff.put(None)
+        thread.join()
+    finally:
+        sys.setswitchinterval(interval)
     if failure:
         raise failure[0]
     return time.perf_counter() - start
