@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -87,6 +88,11 @@ class _Nodes:
         self.key: tuple[object, ...] = ()
         """The node types and settings the indexes were built for."""
         self._waste: Callable[[NodeType, float, int], float | None] = lambda nt, gpus, cpu: None
+        self.now = -math.inf
+        """The time of the snapshot being synced."""
+        self.freed: dict[str, float] = {}
+        """Per live node: when its free GPU room last grew (it appeared, or pods on it ended or left), as far as
+        the snapshots synced show; kept across rebuilds."""
         self._clear({})
 
     def _clear(self, types: dict[str, NodeType]) -> None:
@@ -124,9 +130,11 @@ class _Nodes:
         key: tuple[object, ...],
         waste: Callable[[NodeType, float, int], float | None],
         changes: NodeChanges | None = None,
+        now: float = -math.inf,
     ) -> None:
         """Make the bins those of ``nodes`` (``key``: what else the indexes depend on; ``changes``: what changed
-        since an earlier snapshot, used if that is the one these bins are of)."""
+        since an earlier snapshot, used if that is the one these bins are of; ``now``: the snapshot's time)."""
+        self.now = now
         if self.dirty or types is not self.types or key != self.key:
             self._waste = waste
             self.key = key
@@ -137,6 +145,7 @@ class _Nodes:
             return
         if changes is not None and changes.since is prev:
             for nid in changes.removed:  # bounded by the changes
+                self.freed.pop(nid, None)
                 if nid in self.orders:
                     self._remove(nid)
             for v in changes.views:
@@ -168,6 +177,7 @@ class _Nodes:
             self._rebuild(nodes, types)
             return
         for nid in itertools.filterfalse(here.__contains__, prev_ids):
+            self.freed.pop(nid, None)
             self._remove(nid)
         for i in itertools.compress(range(k), map(operator.is_not, nodes[:k], kept)):
             self._replace(nodes[i])
@@ -191,8 +201,12 @@ class _Nodes:
         self.next_order = len(nodes)
         self.prev, self._prev_ids = nodes, None
         self.dirty = False
+        self.freed = {nid: t for nid, t in self.freed.items() if nid in self.orders}
 
     def _replace(self, v: NodeView) -> None:
+        old = self.views.get(v.id)
+        if old is not None and sum(v.devs) > sum(old.devs):
+            self.freed[v.id] = self.now
         order = self.orders[v.id]
         self._remove(v.id)
         self._add(v, order)
@@ -207,6 +221,7 @@ class _Nodes:
         if nt is None:
             return
         self.count[nt.name] += 1
+        self.freed.setdefault(v.id, self.now)
         kind = _kind(v, nt)
         b = _Bin(v.id, nt, Capacity(v.cpu, v.mem, list(v.devs)), kind, order, v.pods, avail=v.available_at)
         self.bins[v.id] = b

@@ -48,6 +48,7 @@ class _Work:
             (price, threshold),
             lambda nt, gpus, cpu: repack_waste(nt, gpus, cpu, price, threshold),
             snap.changes,
+            snap.now,
         )
         nodes.dirty = True  # until :meth:`release` gives the bins back
         self.nodes = nodes

@@ -16,6 +16,7 @@ from capstan.capacity import (
     NodeState,
     NodeType,
     NodeView,
+    NoForecast,
     Plan,
     PlanCache,
     PlannerConfig,
@@ -1039,3 +1040,35 @@ def test_an_empty_node_is_drained_sooner_when_the_forecast_holds_announced_pods_
     assert drains(100.0, told=True) == ["up"]
     assert drains(100.0, told=False) == []
     assert drains(10.0, told=True) == []
+
+
+def test_a_full_node_is_emptied_into_room_long_free_on_a_node_that_stays_when_every_pod_is_announced() -> (
+    None
+):
+    """``big`` keeps a pod pinned to its V100s (no cheaper node takes it) and has four GPUs free; ``full``, a T4
+    node, wastes nothing, so no repack looks at it. When the forecast guesses nothing and ``big``'s room has
+    stood free for ``repack_min_age_s``, ``full``'s pods move into it and ``full`` is drained; with a guessed
+    forecast, or room freed only just now, nothing moves."""
+    types = (T4x4, V100x8)
+    pinned = pod("pinned", models=frozenset({"V100"}))
+    big = node(
+        "big",
+        V100x8,
+        devs=(0, 0, 0, 0, 1000, 1000, 1000, 1000),
+        bound=(pinned, pod("b1"), pod("b2"), pod("b3")),
+    )
+    full = node("full", T4x4, devs=(0, 0, 0, 0), bound=tuple(pod(f"f{i}") for i in range(4)))
+
+    def at(now: float, cache: PlanCache) -> Plan:
+        return plan(
+            Snapshot(now=now, node_types=types, nodes=(big, full), pending=()), PlannerConfig(), cache
+        )
+
+    told = PlanCache(types, forecaster=NoForecast())
+    assert not at(1800.0, told).drains  # the room is first seen now
+    p = at(1800.0 + PlannerConfig().repack_min_age_s, told)
+    assert [d.node for d in p.drains] == ["full"]
+    assert sorted((m.pod, m.node) for m in p.moves) == [(f"f{i}", "big") for i in range(4)]
+    guessed = PlanCache(types)
+    at(1800.0, guessed)
+    assert not at(1800.0 + PlannerConfig().repack_min_age_s, guessed).drains
