@@ -94,11 +94,6 @@ def write_rows(conn: Connection, db: Database, batch: Batch, inserted: dict[str,
                 delete(s.object_state).where(s.object_state.c.source == source, s.object_state.c.uid == uid)
             )
     if batch.state_puts:
-        ins = db.insert(s.object_state)
-        stmt = ins.on_conflict_do_update(
-            index_elements=["source", "uid"],
-            set_={c: ins.excluded[c] for c in _STATE_COLUMNS[2:]},
-        )
         # NOTE: a uid is never reused, so a uid deleted anywhere in the batch stays deleted.
         gone = set(batch.state_deletes)
         puts = [st for st in _rows.last_per_key(batch.state_puts) if (st.source, st.uid) not in gone]
