@@ -32,6 +32,11 @@ class CAConfig:
     max_empty_bulk_delete: int = 10
     gpu_unready_is_upcoming: bool = True
     """CA's GPU hack: a node whose GPUs are not yet allocatable counts as upcoming, not as a node without GPUs."""
+    soft_taint_unneeded: bool = False
+    """Taint the nodes found unneeded ``DeletionCandidateOfClusterAutoscaler:PreferNoSchedule`` (and take it off
+    once they are needed again), as cluster-autoscaler does, so the scheduler keeps new pods off the nodes it means
+    to remove. False (the default, as this emulation did first): new pods may land there, LeastAllocated
+    preferring an empty node, and reset its unneeded time."""
     buffer_gpus: int | None = 0
     """A CapacityBuffer of this many virtual one-GPU pods (0: none; None: the trace's peak burst,
     :func:`peak_burst_gpus`)."""
@@ -269,6 +274,8 @@ class ClusterAutoscalerPolicy:
                 del self.unneeded_since[nid]
         for nid in removing:
             self.unneeded_since.setdefault(nid, now)
+        if self.cfg.soft_taint_unneeded:
+            sim.prefer_not(removing)
         if not removing:
             return
         cooldown_end = self.last_scale_up + self.cfg.scale_down_delay_after_add

@@ -27,6 +27,11 @@ class KarpenterConfig:
     """Seconds Karpenter waits, with its disruption loop held, before it deletes the empty nodes a poll found, and
     only those still empty then (``commandValidationDelay``, 15 s in its code; 0: deleted at the poll, as this
     emulation did first). Applied to empty nodes only."""
+    nominate_only: bool = False
+    """Karpenter only nominates the pods it launched a NodeClaim for: it counts them against the claim while it
+    boots, but kube-scheduler binds whichever waiting pods it tries first once the node is up, and a pod that lost
+    its node to later ones is provisioned for again. False (the default, as this emulation did first): the pods
+    are promised to their claim, as if the scheduler honoured the nomination (KEP-5278's NominatedNodeName)."""
 
 
 class KarpenterPolicy:
@@ -45,6 +50,8 @@ class KarpenterPolicy:
         self._cheaper: dict[tuple[str, frozenset[PodShape]], tuple[NodeType, ...]] = {}
         self._nothing_at: object = None
         """The ready nodes' state at the last poll where no node could be consolidated."""
+        self.nominated: dict[str, list[str]] = {}
+        """An in-flight node → the pods it was launched for (:attr:`KarpenterConfig.nominate_only`)."""
         self.validating: list[str] = []
         """Empty nodes a poll found, waiting out :attr:`KarpenterConfig.validation_delay`."""
         self.polls_skipped = 0
@@ -56,6 +63,12 @@ class KarpenterPolicy:
         return None
 
     def on_change(self, sim: Sim, now: float) -> None:
+        for nid in [nid for nid, names in self.nominated.items() if not self._in_flight(sim.nodes[nid])]:
+            # the node is up (or gone): its nominated pods that are still waiting were not bound there, and
+            # the provisioner sees them again as pods to launch for
+            for name in self.nominated.pop(nid):
+                if name in sim.pending:
+                    self.seen.discard(name)
         new = [name for name, sp in sim.pending.items() if sp.state == "pending" and name not in self.seen]
         if new:
             self.seen.update(new)
@@ -96,14 +109,16 @@ class KarpenterPolicy:
             key=lambda p: (-p.cpu_milli, -p.memory_mib, p.name),
         )
         # a cordoned node takes no pods; a replacement in flight keeps room for the pods it was launched for
-        inflight = [n for n in sim.active.values() if n.live and not n.allocatable and not n.cordoned]
+        inflight = [n for n in sim.active.values() if self._in_flight(n)]
+        # nominations are recomputed each pass, as Karpenter simulates every waiting pod afresh
+        self.nominated = {}
         room = {n.id: self._room(n) for n in inflight}
         claims: list[tuple[list[Pod], dict[str, Capacity]]] = []
         for pod in pods:
             placed = False
             for n in inflight:
                 if fits(room[n.id], pod) and sim.compatible(n.nt, pod):
-                    placed = sim.promise(pod.name, n.id)
+                    placed = self._assign(sim, pod, n)
                     if placed:
                         take(room[n.id], pod, choose_devices(room[n.id], pod))
                     break
@@ -140,7 +155,21 @@ class KarpenterPolicy:
             nt = min((sim.types[t] for t in caps), key=lambda t: (t.price_per_hour, t.name))
             node = sim.launch(nt.name)
             for pod in claim_pods:
-                sim.promise(pod.name, node.id)
+                self._assign(sim, pod, node)
+
+    @staticmethod
+    def _in_flight(n: SimNode) -> bool:
+        """Launched, not yet taking pods: what the provisioner counts as capacity on its way."""
+        return n.live and not n.allocatable and not n.cordoned
+
+    def _assign(self, sim: Sim, pod: Pod, n: SimNode) -> bool:
+        """Count ``pod`` against in-flight node ``n``: promised to it, or only nominated
+        (:attr:`KarpenterConfig.nominate_only`)."""
+        if not self.cfg.nominate_only:
+            return sim.promise(pod.name, n.id)
+        sim.mark_decided([pod.name])
+        self.nominated.setdefault(n.id, []).append(pod.name)
+        return True
 
     def _disrupt(self, sim: Sim, now: float) -> None:
         for old, new in list(self.replacing.items()):
@@ -213,7 +242,7 @@ class KarpenterPolicy:
         )
 
     def _room(self, n: SimNode) -> Capacity:
-        """What pods may still be promised on in-flight node ``n``: its free capacity, less the pods a
+        """What pods may still be counted against in-flight node ``n``: its free capacity, less the pods a
         replacement was launched for."""
         cap = n.cap.copy()
         for p in self.moving.get(n.id, []):

@@ -237,6 +237,16 @@ class SimResult:
         return problems
 
 
+QueueOrder = Literal["arrival", "drawn"]
+"""The order the simulator's scheduler tries waiting pods in when room appears, within a priority: ``arrival``,
+oldest first; ``drawn``, an order drawn afresh each time (seeded). kube-scheduler sorts its queue by priority and
+then by when each pod was last put back in it, and a pod that failed within its backoff waits that out first, so
+on a live cluster which of the waiting pods a new node's room goes to follows when each last failed, not when it
+arrived: a pod an autoscaler launched a node for can lose that node to pods that came after it, and wait another
+launch (``bench/capacity_live.py`` shows it live). ``drawn`` stands for that order, which nothing here can
+predict pod by pod."""
+
+
 class Sim:
     """One replay: the cluster, the event heap, the default scheduler, and the accounting."""
 
@@ -251,12 +261,19 @@ class Sim:
         zero_delay: bool = False,
         progress: Callable[[float], None] | None = None,
         recent_window: float = 3600.0,
+        queue_order: QueueOrder = "arrival",
     ) -> None:
         self.workload = workload
         self.node_types = node_types
         self.types = {t.name: t for t in node_types}
         self.policy = policy
         self.rng = random.Random(seed)
+        self.queue_order: QueueOrder = queue_order
+        self._queue_rng = random.Random(f"queue-{seed}")
+        self._shunned: frozenset[str] = frozenset()
+        """Nodes with a ``PreferNoSchedule`` taint (:meth:`prefer_not`)."""
+        """Draws the order waiting pods are tried in under ``queue_order="drawn"`` (apart from :attr:`rng`, so the
+        boot delays drawn are the same in both orders)."""
         self.record = record
         self.zero_delay = zero_delay or bool(getattr(policy, "zero_delay", False))
         self.progress = progress
@@ -578,18 +595,39 @@ class Sim:
                 sp.decided_at = self.now
 
     def schedule(self, sp: SimPod, candidates: list[SimNode]) -> SimNode | None:
-        """kube-scheduler defaults: filter, then highest LeastAllocated score (ties: node order)."""
+        """kube-scheduler defaults: filter, then the best score: nodes without a ``PreferNoSchedule`` taint the
+        pod does not tolerate (:meth:`prefer_not`; TaintToleration's weight 3 outweighs the rest) before those
+        with one, then the highest LeastAllocated score. Ties: node order; under ``queue_order="drawn"``, scores
+        in whole points as kube-scheduler's are, and a tie drawn among the best nodes, as its reservoir sampling
+        does."""
         best: SimNode | None = None
         best_score = -1.0
         pod = sp.pod
         ok = self.ok_types(pod)
+        shunned = self._shunned
+        drawn = self.queue_order == "drawn"
+        tied = 0
         for n in candidates:
             if n.nt.name not in ok or not n.allocatable or not fits(n.cap, pod):
                 continue
             s = least_allocated_score(n.nt, n.cap, pod)
+            if drawn:
+                s = float(math.floor(s))
+            if shunned and n.id not in shunned:
+                s += 1000.0
             if s > best_score:
-                best, best_score = n, s
+                best, best_score, tied = n, s, 1
+            elif drawn and s == best_score:
+                tied += 1
+                if self._queue_rng.randrange(tied) == 0:
+                    best = n
         return best
+
+    def prefer_not(self, nids: Collection[str]) -> None:
+        """Nodes that now carry a ``PreferNoSchedule`` taint (cluster-autoscaler's
+        ``DeletionCandidateOfClusterAutoscaler`` on the nodes it found unneeded): the scheduler places pods there
+        only when no other node has room. Replaces the last set given."""
+        self._shunned = frozenset(nids)
 
     def _try_unit(self, unit: list[SimPod], candidates: list[SimNode]) -> bool:
         """Bind all of ``unit`` or none (gangs)."""
@@ -624,7 +662,12 @@ class Sim:
     def _retry_pending(self, candidates: list[SimNode]) -> None:
         if getattr(self.policy, "steers_placement", False) or not candidates or not self.pending:
             return
-        order = sorted(self.pending.values(), key=lambda s: (-s.pod.priority, s.pod.arrival, s.pod.name))
+        if self.queue_order == "arrival":
+            order = sorted(self.pending.values(), key=lambda s: (-s.pod.priority, s.pod.arrival, s.pod.name))
+        else:
+            waiting = sorted(self.pending.values(), key=lambda s: s.pod.name)
+            draws = {s.pod.name: self._queue_rng.random() for s in waiting}
+            order = sorted(waiting, key=lambda s: (-s.pod.priority, draws[s.pod.name]))
         tried: set[str] = set()
         for sp in order:
             if sp.state != "pending" or sp.pod.name in tried:

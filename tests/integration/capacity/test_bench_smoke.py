@@ -203,6 +203,7 @@ def test_capacity_live_bench_smoke(tmp_path: Path, kubeconfig: Path) -> None:
         "karpenter",
         "oracle",
         "karpenter, at this run's waits",
+        "cluster-autoscaler, soft taints",
     }
     # idle GPU-hours by cause add up, live as in the simulator, and every live node was seen to boot
     for row in data["rows"]:

@@ -556,3 +556,100 @@ def test_a_pod_asking_for_any_number_of_gpus_is_unplaceable_at_once_under_every_
         assert "nvidia.com/gpu 1000000 > 1" in states["giant"].reason, policy
         assert states["a"].state == states["b"].state == "done", policy
         assert summary.unplaced == 1, policy
+
+
+def test_karpenter_nominating_only_can_lose_its_node_to_a_later_pod() -> None:
+    """a arrives at 0 and b at 30; Karpenter launches a node for each (up at 61 and 91 s). Promised to their
+    claims, a always runs on the first; only nominated, with the scheduler trying waiting pods in a drawn order,
+    b sometimes takes it and a waits for the second node, as on a live cluster. Nothing is launched twice."""
+    pods = (gpu_pod("a", 0.0, 500.0), gpu_pod("b", 30.0, 500.0))
+
+    def first_node_goes_to(nominate_only: bool, seed: int) -> str:
+        kp = KarpenterPolicy(KarpenterConfig(nominate_only=nominate_only))
+        result = Sim(Workload("w", pods), (GPU1,), kp, seed=seed, queue_order="drawn").run()
+        assert result.check() == [] and result.launches == 2
+        return next(ref for _, kind, ref, node in result.events if kind == "pod.bound" and node == "n0")
+
+    assert {first_node_goes_to(False, seed) for seed in range(8)} == {"a"}
+    assert {first_node_goes_to(True, seed) for seed in range(8)} == {"a", "b"}
+    ordered = Sim(Workload("w", pods), (GPU1,), KarpenterPolicy(KarpenterConfig(nominate_only=True))).run()
+    assert [(t, ref) for t, kind, ref, node in ordered.events if kind == "pod.bound"] == [
+        (61.0, "a"),
+        (91.0, "b"),
+    ]
+
+
+def test_drawn_queue_order_is_seeded() -> None:
+    """The same seed draws the same order (the same replay); the boot delays drawn do not depend on it."""
+    pods = tuple(gpu_pod(f"p{i}", float(i), 300.0) for i in range(6))
+    jittery = replace(GPU1, boot_delay=Delay("uniform", 60, 120))
+
+    def run(seed: int, order: str) -> list[tuple[float, str, str, str]]:
+        kp = KarpenterPolicy(KarpenterConfig(nominate_only=True))
+        return Sim(Workload("w", pods), (jittery,), kp, seed=seed, queue_order=order).run().events  # type: ignore[arg-type]
+
+    assert run(3, "drawn") == run(3, "drawn")
+    ready = [(t, ref) for t, kind, ref, _ in run(3, "drawn") if kind == "node.ready"]
+    assert ready == [(t, ref) for t, kind, ref, _ in run(3, "arrival") if kind == "node.ready"]
+
+
+class _TwoNodes:
+    """Launches two 2-GPU nodes at the start and marks the first ``PreferNoSchedule``."""
+
+    name = "two-nodes"
+
+    def __init__(self, shun: bool) -> None:
+        self.shun = shun
+
+    def start(self, sim: Sim) -> None:
+        sim.launch("g2")
+        sim.launch("g2")
+        if self.shun:
+            sim.prefer_not(["n0"])
+
+    def on_change(self, sim: Sim, now: float) -> None:
+        return None
+
+    def on_wake(self, sim: Sim, now: float, tag: str) -> None:
+        return None
+
+
+def test_scheduler_keeps_pods_off_prefer_no_schedule_nodes_while_others_have_room() -> None:
+    """Two empty nodes tie on LeastAllocated and the first wins; with a PreferNoSchedule taint on it, pods go to
+    the second until it is full, and only then to the first."""
+    g2 = NodeType(
+        "g2", 16000, 65536, 2, "L4", 2.0, boot_delay=Delay("fixed", 60), gpu_ready_delay=Delay("fixed", 0)
+    )
+    pods = tuple(gpu_pod(f"p{i}", 100.0 + i, 1000.0) for i in range(3))
+
+    def placed(shun: bool) -> list[str]:
+        result = Sim(Workload("w", pods), (g2,), _TwoNodes(shun)).run()
+        return [node for _, kind, _, node in result.events if kind == "pod.bound"]
+
+    assert placed(False) == ["n0", "n1", "n0"]
+    assert placed(True) == ["n1", "n1", "n0"]
+
+
+def test_cluster_autoscaler_soft_taints_unneeded_nodes() -> None:
+    """a (2 GPUs, ends at 100 s) and b (1 GPU) get a 2-GPU node each. Once a ends, n0 is empty and unneeded;
+    c (1 GPU) arrives at 300 s. Without the soft taint LeastAllocated puts c on the empty n0, which then stays;
+    with it c joins b on n1 and n0 is removed once unneeded long enough."""
+    g2 = NodeType(
+        "g2", 16000, 65536, 2, "L4", 2.0, boot_delay=Delay("fixed", 60), gpu_ready_delay=Delay("fixed", 0)
+    )
+    pods = (
+        Pod("a", 0.0, 4000, 8192, 2, 1000, duration=100.0),
+        Pod("b", 0.0, 4000, 8192, 1, 1000, duration=3000.0),
+        Pod("c", 300.0, 4000, 8192, 1, 1000, duration=3000.0),
+    )
+
+    def run(soft: bool) -> tuple[str, list[tuple[float, str]]]:
+        ca = ClusterAutoscalerPolicy(CAConfig(soft_taint_unneeded=soft))
+        result = Sim(Workload("w", pods), (g2,), ca).run()
+        assert result.check() == []
+        where = next(node for _, kind, ref, node in result.events if kind == "pod.bound" and ref == "c")
+        return where, [(t, n) for t, n in events(result.events, "node.draining") if t < 3000.0]
+
+    assert run(False) == ("n0", [])
+    where, drained = run(True)
+    assert where == "n1" and [n for _, n in drained] == ["n0"]
