@@ -801,6 +801,34 @@ def start_cluster_autoscaler(
     return _start("cluster-autoscaler", argv, env, log_path, ports, health)
 
 
+async def wait_karpenter_pools_ready(
+    kube: KubeClient, *, timeout: float = 60.0, poll_s: float = 0.25
+) -> float:
+    """Wait, bounded, until every NodePool reports the condition ``Ready`` True; seconds waited.
+
+    Karpenter's provisioner ignores a NodePool that is not ready yet ("ignoring nodepool, not ready") and looks again
+    only on its next trigger, about 10 s later: pods created before then wait that long for their first NodeClaim,
+    which a replay compressed 20× would count as 200 trace seconds Karpenter never costs a cluster it runs in."""
+    start = time.monotonic()
+    while True:
+        pools, _ = await kube.list(NODEPOOLS)
+        waiting = [
+            str(p["metadata"]["name"])
+            for p in pools
+            if not any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (p.get("status") or {}).get("conditions") or []
+            )
+        ]
+        if pools and not waiting:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise PeerError(
+                f"karpenter: NodePools not Ready after {timeout:g} s: {', '.join(waiting) or 'none found'}"
+            )
+        await asyncio.sleep(poll_s)
+
+
 async def karpenter_teardown(kube: KubeClient, *, timeout: float = 60.0) -> int:
     """Delete the NodePools (Karpenter, still running, then removes its NodeClaims and their Nodes) and wait,
     bounded, until no NodeClaim is left; how many were left at the end (0 when all are gone)."""

@@ -42,7 +42,8 @@ trace seconds. Peers' binaries: ``--karpenter`` / ``--cluster-autoscaler`` (defa
 docs/benchmarks.md); a participant whose binary is missing is left out with a line saying so.
 
 Prints Rich tables (the runs; the emulations against the real autoscalers; the goals), writes
-bench/out/capacity_live.json and the peers' logs under bench/out/capacity_live-logs/.
+bench/out/capacity_live.json, and under bench/out/capacity_live-logs/ the peers' logs and each participant's
+timeline (every pod's creation, binding, end and node; every node's life, in trace seconds).
 """
 
 from __future__ import annotations
@@ -75,15 +76,19 @@ from _autoscalers import (
     karpenter_teardown,
     start_cluster_autoscaler,
     start_karpenter,
+    wait_karpenter_pools_ready,
     write_karpenter_instance_types,
 )
 from capstan.capacity import (
+    CAConfig,
+    ClusterAutoscalerPolicy,
     Controller,
     Delay,
     KarpenterConfig,
     KarpenterPolicy,
     NodeType,
     PlannerConfig,
+    Policy,
     Sim,
     Summary,
     Taint,
@@ -253,6 +258,8 @@ async def peer_live(kube: KubeClient, kubeconfig: Path, who: str, setup: Setup) 
     extra: dict[str, Any] = {"argv": " ".join(proc.argv[1:]), "log": str(log)}
     try:
         extra["ready_s"] = round(await asyncio.to_thread(proc.wait_ready, 90.0), 1)
+        if who == "karpenter":
+            extra["pools_ready_s"] = round(await wait_karpenter_pools_ready(kube), 1)
         await ensure_namespace(kube, NAMESPACE)
         stop = asyncio.Event()
         booter = asyncio.create_task(
@@ -284,6 +291,27 @@ async def peer_live(kube: KubeClient, kubeconfig: Path, who: str, setup: Setup) 
         for node in nodes:
             await kube.delete(resources.NODES, node["metadata"]["name"])
     return Run(result, extra)
+
+
+def write_timeline(path: Path, replay: ReplayResult, speed: float) -> None:
+    """Each pod's and node's life in a live run, in trace seconds from the first pod's creation: what explains a
+    figure (which pods waited, for which node) when the tables do not."""
+    t0 = min(replay.created.values(), default=0.0)
+
+    def at(t: float | None) -> float | None:
+        return None if t is None else round((t - t0) * speed, 1)
+
+    pods = [
+        {"pod": n, "created": at(c), "bound": at(replay.bound.get(n)), "ended": at(replay.ended.get(n)),
+         "node": replay.pod_node.get(n)}
+        for n, c in sorted(replay.created.items(), key=lambda kv: kv[1])
+    ]  # fmt: skip
+    nodes = [
+        {"node": n, "type": replay.node_type.get(n), "seen": at(a), "gpus_ready": at(replay.gpu_ready.get(n)),
+         "gone": at(b)}
+        for n, (a, b) in sorted(replay.node_life.items(), key=lambda kv: kv[1][0])
+    ]  # fmt: skip
+    path.write_text(json.dumps({"speed": speed, "pods": pods, "nodes": nodes}, indent=1))
 
 
 def on_cluster(
@@ -380,28 +408,75 @@ def simulated(workload: Workload, trace_types: tuple[NodeType, ...], speed: floa
     for name, (_, s) in run_policies(workload, trace_types, ["capstan", "cluster-autoscaler", "karpenter",
                                                             "oracle"]).items():  # fmt: skip
         rows.append(sim_row(name, s))
-    # the compressed run's waits: Karpenter's disruption polling and validation are constants of its code
-    karpenter = KarpenterPolicy(
-        KarpenterConfig(
-            disruption_interval=KARPENTER_FIXED_S["disruption polling"] * speed,
-            validation_delay=KARPENTER_FIXED_S["consolidation command validation"] * speed,
-        )
-    )
-    t0 = time.perf_counter()
-    result = Sim(workload, trace_types, karpenter).run()
-    rows.append(sim_row("karpenter, at this run's waits", summarize(result, time.perf_counter() - t0)))
+    for name, policy in as_run(speed).items():
+        t0 = time.perf_counter()
+        result = Sim(workload, trace_types, policy()).run()
+        rows.append(sim_row(name, summarize(result, time.perf_counter() - t0)))
     return rows
 
 
+def as_run(speed: float) -> dict[str, Callable[[], Policy]]:
+    """The emulations as the live run had them, each compared with its real autoscaler: Karpenter at the
+    compressed run's waits (its disruption polling and validation are constants of its code), only nominating the
+    pods it launches for; cluster-autoscaler (every wait scaled) soft-tainting the nodes it finds unneeded."""
+    return {
+        "karpenter, at this run's waits": lambda: KarpenterPolicy(
+            KarpenterConfig(
+                disruption_interval=KARPENTER_FIXED_S["disruption polling"] * speed,
+                validation_delay=KARPENTER_FIXED_S["consolidation command validation"] * speed,
+                nominate_only=True,
+            )
+        ),
+        "cluster-autoscaler, soft taints": lambda: ClusterAutoscalerPolicy(
+            CAConfig(soft_taint_unneeded=True)
+        ),
+    }
+
+
+FIDELITY_ROWS = {
+    "karpenter": "karpenter, at this run's waits",
+    "cluster-autoscaler": "cluster-autoscaler, soft taints",
+}
+"""Each real autoscaler → the simulator row of its emulation as the live run had it (:func:`as_run`)."""
+
+
+def drawn_spread(
+    workload: Workload, trace_types: tuple[NodeType, ...], speed: float, draws: int
+) -> dict[str, dict[str, list[float]]]:
+    """Each emulation of :func:`as_run` replayed ``draws`` times with the waiting pods tried in a drawn order
+    (``Sim(queue_order="drawn")``, seeds 0…): kube-scheduler gives a new node's room to whichever waiting pods it
+    tries first, which a live run decides by when each pod last failed, so the real autoscalers' figures vary run
+    to run the way these draws do. Per autoscaler, the sorted pending p99s and idle GPU-hours."""
+    out: dict[str, dict[str, list[float]]] = {}
+    policies = as_run(speed)
+    for who, row in FIDELITY_ROWS.items():
+        p99s, idles = [], []
+        for seed in range(draws):
+            s = summarize(
+                Sim(workload, trace_types, policies[row](), seed=seed, queue_order="drawn").run(), 0.0
+            )
+            p99s.append(s.pending["total"][2])
+            idles.append(sum(s.idle.values()))
+        out[who] = {"p99_pending_s": sorted(p99s), "idle_gpu_hours": sorted(idles)}
+    return out
+
+
+def span(values: list[float], fmt: str) -> str:
+    """The median of ``values`` (sorted) and their range."""
+    mid = (
+        values[len(values) // 2]
+        if len(values) % 2
+        else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+    )
+    return f"{fmt.format(mid)} ({fmt.format(values[0])}-{fmt.format(values[-1])})"
+
+
 def fidelity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each real autoscaler against its emulation at this run's waits (cluster-autoscaler's are all scaled, so
-    its emulation's defaults): relative gaps on idle GPU-hours and pending p99."""
+    """Each real autoscaler against its emulation as the live run had it (:data:`FIDELITY_ROWS`): relative gaps
+    on idle GPU-hours and pending p99."""
     by = {(r["policy"], r["where"]): r for r in rows}
     out = []
-    for who, emulation in (
-        ("karpenter", "karpenter, at this run's waits"),
-        ("cluster-autoscaler", "cluster-autoscaler"),
-    ):
+    for who, emulation in FIDELITY_ROWS.items():
         real, emu = by.get((who, "live")), by.get((emulation, "simulator"))
         if real is None or emu is None:
             continue
@@ -498,8 +573,16 @@ def main() -> None:
         default=1,
         help="the sandboxes' kube-scheduler podMaxBackoffSeconds (its default 10 s would stretch with --speed)",
     )
+    ap.add_argument(
+        "--draws",
+        type=int,
+        default=20,
+        help="replays of each emulation with the waiting pods tried in a drawn order, beside the real autoscaler",
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
+    if args.draws < 1:
+        raise SystemExit(f"--draws {args.draws}: must be at least 1")
     who = [w.strip() for w in args.who.split(",") if w.strip()]
     unknown = [w for w in who if w not in WHO]
     if unknown:
@@ -551,6 +634,7 @@ def main() -> None:
                 console.print(f"{name}: {exc}")
                 continue
             rows.append(live_row(name, run, setup, prices))
+            write_timeline(logs / f"{name}-timeline.json", run.replay, speed)
             console.print(f"{name}: live run took {time.monotonic() - t0:,.0f} s wall")
     rows += simulated(workload, trace_types, speed)
     title = (
@@ -567,6 +651,7 @@ def main() -> None:
         elif r["where"] == "live":
             console.print(f"{r['policy']}: {r['argv']}")
     gaps = fidelity(rows)
+    spread = drawn_spread(workload, trace_types, speed, args.draws) if gaps else {}
     if gaps:
         table = Table(title=f"emulation against the real autoscaler (goal: within {FIDELITY:.0%})")
         for col in (
@@ -574,19 +659,26 @@ def main() -> None:
             "idle GPU-h real",
             "emulated",
             "gap",
+            f"drawn ×{args.draws}: median (range)",
             "pending p99 s real",
             "emulated",
             "gap",
+            f"drawn ×{args.draws}: median (range)",
         ):
             table.add_column(col, justify="right")
         for g in gaps:
-            real, emu = g["real"], g["emulated"]
+            real, emu, drawn = g["real"], g["emulated"], spread[g["autoscaler"]]
             table.add_row(
                 g["autoscaler"], f"{real['idle_gpu_hours']:,.1f}", f"{emu['idle_gpu_hours']:,.1f}",
-                f"{g['gaps']['idle_gpu_hours']:.0%}", f"{real['p99_pending_s']:,.0f}", f"{emu['p99_pending_s']:,.0f}",
-                f"{g['gaps']['p99_pending_s']:.0%}",
+                f"{g['gaps']['idle_gpu_hours']:.0%}", span(drawn["idle_gpu_hours"], "{:,.1f}"),
+                f"{real['p99_pending_s']:,.0f}", f"{emu['p99_pending_s']:,.0f}", f"{g['gaps']['p99_pending_s']:.0%}",
+                span(drawn["p99_pending_s"], "{:,.0f}"),
             )  # fmt: skip
         console.print(table)
+        console.print(
+            f"emulated: {', '.join(FIDELITY_ROWS.values())}, waiting pods tried oldest first; drawn: the same "
+            f"replayed {args.draws} times with the waiting pods tried in a drawn order (seeds 0-{args.draws - 1})"
+        )
     verdict = goals(rows)
     if verdict is not None:
         console.print(
@@ -612,7 +704,10 @@ def main() -> None:
                 "speed": speed,
                 "workload": workload.name,
                 "rows": rows,
-                "fidelity": [{"autoscaler": g["autoscaler"], **g["gaps"]} for g in gaps],
+                "fidelity": [
+                    {"autoscaler": g["autoscaler"], **g["gaps"], "drawn": spread[g["autoscaler"]]}
+                    for g in gaps
+                ],
                 "goals": verdict,
                 "bounds": bound,
             },
