@@ -29,9 +29,13 @@ flags (``_autoscalers.ca_flags_for_speed``: scan interval, scale-down unneeded t
 timeouts) and Karpenter's batch windows. Two of Karpenter's waits are constants in its code (disruption polling
 10 s, consolidation command validation 15 s) and last ``speed`` times longer in trace time; cluster-autoscaler's
 hard-coded 30 s wait for new GPU pods is turned off (``--bypassed-scheduler-names``) rather than stretched. The
-simulator replays the emulations twice: at their defaults, and with the waits the compressed run really had
-("at this run's waits": Karpenter's disruption polling ``10 × speed`` and the wait before it deletes the empty
-nodes a poll found, ``15 × speed``: ``KarpenterConfig.validation_delay``). Capstan is also replayed there without
+simulator replays the emulations twice: at their defaults, and as the live run had them (``as_run``: Karpenter
+"at this run's waits", its disruption polling ``10 × speed`` and the wait before it deletes the empty nodes a poll
+found, ``15 × speed``, ``KarpenterConfig.validation_delay``, and only nominating the pods it launches for,
+``nominate_only``; cluster-autoscaler soft-tainting the nodes it finds unneeded, ``soft_taint_unneeded``). Those
+are compared with the real autoscalers, beside the same replayed ``--draws`` times with the waiting pods tried in
+a drawn order (``Sim(queue_order="drawn")``): which waiting pods a new node's room goes to is the scheduler queue's
+draw on a live cluster, and it decides the slowest pods' waits. Capstan is also replayed there without
 forecast headroom, to show what its headroom costs and buys on the slice.
 
 Figures are in trace time and, like the simulator's, stop at the end of the slice's last pod: pending p50/p99,

@@ -24,6 +24,14 @@
 * ``static``: a fixed cluster (counts per node type, normally the oracle's peak) ready from the start.
 * ``oracle``: Capstan's packing with every node ready the moment it is requested and no headroom: the lower bound.
 
+Three behaviours of a live cluster are options, off by default so that every figure measured before them stands
+(``bench/capacity_live.py`` turns them on to compare each emulation with its real autoscaler):
+``KarpenterConfig.nominate_only`` (Karpenter only nominates the pods it launched a NodeClaim for, and
+kube-scheduler may give the node to later pods), ``CAConfig.soft_taint_unneeded`` (cluster-autoscaler's
+``DeletionCandidateOfClusterAutoscaler:PreferNoSchedule`` keeps new pods off the nodes it means to remove) and
+``Sim(queue_order="drawn")`` (the scheduler tries waiting pods, and picks among equally scored nodes, in a drawn
+order rather than oldest and first).
+
 No policy moves a pod that is not safe to evict (:attr:`capstan.capacity.model.Pod.safe_to_evict`): its node is
 neither scaled down, consolidated nor repacked while it runs, as cluster-autoscaler and Karpenter honour their
 annotations.
