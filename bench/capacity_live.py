@@ -31,8 +31,8 @@ timeouts) and Karpenter's batch windows. Two of Karpenter's waits are constants 
 hard-coded 30 s wait for new GPU pods is turned off (``--bypassed-scheduler-names``) rather than stretched. The
 simulator replays the emulations twice: at their defaults, and as the live run had them (``as_run``: Karpenter
 "at this run's waits", its disruption polling ``10 × speed`` and the wait before it deletes the empty nodes a poll
-found, ``15 × speed``, ``KarpenterConfig.validation_delay``, and only nominating the pods it launches for,
-``nominate_only``; cluster-autoscaler soft-tainting the nodes it finds unneeded, ``soft_taint_unneeded``). Those
+found, ``15 × speed``, ``KarpenterConfig.validation_delay``, only nominating the pods it launches for,
+``nominate_only``, and packing them less its kwok provider's reserve of 100m CPU and 10 Mi a node; cluster-autoscaler soft-tainting the nodes it finds unneeded, ``soft_taint_unneeded``). Those
 are compared with the real autoscalers, beside the same replayed ``--draws`` times with the waiting pods tried in
 a drawn order (``Sim(queue_order="drawn")``): which waiting pods a new node's room goes to is the scheduler queue's
 draw on a live cluster, and it decides the slowest pods' waits. Capstan is also replayed there without
@@ -422,19 +422,27 @@ def simulated(workload: Workload, trace_types: tuple[NodeType, ...], speed: floa
 def as_run(speed: float) -> dict[str, Callable[[], Policy]]:
     """The emulations as the live run had them, each compared with its real autoscaler: Karpenter at the
     compressed run's waits (its disruption polling and validation are constants of its code), only nominating the
-    pods it launches for; cluster-autoscaler (every wait scaled) soft-tainting the nodes it finds unneeded."""
+    pods it launches for, packing them with its kwok provider's reserve; cluster-autoscaler (every wait scaled) soft-tainting the nodes it finds unneeded."""
     return {
         "karpenter, at this run's waits": lambda: KarpenterPolicy(
             KarpenterConfig(
                 disruption_interval=KARPENTER_FIXED_S["disruption polling"] * speed,
                 validation_delay=KARPENTER_FIXED_S["consolidation command validation"] * speed,
                 nominate_only=True,
+                # its kwok provider's InstanceTypeOverhead (kube-reserved), which the live Karpenter packs with
+                reserved_cpu_milli=KARPENTER_KWOK_RESERVED[0],
+                reserved_memory_mib=KARPENTER_KWOK_RESERVED[1],
             )
         ),
         "cluster-autoscaler, soft taints": lambda: ClusterAutoscalerPolicy(
             CAConfig(soft_taint_unneeded=True)
         ),
     }
+
+
+KARPENTER_KWOK_RESERVED = (100, 10)
+"""CPU thousandths and MiB Karpenter's kwok cloud provider reserves on every instance type
+(``kwok/cloudprovider/helpers.go``, v1.15.0: ``KubeReserved`` 100m and 10Mi)."""
 
 
 FIDELITY_ROWS = {

@@ -27,6 +27,12 @@ class KarpenterConfig:
     """Seconds Karpenter waits, with its disruption loop held, before it deletes the empty nodes a poll found, and
     only those still empty then (``commandValidationDelay``, 15 s in its code; 0: deleted at the poll, as this
     emulation did first). Applied to empty nodes only."""
+    reserved_cpu_milli: int = 0
+    reserved_memory_mib: int = 0
+    """What Karpenter's cloud provider reserves on every instance type (its ``InstanceTypeOverhead``), taken off
+    the room it packs pods into, in flight and new; the Node it launches still offers all of it to the scheduler.
+    Its kwok provider reserves 100m CPU and 10 Mi, so pods that fill a node exactly fit one fewer in Karpenter's
+    count. 0 (the default, as this emulation did first): none."""
     nominate_only: bool = False
     """Karpenter only nominates the pods it launched a NodeClaim for: it counts them against the claim while it
     boots, but kube-scheduler binds whichever waiting pods it tries first once the node is up, and a pod that lost
@@ -146,7 +152,7 @@ class KarpenterPolicy:
                     and live_count(sim, nt) + sum(1 for _, cs in claims if nt.name in cs) >= nt.max_count
                 ):
                     continue
-                c = Capacity.of(nt)
+                c = self._reserve(Capacity.of(nt))
                 take(c, pod, choose_devices(c, pod))
                 caps[nt.name] = c
             if caps:
@@ -156,6 +162,12 @@ class KarpenterPolicy:
             node = sim.launch(nt.name)
             for pod in claim_pods:
                 self._assign(sim, pod, node)
+
+    def _reserve(self, cap: Capacity) -> Capacity:
+        """``cap`` less :attr:`KarpenterConfig.reserved_cpu_milli` and ``reserved_memory_mib`` (in place)."""
+        cap.cpu -= self.cfg.reserved_cpu_milli
+        cap.mem -= self.cfg.reserved_memory_mib
+        return cap
 
     @staticmethod
     def _in_flight(n: SimNode) -> bool:
@@ -244,7 +256,7 @@ class KarpenterPolicy:
     def _room(self, n: SimNode) -> Capacity:
         """What pods may still be counted against in-flight node ``n``: its free capacity, less the pods a
         replacement was launched for."""
-        cap = n.cap.copy()
+        cap = self._reserve(n.cap.copy())
         for p in self.moving.get(n.id, []):
             if fits(cap, p):
                 take(cap, p, choose_devices(cap, p))

@@ -653,3 +653,22 @@ def test_cluster_autoscaler_soft_taints_unneeded_nodes() -> None:
     assert run(False) == ("n0", [])
     where, drained = run(True)
     assert where == "n1" and [n for _, n in drained] == ["n0"]
+
+
+def test_karpenter_packs_with_its_providers_reserve() -> None:
+    """Four pods that fill a 4-GPU node's memory exactly: one NodeClaim without a reserve; with the kwok
+    provider's 10 Mi, Karpenter counts three to a node and launches two, though the first Node then runs all four
+    (its whole capacity is offered to the scheduler)."""
+    g4 = NodeType(
+        "g4", 48000, 196608, 4, "L4", 3.0, boot_delay=Delay("fixed", 60), gpu_ready_delay=Delay("fixed", 0)
+    )
+    pods = tuple(Pod(f"p{i}", 0.0, 11300, 49152, 1, 1000, duration=600.0) for i in range(4))
+
+    def run(cfg: KarpenterConfig) -> tuple[int, set[str]]:
+        result = Sim(Workload("w", pods), (g4,), KarpenterPolicy(cfg)).run()
+        assert result.check() == []
+        return result.launches, {node for _, kind, _, node in result.events if kind == "pod.bound"}
+
+    assert run(KarpenterConfig()) == (1, {"n0"})
+    launches, nodes = run(KarpenterConfig(reserved_cpu_milli=100, reserved_memory_mib=10, nominate_only=True))
+    assert launches == 2 and nodes == {"n0"}
