@@ -11,8 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from capstan.capacity import Pod, Workload
-from capstan.capacity.model import Toleration
+from capstan.capacity import Pod, Toleration, Workload
 
 pytestmark = pytest.mark.unit
 
