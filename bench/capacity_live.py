@@ -94,6 +94,7 @@ from capstan.capacity import (
     PlannerConfig,
     Policy,
     Sim,
+    SimResult,
     Summary,
     Taint,
     Workload,
@@ -379,9 +380,7 @@ def live_row(who: str, run: Run, setup: Setup, prices: dict[str, float]) -> dict
     }
 
 
-def sim_row(name: str, s: Summary) -> dict[str, Any]:
-    idle = {c: s.idle.get(c, 0.0) for c in ("booting", "empty", "unallocated")}
-    idle["empty"] += sum(v for c, v in s.idle.items() if c not in idle)  # headroom, duplicate: no pod on them
+def sim_row(name: str, s: Summary, result: SimResult) -> dict[str, Any]:
     return {
         "policy": name,
         "where": "simulator",
@@ -392,30 +391,47 @@ def sim_row(name: str, s: Summary) -> dict[str, Any]:
         "waited_over_60s": s.slow_starts,
         "gpu_hours": s.gpu_hours,
         "idle_gpu_hours": sum(s.idle.values()),
-        "idle": idle,
+        "idle": idle_as_live(result),
         "cost": s.cost,
         "launches": s.launches,
         "drains": s.drains,
     }
 
 
+def idle_as_live(result: SimResult) -> dict[str, float]:
+    """A replay's idle GPU-hours by the causes :meth:`ReplayResult.idle_by_cause` gives a live run: ``booting``
+    from launch to GPUs allocatable, whatever the node was launched for (the simulator files a headroom node's
+    boot under ``headroom``), ``unallocated`` the free GPUs of nodes some pod runs on, ``empty`` the rest
+    (ready with no pod, draining, headroom, launched twice)."""
+    total = sum(result.idle_gpu_hours().values())
+    booting = 0.0
+    for n in result.nodes:
+        end = n.gone_at if n.gone_at is not None else result.end
+        allocatable = n.gpu_at if n.gpu_at is not None else end
+        booting += n.nt.gpu * max(0.0, min(allocatable, end) - n.requested_at) / 3600
+    unallocated = sum(n.idle_s["unallocated"] for n in result.nodes) / 3600
+    return {"booting": booting, "empty": max(0.0, total - booting - unallocated), "unallocated": unallocated}
+
+
 def simulated(workload: Workload, trace_types: tuple[NodeType, ...], speed: float) -> list[dict[str, Any]]:
     """The slice in the simulator: Capstan (defaults; the live run's settings, with and without headroom), the
     emulations at their defaults and at the waits the compressed live run had, and the oracle."""
     rows: list[dict[str, Any]] = []
-    same = run_policies(workload, trace_types, ["capstan"], planner=live_config())["capstan"][1]
-    rows.append(sim_row("capstan, live settings", same))
+    same = run_policies(workload, trace_types, ["capstan"], planner=live_config())["capstan"]
+    rows.append(sim_row("capstan, live settings", same[1], same[0]))
     reactive = run_policies(
         workload, trace_types, ["capstan"], planner=replace(live_config(), headroom=False)
     )
-    rows.append(sim_row("capstan, live settings, no headroom", reactive["capstan"][1]))
-    for name, (_, s) in run_policies(workload, trace_types, ["capstan", "cluster-autoscaler", "karpenter",
+    rows.append(
+        sim_row("capstan, live settings, no headroom", reactive["capstan"][1], reactive["capstan"][0])
+    )
+    for name, (result, s) in run_policies(workload, trace_types, ["capstan", "cluster-autoscaler", "karpenter",
                                                             "oracle"]).items():  # fmt: skip
-        rows.append(sim_row(name, s))
+        rows.append(sim_row(name, s, result))
     for name, policy in as_run(speed).items():
         t0 = time.perf_counter()
         result = Sim(workload, trace_types, policy()).run()
-        rows.append(sim_row(name, summarize(result, time.perf_counter() - t0)))
+        rows.append(sim_row(name, summarize(result, time.perf_counter() - t0), result))
     return rows
 
 

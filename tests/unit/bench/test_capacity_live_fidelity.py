@@ -11,7 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from capstan.capacity import Pod, Toleration, Workload
+from capstan.capacity import Pod, Toleration, Workload, run_policies
+from capstan.capacity.live import live_config
 
 pytestmark = pytest.mark.unit
 
@@ -70,3 +71,35 @@ def test_fidelity_compares_each_real_autoscaler_with_its_emulation_as_run(live_b
     assert gaps["cluster-autoscaler"] == {"idle_gpu_hours": 0.0, "p99_pending_s": 0.0}
     assert live_bench.span([1.0, 2.0, 9.0], "{:.0f}") == "2 (1-9)"
     assert live_bench.span([1.0, 2.0, 4.0, 9.0], "{:.1f}") == "3.0 (1.0-9.0)"
+
+
+def test_simulator_rows_split_idle_by_the_live_runs_causes(live_bench: ModuleType) -> None:
+    """A live run files every node's boot under ``booting``; the simulator files a headroom node's under
+    ``headroom``. The bench's simulator rows use the live split, so a headroom node's boot is ``booting`` there
+    too, and the three causes still add up to the replay's idle GPU-hours."""
+    types = live_bench.node_types(300.0, 90.0, pool="p")
+    pods = tuple(
+        Pod(
+            f"r{i}",
+            600.0 * i,
+            8000,
+            32768,
+            num_gpu=1,
+            gpu_milli=1000,
+            duration=3000.0,
+            safe_to_evict=False,
+            tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),),
+        )
+        for i in range(12)
+    )
+    result, summary = run_policies(Workload("w", pods), types, ["capstan"], planner=live_config())["capstan"]
+    headroom = [n for n in result.nodes if n.purpose == "headroom"]
+    assert headroom, "the live settings hold headroom on this workload"
+    split = live_bench.idle_as_live(result)
+    every_boot = (
+        sum(n.nt.gpu * (n.gpu_at - n.requested_at) for n in result.nodes if n.gpu_at is not None) / 3600
+    )
+    assert split["booting"] == pytest.approx(every_boot)
+    assert split["booting"] > summary.idle["booting"]  # the simulator's own split leaves headroom boots out
+    assert sum(split.values()) == pytest.approx(sum(summary.idle.values()))
+    assert split["unallocated"] == pytest.approx(summary.idle["unallocated"])
