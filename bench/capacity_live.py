@@ -226,6 +226,7 @@ async def capstan_live(kube: KubeClient, setup: Setup) -> Run:
         speed=speed,
         pool=POOL,
         drain_wait_s=5.0,
+        poll_s=POLL_S,  # as the peers' replays: the bind seen, and each pod's run started, as promptly
     )
     decided = sorted(run.stats.decision_s)
     return Run(

@@ -3,10 +3,14 @@ it): idle GPU-hours by cause, the cut at the last pod's end, drains, and what a 
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any, cast
+
 import pytest
 
 from capstan.capacity import Pod
-from capstan.capacity.live import ReplayResult, pod_manifest
+from capstan.capacity.live import ReplayResult, pod_manifest, replay_pods
+from capstan.kube import KubeClient, resources
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +85,46 @@ def test_a_suspended_job_announces_the_pods_it_will_run_at_once() -> None:
     assert [p.name for p in announced] == ["ml/a-0", "ml/b-0"] and again == 12.0
     with pytest.raises(ValueError, match="refresh_s"):
         SuspendedJobs(refresh_s=0)
+
+
+class _BindingClient:
+    """The calls :func:`replay_pods` makes, against a cluster whose scheduler binds every pod the moment it is
+    created (to node ``n1``); no node of the pool exists."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[str, object]] = {}
+
+    async def create(self, resource: object, manifest: dict[str, Any]) -> None:
+        manifest["spec"]["nodeName"] = "n1"
+        self.pods[manifest["metadata"]["name"]] = manifest
+
+    async def list(self, resource: object, **_: object) -> tuple[list[dict[str, object]], str]:
+        return (list(self.pods.values()) if resource is resources.PODS else []), "1"
+
+    async def delete(self, resource: object, name: str, namespace: str, **_: object) -> None:
+        self.pods.pop(name, None)
+
+
+def test_a_replay_creates_and_ends_pods_on_time_however_seldom_it_polls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Arrivals and ends come between polls: the replay wakes for them rather than a poll late, which at 20× and
+    a 0.5 s poll shifted a pod by up to 10 trace seconds (and turned a decision on GenAI's slice)."""
+    now = [1000.0]
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    pods = [Pod(f"t{i}", arrival, 1000, 1024, duration=30.0) for i, arrival in enumerate((0.0, 10.0, 25.0))]
+    client = _BindingClient()
+    result = asyncio.run(
+        replay_pods(
+            cast(KubeClient, client), pods, "ns", speed=1.0, pool="p", gated=False, poll_s=100.0,
+            clock=lambda: now[0],
+        )
+    )  # fmt: skip
+    created = sorted(t - 1000.0 for t in result.created.values())
+    assert created == [0.0, 10.0, 25.0]
+    assert sorted(result.ended[n] - result.bound[n] for n in result.ended) == [30.0, 30.0, 30.0]
+    assert not client.pods

@@ -220,8 +220,13 @@ async def replay_pods(
         for name in [n for n, at in ends.items() if at <= now and n in live]:
             await _delete(client, name, namespace)
             live.discard(name)
-            result.ended[name] = now
-        await asyncio.sleep(poll_s)
+            result.ended[name] = clock()
+        # wake for the next arrival or end when it comes before the next poll: a pod created or deleted a poll
+        # late would shift the trace by up to poll_s × speed seconds (10 trace s at 0.5 s and 20×)
+        due = [at for n, at in ends.items() if n in live]
+        if i < len(plan):
+            due.append(start + (plan[i].arrival - t0) / speed)
+        await asyncio.sleep(min(poll_s, max(0.0, min(due, default=math.inf) - clock())))
     for name in sorted(live):
         await _delete(client, name, namespace)
         result.ended[name] = clock()
@@ -307,13 +312,14 @@ async def replay_under_controller(
     speed: float,
     pool: str,
     drain_wait_s: float,
+    poll_s: float = 0.5,
     metrics: ControllerMetrics | None = None,
     events: EventSink | None = None,
     max_duration_s: float = 3600.0,
 ) -> ControlledReplay:
     """Run ``controller`` on the cluster (kwok provider, ``namespace``'s pods) while :func:`replay_pods` creates
-    ``pods`` gated for it; then follow the pool's nodes until the controller has drained them (at most
-    ``drain_wait_s``), stop it, and delete any node of the pool left."""
+    ``pods`` gated for it (polled every ``poll_s``); then follow the pool's nodes until the controller has drained
+    them (at most ``drain_wait_s``), stop it, and delete any node of the pool left."""
     await ensure_namespace(client, namespace)
     stop = asyncio.Event()
     task = asyncio.create_task(
@@ -322,7 +328,14 @@ async def replay_under_controller(
     )  # fmt: skip
     try:
         result = await replay_pods(
-            client, pods, namespace, speed=speed, pool=pool, gated=True, max_duration_s=max_duration_s
+            client,
+            pods,
+            namespace,
+            speed=speed,
+            pool=pool,
+            gated=True,
+            poll_s=poll_s,
+            max_duration_s=max_duration_s,
         )
         await follow_scale_down(client, pool, result, timeout_s=drain_wait_s)
     finally:
