@@ -130,6 +130,29 @@ def test_the_snapshot_counts_promised_and_running_pods_against_their_nodes() -> 
     assert live.has_pending()
 
 
+def test_an_empty_node_is_idle_from_when_it_can_take_pods_not_from_its_boot() -> None:
+    """As in the simulator, an empty node's idle time (what ``min_idle_s`` waits out before a drain) starts when
+    its GPUs are allocatable: counted from its boot, a headroom node booting longer than that wait was drained the
+    moment it came up (GenAI's live slice, three nodes drained 9 s before a wave that then launched three more)."""
+    now = [1e9]
+    nodes: dict[str, Any] = {"capstan-n1": node("capstan-n1", taints=(BOOTING_TAINT,))}
+    live = LiveCluster((L4X2,), nodes, {}, clock=lambda: now[0])
+    for booting in (node("capstan-n1", taints=(BOOTING_TAINT,)), node("capstan-n1", gpus_ready=False)):
+        nodes["capstan-n1"] = booting
+        live.observe()
+        (view,) = live.snapshot().nodes
+        assert view.idle_since is None
+        now[0] += 200
+    nodes["capstan-n1"] = node("capstan-n1")
+    live.observe()
+    up = now[0]
+    (view,) = live.snapshot().nodes
+    assert view.state is NodeState.GPU_ALLOCATABLE and view.idle_since == up
+    now[0] += 50
+    live.observe()
+    assert live.snapshot().nodes[0].idle_since == up  # still empty: the same clock
+
+
 def test_a_plan_over_the_live_cluster_records_one_launch_and_forgets_nothing_until_the_node_shows() -> None:
     pods = {"ns/a": pod("a"), "ns/b": pod("b")}
     nodes: dict[str, Any] = {}

@@ -41,7 +41,7 @@ from capstan.capacity.live._objects import (
     pod_from_object,
     pod_key,
 )
-from capstan.capacity.model import GPU_MILLI, NodeState, NodeType, Pod
+from capstan.capacity.model import GPU_MILLI, IN_FLIGHT, NodeState, NodeType, Pod
 from capstan.capacity.planner import PLANNED_NODE_LABEL, NodeView, Snapshot
 from capstan.kube import ApiError, KubeClient, Resource, resources
 
@@ -366,7 +366,10 @@ class LiveCluster:
     ) -> NodeView:
         meta = node.get("metadata") or {}
         cpu, mem, devs = free_resources(node, nt, [*bound, *waiting])
-        if bound or waiting:
+        usable = state not in IN_FLIGHT or (state is NodeState.READY and nt.gpu == 0)
+        if bound or waiting or not usable:
+            # empty only once it could take pods, as in the simulator: a node's boot is not idle time towards
+            # min_idle_s, or a headroom node whose boot outlasts that wait is drained the moment it comes up
             self._idle.pop(name, None)
             idle_since = None
         else:
