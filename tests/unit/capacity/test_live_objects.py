@@ -153,6 +153,26 @@ def test_an_empty_node_is_idle_from_when_it_can_take_pods_not_from_its_boot() ->
     assert live.snapshot().nodes[0].idle_since == up  # still empty: the same clock
 
 
+def test_a_pod_arrives_when_first_seen_within_its_creation_second() -> None:
+    """creationTimestamp has whole seconds, 20 trace seconds in a replay 20x faster: a pod this controller sees
+    within that second arrives when it was seen, one seen later (or before a restart) a second after the stamp,
+    and a stamp ahead of the controller's clock is kept."""
+    created = epoch("2026-12-03T12:00:00Z")
+    pods: dict[str, Any] = {}
+    now = [created + 0.4]
+    live = LiveCluster((L4X2,), {}, pods, clock=lambda: now[0])
+    pods["ns/a"] = pod("a")
+    live.observe()
+    now[0] = created + 7.0
+    pods["ns/b"] = pod("b")
+    live.observe()
+    now[0] = created - 2.0  # the controller's clock behind the API server's
+    pods["ns/c"] = pod("c")
+    live.observe()
+    arrivals = {p.name: p.arrival - created for p in live.snapshot().pending}
+    assert arrivals == {"ns/a": pytest.approx(0.4), "ns/b": 1.0, "ns/c": 0.0}
+
+
 def test_a_plan_over_the_live_cluster_records_one_launch_and_forgets_nothing_until_the_node_shows() -> None:
     pods = {"ns/a": pod("a"), "ns/b": pod("b")}
     nodes: dict[str, Any] = {}

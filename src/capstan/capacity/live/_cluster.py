@@ -19,7 +19,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from capstan.capacity.controller import Activity
@@ -140,6 +140,8 @@ class LiveCluster:
         self.launches = 0
         self.drains = 0
         self._seen: set[str] = set()
+        self._first_seen: dict[str, float] = {}
+        """Managed pod → when :meth:`observe` first saw it (a closer arrival than its creationTimestamp)."""
         self._recent: deque[Pod] = deque()
         self._idle: dict[str, float] = {}
         self._repack_up: set[str] = set()
@@ -175,6 +177,12 @@ class LiveCluster:
         if cached is not None and cached[0] is obj:
             return cached[1]
         pod = pod_from_object(obj)
+        seen = self._first_seen.get(key)
+        if seen is not None and pod.arrival <= seen:
+            # creationTimestamp is whole seconds, so a pod arrived within the second after it: when this
+            # controller saw it within that second, when it saw it is the closer (a compressed replay's 20
+            # trace seconds), and at most a second late otherwise
+            pod = replace(pod, arrival=min(seen, pod.arrival + 1.0))
         self._pods_read[key] = (obj, pod)
         return pod
 
@@ -207,6 +215,7 @@ class LiveCluster:
             key = pod_key(obj)
             if key not in self._seen:
                 self._seen.add(key)
+                self._first_seen[key] = now
                 self.arrivals += 1
                 fresh.append(self._pod(obj))
         # the forecast reads arrivals in time order (ties by name, for determinism)
@@ -227,6 +236,7 @@ class LiveCluster:
             self._next_id = max(self._next_id, _id_num(nid) + 1)
         if len(self._seen) > 2 * len(self.pods) + 1024:  # bounded: forget pods that are gone
             self._seen &= set(self.pods)
+            self._first_seen = {k: v for k, v in self._first_seen.items() if k in self.pods}
         if len(self._pods_read) > 2 * len(self.pods) + 1024:
             self._pods_read = {k: v for k, v in self._pods_read.items() if k in self.pods}
 
