@@ -182,6 +182,7 @@ TIME_FIELDS = (
     "headroom_wait_s",
     "repack_min_age_s",
     "min_idle_s",
+    "known_idle_s",
 )
 """The planner's settings that are durations: a live replay at ``speed`` divides them by it."""
 
@@ -189,6 +190,18 @@ TIME_FIELDS = (
 def wall_config(config: PlannerConfig, speed: float) -> PlannerConfig:
     """``config`` on the wall clock of a replay ``speed`` times faster than the trace."""
     return replace(config, **{f: getattr(config, f) / speed for f in TIME_FIELDS})
+
+
+def wall_controller(speed: float) -> Controller:
+    """The controller the simulator replays the slice with (its defaults, the live settings), every duration of it
+    and its planner on the wall clock of a replay ``speed`` times faster than the trace."""
+    defaults = Controller()
+    return Controller(
+        wall_config(live_config(), speed),
+        react=defaults.react / speed,
+        review_interval=defaults.review_interval / speed,
+        repack_interval=defaults.repack_interval / speed,
+    )
 
 
 @dataclass
@@ -213,10 +226,7 @@ class Setup:
 
 async def capstan_live(kube: KubeClient, setup: Setup) -> Run:
     speed = setup.speed
-    # the controller's defaults (react 1 s, reviews every 60 s, the planner's durations) in wall time
-    controller = Controller(
-        wall_config(live_config(), speed), react=1.0 / speed, review_interval=60.0 / speed
-    )
+    controller = wall_controller(speed)
     run = await replay_under_controller(
         kube,
         setup.workload.pods,

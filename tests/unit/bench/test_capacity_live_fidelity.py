@@ -6,12 +6,13 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Iterator
+from dataclasses import fields, replace
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from capstan.capacity import Pod, Toleration, Workload, run_policies
+from capstan.capacity import Controller, PlannerConfig, Pod, Toleration, Workload, run_policies
 from capstan.capacity.live import live_config
 
 pytestmark = pytest.mark.unit
@@ -103,3 +104,17 @@ def test_simulator_rows_split_idle_by_the_live_runs_causes(live_bench: ModuleTyp
     assert split["booting"] > summary.idle["booting"]  # the simulator's own split leaves headroom boots out
     assert sum(split.values()) == pytest.approx(sum(summary.idle.values()))
     assert split["unallocated"] == pytest.approx(summary.idle["unallocated"])
+
+
+def test_the_live_controller_runs_every_duration_on_the_replays_clock(live_bench: ModuleType) -> None:
+    """The live run's controller is the simulator's at ``speed`` times its pace: each of the planner's durations
+    and the controller's react, review and repack intervals divided by it (the repack interval was not, so the
+    live run made its full plans 20 times less often than its replay)."""
+    durations = {f.name for f in fields(PlannerConfig) if f.name.endswith("_s")}
+    assert durations == set(live_bench.TIME_FIELDS)
+    sim, live = Controller(live_config()), live_bench.wall_controller(20.0)
+    for name in ("react", "review_interval", "repack_interval"):
+        assert getattr(live, name) == getattr(sim, name) / 20.0
+    for name in durations:
+        assert getattr(live.config, name) == getattr(sim.config, name) / 20.0
+    assert replace(live.config, **{n: getattr(sim.config, n) for n in durations}) == sim.config
