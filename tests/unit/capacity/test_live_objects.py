@@ -7,14 +7,17 @@ from typing import Any
 
 import pytest
 
-from capstan.capacity import Controller, Delay, NodeState, NodeType, PlannerConfig
+from capstan.capacity import Controller, Delay, NodeState, NodeType, PlannerConfig, Pod
 from capstan.capacity.live import (
     GATE,
     PROMISED_ANNOTATION,
     PURPOSE_LABEL,
+    SERVICE_LABEL,
     LiveCluster,
     live_config,
     pod_from_object,
+    pod_manifest,
+    service_of,
 )
 from capstan.capacity.live._objects import BOOTING_TAINT, DRAINING_TAINT, epoch, is_managed, node_state
 
@@ -249,3 +252,34 @@ async def test_an_event_message_carries_no_planted_secret() -> None:
         "namespace": "ns",
         "uid": "",
     }
+
+
+def test_a_pod_is_a_service_replica_by_its_label_or_its_controlling_workload() -> None:
+    """Replicas of an inference service are forecast apart from batch pods (the simulator's ``Pod.service``): live,
+    a pod is one by its capstan.io/service label, or when a Deployment's ReplicaSet or a StatefulSet controls it;
+    a Job's pod or a bare one is not. A replayed trace's replica carries the label and reads back as one."""
+
+    def owned(kind: str, owner: str, *, controller: bool = True, template_hash: str = "") -> dict[str, Any]:
+        obj = pod("p")
+        obj["metadata"]["ownerReferences"] = [{"kind": kind, "name": owner, "controller": controller}]
+        if template_hash:
+            obj["metadata"]["labels"] = {"pod-template-hash": template_hash}
+        return obj
+
+    assert service_of(owned("ReplicaSet", "vllm-7d4b9c", template_hash="7d4b9c")) == "ns/vllm"
+    assert service_of(owned("StatefulSet", "vllm")) == "ns/vllm"
+    assert service_of(owned("ReplicaSet", "vllm-7d4b9c")) == ""  # not a Deployment's (no template hash)
+    assert service_of(owned("ReplicaSet", "vllm-7d4b9c", controller=False, template_hash="7d4b9c")) == ""
+    assert service_of(owned("Job", "train")) == ""
+    assert service_of(pod("bare")) == ""
+    labelled = pod("r")
+    labelled["metadata"]["labels"] = {SERVICE_LABEL: "genai"}
+    assert pod_from_object(labelled).service == "ns/genai"
+    replica = Pod("genai-r2", 0.0, 8000, 32768, num_gpu=1, gpu_milli=1000, service="genai/Qwen 72B")
+    manifest = pod_manifest(replica, "r0-genai-r2", "ns", pool="p", gated=True)
+    assert manifest["metadata"]["labels"][SERVICE_LABEL] == "genai-Qwen-72B"
+    assert pod_from_object(manifest).service == "ns/genai-Qwen-72B"
+    assert (
+        pod_from_object(pod_manifest(Pod("t", 0.0, 1000, 1024), "r1-t", "ns", pool="p", gated=True)).service
+        == ""
+    )

@@ -6,7 +6,8 @@ view as a :class:`capstan.capacity.Cluster`), :class:`KwokProvider` (nodes for t
 (the planner's settings for a live cluster), :class:`ControllerMetrics` and :class:`EventRecorder` (what it
 tells people), :class:`SuspendedJobs` (suspended Jobs as demand announced ahead, for ``QueuedDemand``), :class:`GatewayDemand` and :func:`follow_gateway` (an inference gateway's request rate as the replicas it will need, announced ahead the same way), :func:`replay_pods` (a workload's pods created and deleted on a cluster, time-compressed, and how
 long each waited) and :func:`replay_under_controller` (the same, placed by the controller), and the names pods and nodes carry (:data:`GATE`,
-:data:`PROMISED_ANNOTATION`, :data:`PURPOSE_LABEL`, the taints). docs/capacity.md, "Live", says how pods are
+:data:`PROMISED_ANNOTATION`, :data:`PURPOSE_LABEL`, the taints) and what makes a pod a service replica
+(:func:`service_of`, :data:`SERVICE_LABEL`). docs/capacity.md, "Live", says how pods are
 handed to Capstan and what each decision does in Kubernetes.
 """
 
@@ -37,7 +38,9 @@ from capstan.capacity.live._objects import (
     GATE,
     PROMISED_ANNOTATION,
     PURPOSE_LABEL,
+    SERVICE_LABEL,
     pod_from_object,
+    service_of,
 )
 from capstan.capacity.live._queue import MAX_PODS_PER_JOB, SuspendedJobs, job_pods
 from capstan.capacity.live._replay import (
@@ -66,6 +69,7 @@ __all__ = [
     "PROMISED_ANNOTATION",
     "PURPOSE_LABEL",
     "RESPONSES_METRIC",
+    "SERVICE_LABEL",
     "ActionLog",
     "ControlledReplay",
     "ControllerMetrics",
@@ -91,6 +95,7 @@ __all__ = [
     "replay_under_controller",
     "requests_total",
     "run_controller",
+    "service_of",
 ]
 
 

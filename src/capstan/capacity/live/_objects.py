@@ -42,6 +42,9 @@ PLACEHOLDER_LABEL = "capstan.io/placeholder"
 """On the placeholder pods that hold a headroom node's free GPUs (they are not the cluster's load)."""
 PLACEHOLDER_PRIORITY_CLASS = "capstan-headroom"
 """Their PriorityClass: value -10, never preempting, so any real pod preempts them."""
+SERVICE_LABEL = "capstan.io/service"
+"""Names the inference service a pod is a replica of, where no Deployment or StatefulSet controls it (a replayed
+trace's replicas): the planner forecasts service replicas apart from batch pods."""
 GANG_LABEL = "capstan.io/gang"
 GANG_SIZE_LABEL = "capstan.io/gang-size"
 SAFE_TO_EVICT = ("cluster-autoscaler.kubernetes.io/safe-to-evict", "karpenter.sh/do-not-disrupt")
@@ -148,7 +151,30 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
         gang=str(labels.get(GANG_LABEL, "")),
         gang_size=gang_size if labels.get(GANG_LABEL) else 1,
         safe_to_evict=safe,
+        service=service_of(obj),
     )
+
+
+def service_of(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` of the service a pod is a replica of: its :data:`SERVICE_LABEL`, else the Deployment
+    whose ReplicaSet controls it (the ReplicaSet is named ``<deployment>-<pod-template-hash>``) or the StatefulSet
+    that does; "" for any other pod (a Job's, a bare pod's)."""
+    meta = obj.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    labels = meta.get("labels") or {}
+    named = str(labels.get(SERVICE_LABEL) or "")
+    if named:
+        return f"{namespace}/{named}"
+    for ref in meta.get("ownerReferences") or []:
+        if not ref.get("controller"):
+            continue
+        kind, owner = ref.get("kind"), str(ref.get("name") or "")
+        if kind == "StatefulSet" and owner:
+            return f"{namespace}/{owner}"
+        suffix = f"-{labels.get('pod-template-hash', '')}"
+        if kind == "ReplicaSet" and len(suffix) > 1 and owner.endswith(suffix) and len(owner) > len(suffix):
+            return f"{namespace}/{owner[: -len(suffix)]}"
+    return ""
 
 
 def template_pods(

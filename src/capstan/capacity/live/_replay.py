@@ -19,7 +19,7 @@ from capstan.capacity.controller import Controller
 from capstan.capacity.live._cluster import EventSink
 from capstan.capacity.live._kwok import KwokProvider
 from capstan.capacity.live._loop import RunStats, run_controller
-from capstan.capacity.live._objects import BOOTING_TAINT, GATE, GPU_RESOURCE
+from capstan.capacity.live._objects import BOOTING_TAINT, GATE, GPU_RESOURCE, SERVICE_LABEL
 from capstan.capacity.live._report import ControllerMetrics
 from capstan.capacity.model import NodeType, Pod
 from capstan.capacity.placement import INSTANCE_TYPE_LABEL
@@ -76,7 +76,16 @@ def pod_manifest(pod: Pod, name: str, namespace: str, *, pool: str, gated: bool)
     }
     if not pod.safe_to_evict:
         metadata["annotations"] = dict(NO_EVICTION_ANNOTATIONS)
+    if pod.service:
+        # a replica of an inference service, as the trace says: forecast as one (no Deployment owns it here)
+        metadata["labels"][SERVICE_LABEL] = _label_value(pod.service)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _label_value(text: str) -> str:
+    """``text`` as a label value: at most 63 of ``[A-Za-z0-9._-]``, starting and ending alphanumeric."""
+    value = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in text)[:63]
+    return value.strip("._-") or "service"
 
 
 @dataclass
