@@ -65,7 +65,7 @@ async def plant(kube: KubeClient, kubelet: Kubelet, namespace: str, p: Plants) -
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]},
     })  # fmt: skip
     pod = None
-    for _ in range(600):  # bounded: 30 s for the controllers and kwok
+    for _ in range(2400):  # bounded: 120 s for the controllers and kwok (30 s ran out under load)
         pods, _ = await kube.list(resources.PODS, namespace=namespace, label_selector="app=web")
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
         if running:
