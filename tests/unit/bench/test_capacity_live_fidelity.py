@@ -28,24 +28,26 @@ def live_bench(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     sys.modules.pop("capacity_live", None)
 
 
+def replica(name: str, arrival: float, duration: float) -> Pod:
+    """One GenAI-like replica: one GPU, 8 CPUs and 32 GiB, not safe to evict, tolerating the GPU taint."""
+    return Pod(
+        name,
+        arrival,
+        8000,
+        32768,
+        num_gpu=1,
+        gpu_milli=1000,
+        duration=duration,
+        safe_to_evict=False,
+        tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),),
+    )
+
+
 def test_drawn_spread_replays_each_emulation_per_seed(live_bench: ModuleType) -> None:
     """Eight one-GPU pods in two waves a boot apart on 4-GPU nodes: each emulation is replayed once per draw,
     the figures come back sorted, and the same draws give the same spread."""
     types = live_bench.node_types(300.0, 90.0, pool="p")
-    pods = tuple(
-        Pod(
-            f"r{i}",
-            0.0 if i < 4 else 250.0,
-            8000,
-            32768,
-            num_gpu=1,
-            gpu_milli=1000,
-            duration=2000.0,
-            safe_to_evict=False,
-            tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),),
-        )
-        for i in range(8)
-    )
+    pods = tuple(replica(f"r{i}", 0.0 if i < 4 else 250.0, 2000.0) for i in range(8))
     workload = Workload("w", pods)
     spread = live_bench.drawn_spread(workload, types, 20.0, 5)
     assert set(spread) == set(live_bench.FIDELITY_ROWS)
@@ -79,20 +81,7 @@ def test_simulator_rows_split_idle_by_the_live_runs_causes(live_bench: ModuleTyp
     ``headroom``. The bench's simulator rows use the live split, so a headroom node's boot is ``booting`` there
     too, and the three causes still add up to the replay's idle GPU-hours."""
     types = live_bench.node_types(300.0, 90.0, pool="p")
-    pods = tuple(
-        Pod(
-            f"r{i}",
-            600.0 * i,
-            8000,
-            32768,
-            num_gpu=1,
-            gpu_milli=1000,
-            duration=3000.0,
-            safe_to_evict=False,
-            tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),),
-        )
-        for i in range(12)
-    )
+    pods = tuple(replica(f"r{i}", 600.0 * i, 3000.0) for i in range(12))
     result, summary = run_policies(Workload("w", pods), types, ["capstan"], planner=live_config())["capstan"]
     headroom = [n for n in result.nodes if n.purpose == "headroom"]
     assert headroom, "the live settings hold headroom on this workload"
