@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from capstan.capacity._plan_types import NodeChanges
 from capstan.capacity.controller import Activity
 from capstan.capacity.live._objects import (
     GATE,
@@ -156,23 +157,70 @@ class LiveCluster:
         self._wake_set: set[tuple[float, str]] = set()
         self._next_id = 0
         self._pods_read: dict[str, tuple[Mapping[str, Any], Pod]] = {}
+        self._pod_facts: dict[str, tuple[Mapping[str, Any], bool, str, str, str]] = {}
+        """Informer key → (object, managed here, node it holds resources on, node Capstan released it to,
+        namespace/name), read once per object as :attr:`_pods_read` is."""
+        self._node_facts: dict[str, tuple[Mapping[str, Any], NodeType | None, NodeState]] = {}
+        """Node id → (object, type, state), read once per object."""
+        self._views: dict[str, tuple[tuple[object, ...], NodeView]] = {}
+        """Node id → (what its view was made from, the view): a node whose object, pods and idle clock are
+        unchanged keeps its view object, so the planner, which compares views by identity, reads only the
+        nodes that changed (:attr:`Snapshot.changes`)."""
+        self._nodes_shown: tuple[NodeView, ...] = ()
+        """The last snapshot's nodes: the next one keeps their order and says what changed since."""
         self.event_failures = 0
         """Events that could not be written (they are not retried)."""
 
     # ----- what the informers show -----
-    def _managed(self) -> list[Mapping[str, Any]]:
-        out = []
-        for obj in self.pods.values():
-            if self.namespace is not None and (obj.get("metadata") or {}).get("namespace") != self.namespace:
-                continue
-            if is_managed(obj):
-                out.append(obj)
-        return out
+    def _facts(self, key: str, obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool, str, str, str]:
+        """(``obj``, managed here, the node it holds resources on, the node Capstan released it to, its
+        namespace/name), read once per object: a decision on a large cluster reads every pod, and most are the
+        same objects as before."""
+        cached = self._pod_facts.get(key)
+        if cached is not None and cached[0] is obj:
+            return cached
+        managed = is_managed(obj) and (
+            self.namespace is None or (obj.get("metadata") or {}).get("namespace") == self.namespace
+        )
+        facts = (obj, managed, is_running_on(obj), _released_to(obj), pod_key(obj))
+        self._pod_facts[key] = facts
+        return facts
 
-    def _pod(self, obj: Mapping[str, Any]) -> Pod:
+    def _scan(self) -> tuple[list[tuple[str, Mapping[str, Any]]], dict[str, list[Pod]]]:
+        """One pass over the pods: the managed ones (namespace/name and object, in name order) and the pods
+        holding resources per node: bound and not finished, or released to a node by Capstan (gate off, pinned
+        to it) and not yet bound by the scheduler."""
+        managed: list[tuple[str, Mapping[str, Any]]] = []
+        running: dict[str, list[Pod]] = {}
+        facts, id_of = self._facts, self._id_of
+        for key, obj in self.pods.items():  # bounded by the informer's pods
+            _, mine, on, released, name = facts(key, obj)
+            if mine:
+                managed.append((name, obj))
+            node = id_of.get(on, on) if on else released
+            if node:
+                running.setdefault(node, []).append(self._pod(obj, name))
+        managed.sort(key=_first)
+        return managed, running
+
+    def _managed(self) -> list[Mapping[str, Any]]:
+        facts = self._facts
+        return [obj for key, obj in self.pods.items() if facts(key, obj)[1]]
+
+    def _node(self, nid: str, obj: Mapping[str, Any]) -> tuple[NodeType | None, NodeState]:
+        """A node's type and state, read once per object."""
+        cached = self._node_facts.get(nid)
+        if cached is not None and cached[0] is obj:
+            return cached[1], cached[2]
+        nt, state = node_type_of(obj, self.types), node_state(obj)
+        self._node_facts[nid] = (obj, nt, state)
+        return nt, state
+
+    def _pod(self, obj: Mapping[str, Any], key: str | None = None) -> Pod:
         """The planner's view of a pod object, read once per object (the informer replaces an object when it
-        changes, so the same object is the same pod); entries of pods that are gone are dropped by observe."""
-        key = pod_key(obj)
+        changes, so the same object is the same pod); entries of pods that are gone are dropped by observe.
+        ``key``: its namespace/name, if known."""
+        key = pod_key(obj) if key is None else key
         cached = self._pods_read.get(key)
         if cached is not None and cached[0] is obj:
             return cached[1]
@@ -239,6 +287,10 @@ class LiveCluster:
             self._first_seen = {k: v for k, v in self._first_seen.items() if k in self.pods}
         if len(self._pods_read) > 2 * len(self.pods) + 1024:
             self._pods_read = {k: v for k, v in self._pods_read.items() if k in self.pods}
+        if len(self._pod_facts) > 2 * len(self.pods) + 1024:
+            self._pod_facts = {k: v for k, v in self._pod_facts.items() if k in self.pods}
+        if len(self._node_facts) > 2 * len(self._by_id) + 1024:
+            self._node_facts = {k: v for k, v in self._node_facts.items() if k in self._by_id}
 
     @staticmethod
     def _annotated(obj: Mapping[str, Any]) -> str:
@@ -259,20 +311,13 @@ class LiveCluster:
         if node in self._launched:
             return node
         n = self._by_id.get(node)
-        if n is None or node_state(n) is NodeState.DRAINING:
+        if n is None or self._node(node, n)[1] is NodeState.DRAINING:
             return ""
         return node
 
     def _running(self) -> dict[str, list[Pod]]:
-        """Pods holding resources per node: bound and not finished, or released to a node by Capstan (gate off,
-        pinned to it) and not yet bound by the scheduler."""
-        out: dict[str, list[Pod]] = {}
-        for obj in self.pods.values():
-            name = is_running_on(obj)
-            node = self._id_of.get(name, name) if name else _released_to(obj)
-            if node:
-                out.setdefault(node, []).append(self._pod(obj))
-        return out
+        """Pods holding resources per node (:meth:`_scan`)."""
+        return self._scan()[1]
 
     def activity(self) -> Activity:
         running = self._running()
@@ -282,7 +327,8 @@ class LiveCluster:
         promised: set[str] | None = None
         self._repack_up &= self._by_id.keys()
         for name, node in self._by_id.items():
-            if node_type_of(node, self.types) is None or node_state(node) is not NodeState.GPU_ALLOCATABLE:
+            nt, state = self._node(name, node)
+            if nt is None or state is not NodeState.GPU_ALLOCATABLE:
                 continue
             labels = (node.get("metadata") or {}).get("labels") or {}
             is_repack = labels.get(PURPOSE_LABEL) == "repack"
@@ -310,100 +356,90 @@ class LiveCluster:
         now = self.clock()
         while self._recent and self._recent[0].arrival < now - self.recent_window:
             self._recent.popleft()
-        running = self._running()
+        managed, running = self._scan()
         pending: list[Pod] = []
         promised: list[tuple[str, str]] = []
         waiting_on: dict[str, list[Pod]] = {}
-        for obj in sorted(self._managed(), key=pod_key):
-            pod = self._pod(obj)
+        for key, obj in managed:
+            pod = self._pod(obj, key)
             node = self._live_promise(obj)
             if node:
                 promised.append((pod.name, node))
                 waiting_on.setdefault(node, []).append(pod)
             else:
                 pending.append(pod)
-        views: list[NodeView] = []
-        for name in sorted(self._by_id):
-            node_obj = self._by_id[name]
-            nt = node_type_of(node_obj, self.types)
-            state = node_state(node_obj)
+        here: dict[str, NodeView] = {}
+        views: dict[str, tuple[tuple[object, ...], NodeView]] = {}
+        for name, node_obj in self._by_id.items():
+            nt, state = self._node(name, node_obj)
             if nt is None or state is NodeState.DRAINING:
                 continue
-            views.append(
-                self._view(name, node_obj, nt, state, running.get(name, []), waiting_on.get(name, []), now)
-            )
-        for name, launch in sorted(self._launched.items()):
+            on, promised_to = running.get(name), waiting_on.get(name)
+            bound = tuple(on) if on else ()
+            waiting = tuple(promised_to) if promised_to else ()
+            usable = state not in IN_FLIGHT or (state is NodeState.READY and nt.gpu == 0)
+            if bound or waiting or not usable:
+                # empty only once it could take pods, as in the simulator: a node's boot is not idle time
+                # towards min_idle_s, or a headroom node whose boot outlasts that wait is drained the moment
+                # it comes up
+                self._idle.pop(name, None)
+                idle_since = None
+            else:
+                idle_since = self._idle.setdefault(name, now)
+            made_of: tuple[object, ...] = (node_obj, nt, state, bound, waiting, idle_since)
+            cached = self._views.get(name)
+            if cached is not None and cached[0] == made_of:
+                view = cached[1]
+            else:
+                view = _node_view(name, node_obj, nt, state, bound, waiting, idle_since, now)
+            views[name] = (made_of, view)
+            here[name] = view
+        for name, launch in self._launched.items():
             if name in self._by_id:
                 continue
-            nt = launch.type
-            taken = waiting_on.get(name, [])
-            avail = launch.at + nt.boot_delay.mean() + (nt.gpu_ready_delay.mean() if nt.gpu else 0.0)
-            views.append(
-                NodeView(
-                    name,
-                    nt.name,
-                    NodeState.REQUESTED,
-                    nt.cpu_milli - sum(p.cpu_milli for p in taken),
-                    nt.memory_mib - sum(p.memory_mib for p in taken),
-                    _devices(nt, sum(p.num_gpu for p in taken)),
-                    len(taken),
-                    avail,
-                    None,
-                    (),
-                    launch.purpose,
-                )
-            )
+            taken = tuple(waiting_on.get(name, ()))
+            made_of = (launch.type, launch.purpose, launch.at, taken)
+            cached = self._views.get(name)
+            fits = cached is not None and cached[0] == made_of
+            view = cached[1] if cached is not None and fits else _launch_view(name, launch, taken)
+            views[name] = (made_of, view)
+            here[name] = view
+        self._views = views
+        nodes, changes = self._in_order(here)
         return Snapshot(
             now=now,
             node_types=self.node_types,
-            nodes=tuple(views),
+            nodes=nodes,
             pending=tuple(pending),
             promised=tuple(promised),
             recent=tuple(self._recent),
             next_id=self._next_id,
             node_prefix=NODE_PREFIX,
+            changes=changes,
         )
 
-    def _view(
-        self,
-        name: str,
-        node: Mapping[str, Any],
-        nt: NodeType,
-        state: NodeState,
-        bound: list[Pod],
-        waiting: list[Pod],
-        now: float,
-    ) -> NodeView:
-        meta = node.get("metadata") or {}
-        cpu, mem, devs = free_resources(node, nt, [*bound, *waiting])
-        usable = state not in IN_FLIGHT or (state is NodeState.READY and nt.gpu == 0)
-        if bound or waiting or not usable:
-            # empty only once it could take pods, as in the simulator: a node's boot is not idle time towards
-            # min_idle_s, or a headroom node whose boot outlasts that wait is drained the moment it comes up
-            self._idle.pop(name, None)
-            idle_since = None
-        else:
-            idle_since = self._idle.setdefault(name, now)
-        annotations = meta.get("annotations") or {}
-        created = epoch(meta.get("creationTimestamp"), now)
-        try:
-            avail = float(annotations.get(GPU_AT_ANNOTATION, created))
-        except ValueError:
-            avail = created
-        purpose = str((meta.get("labels") or {}).get(PURPOSE_LABEL, "static"))
-        return NodeView(
-            name,
-            nt.name,
-            state,
-            cpu,
-            mem,
-            devs,
-            len(bound) + len(waiting),
-            avail,
-            idle_since,
-            tuple(bound),
-            purpose,
-        )
+    def _in_order(self, here: dict[str, NodeView]) -> tuple[tuple[NodeView, ...], NodeChanges | None]:
+        """The snapshot's nodes: the last snapshot's still here, in its order (each the same view object while
+        it is unchanged), then new ones in launch order; and what changed since the last snapshot (None if
+        nothing did: then the nodes are the last snapshot's tuple itself)."""
+        since = self._nodes_shown
+        kept: list[NodeView] = []
+        changed: list[NodeView] = []
+        removed: list[str] = []
+        for old in since:  # bounded by the last snapshot's nodes
+            view = here.pop(old.id, None)
+            if view is None:
+                removed.append(old.id)
+                continue
+            kept.append(view)
+            if view is not old:
+                changed.append(view)
+        fresh = sorted(here.values(), key=lambda v: (_id_num(v.id), v.id))
+        if not changed and not removed and not fresh:
+            return since, None
+        nodes = (*kept, *fresh)
+        self._nodes_shown = nodes
+        return nodes, NodeChanges(since, (*changed, *fresh), tuple(removed))
 
     # ----- what the controller asks for (recorded; carried out by carry_out) -----
     def launch(
@@ -538,8 +574,8 @@ class LiveCluster:
         out: dict[str, tuple[str, int]] = {}
         for nid in sorted(self._held):
             node = self._by_id.get(nid)
-            nt = node_type_of(node, self.types) if node is not None else None
-            if node is None or nt is None or node_state(node) is not NodeState.GPU_ALLOCATABLE:
+            nt, state = self._node(nid, node) if node is not None else (None, NodeState.DRAINING)
+            if nt is None or state is not NodeState.GPU_ALLOCATABLE:
                 continue
             free = nt.gpu - sum(p.num_gpu for p in running.get(nid, []))
             if free > 0:
@@ -644,14 +680,15 @@ class LiveCluster:
 
     def _takes_pods(self, name: str) -> bool:
         n = self._by_id.get(name)
-        return n is not None and node_state(n) is NodeState.GPU_ALLOCATABLE
+        return n is not None and self._node(name, n)[1] is NodeState.GPU_ALLOCATABLE
 
     def placeholders(self) -> list[str]:
         """The placeholder pods the informers show (namespace/name)."""
         return sorted(pod_key(obj) for obj in self.pods.values() if is_placeholder(obj))
 
     def busy_nodes(self) -> set[str]:
-        return {n for obj in self.pods.values() if (n := is_running_on(obj))}
+        facts = self._facts
+        return {n for key, obj in self.pods.items() if (n := facts(key, obj)[2])}
 
 
 def placeholder_priority_class() -> dict[str, Any]:
@@ -731,6 +768,54 @@ def _released_to(obj: Mapping[str, Any]) -> str:
 def _devices(nt: NodeType, used: int) -> tuple[int, ...]:
     free = max(0, nt.gpu - used)
     return tuple([GPU_MILLI] * free + [0] * (nt.gpu - free))
+
+
+def _node_view(
+    name: str,
+    node: Mapping[str, Any],
+    nt: NodeType,
+    state: NodeState,
+    bound: tuple[Pod, ...],
+    waiting: tuple[Pod, ...],
+    idle_since: float | None,
+    now: float,
+) -> NodeView:
+    """The planner's view of a live node running ``bound`` with ``waiting`` promised to it."""
+    meta = node.get("metadata") or {}
+    cpu, mem, devs = free_resources(node, nt, [*bound, *waiting])
+    annotations = meta.get("annotations") or {}
+    created = epoch(meta.get("creationTimestamp"), now)
+    try:
+        avail = float(annotations.get(GPU_AT_ANNOTATION, created))
+    except ValueError:
+        avail = created
+    purpose = str((meta.get("labels") or {}).get(PURPOSE_LABEL, "static"))
+    return NodeView(
+        name, nt.name, state, cpu, mem, devs, len(bound) + len(waiting), avail, idle_since, bound, purpose
+    )
+
+
+def _launch_view(name: str, launch: _Launch, taken: tuple[Pod, ...]) -> NodeView:
+    """The planner's view of a node launched and not yet a Node, with ``taken`` promised to it."""
+    nt = launch.type
+    avail = launch.at + nt.boot_delay.mean() + (nt.gpu_ready_delay.mean() if nt.gpu else 0.0)
+    return NodeView(
+        name,
+        nt.name,
+        NodeState.REQUESTED,
+        nt.cpu_milli - sum(p.cpu_milli for p in taken),
+        nt.memory_mib - sum(p.memory_mib for p in taken),
+        _devices(nt, sum(p.num_gpu for p in taken)),
+        len(taken),
+        avail,
+        None,
+        (),
+        launch.purpose,
+    )
+
+
+def _first(pair: tuple[str, Any]) -> str:
+    return pair[0]
 
 
 def _id_num(name: str) -> int:
