@@ -11,14 +11,17 @@ with repacks in both orders (the default) and in one, and says whether the secon
 times decisions and replays against the cluster's size (issue 27 §5): clusters of 100, 1,000 and 5,000 ready
 openb nodes, each running a long task that is not safe to evict (every fifth node keeps one GPU free), with
 1,000 openb tasks pending at once (a placement decision, median), and the same 1,000 tasks replayed by Capstan
-at their trace times (seconds per pod). Prints Rich tables, writes bench/out/capacity_planner_speed.json and a
-PNG.
+at their trace times (seconds per pod). Live decisions (Node and Pod objects to recorded actions) are timed on
+the busy cluster, and on the sized clusters as Node objects with the 1,000 tasks gated: warm, as a running
+controller makes them, and cold, a restarted controller's first. Prints Rich tables, writes
+bench/out/capacity_planner_speed.json and a PNG.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import statistics
 import time
@@ -112,7 +115,11 @@ def main() -> None:
     console.print(live_table(live))
     sized = cluster_sizes((20, 100) if args.smoke else (100, 1000, 5000), 100 if args.smoke else 1000, repeat)
     console.print(sizes_table(sized))
-    busy += live + sized
+    live_sized = live_cluster_sizes(
+        (20, 100) if args.smoke else (100, 1000, 5000), 100 if args.smoke else 1000, repeat
+    )
+    console.print(live_sizes_table(live_sized))
+    busy += live + sized + live_sized
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "capacity_planner_speed.json").write_text(json.dumps(rows + busy, indent=1))
     import matplotlib
@@ -391,6 +398,81 @@ def cluster_sizes(sizes: tuple[int, ...], pending: int, repeat: int) -> list[dic
     return out
 
 
+class _Clock:
+    """A clock the bench sets."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def __call__(self) -> float:
+        return self.at
+
+
+def live_cluster_sizes(sizes: tuple[int, ...], pending: int, repeat: int) -> list[dict[str, object]]:
+    """Per cluster size: one live placement decision (Node and Pod objects to recorded actions) with openb
+    default's first ``pending`` tasks gated at once, on the clusters of :func:`sized_layout` as Node objects
+    with their long tasks bound. Warm: the controller and its cluster view as a running controller has them (a
+    review decision made before the pods arrived), each trial on a copy; cold: a new controller's first
+    decision (a restart). The heap is collected before each trial, and the collector runs during it."""
+    boot, ready = Delay("fixed", 300), Delay("fixed", 90)
+    types = read_openb_nodes(OPENB / "openb_node_list_all_node.csv", boot, ready)
+    tasks = read_openb_pods(OPENB / "openb_pod_list_default.csv").pods[:pending]
+    out: list[dict[str, object]] = []
+    for n in sizes:
+        layout = sized_layout(types, n)
+        live_types = tuple(replace(t, max_count=None) for t in types)
+        nodes: dict[str, dict[str, object]] = {}
+        pods: dict[str, dict[str, object]] = {}
+        for i, (nt, task) in enumerate(layout):
+            view = NodeView(f"b{i}", nt.name, NodeState.GPU_ALLOCATABLE, 0, 0, (), 0, 0.0, None, (), "static")
+            nodes[view.id] = _k8s_node(view, nt)
+            filler = replace(task, name=f"bench/{task.name}", arrival=0.0)
+            pods[filler.name] = _k8s_pod(filler, node=view.id)
+        clock = _Clock(T0 + 100.0)
+        cluster = LiveCluster(live_types, nodes, pods, clock=clock)
+        controller = Controller(live_config())
+        controller.start(cluster)
+        cluster.observe()
+        controller.on_wake(cluster, clock.at, "review")  # the running controller has seen the nodes
+        for p in tasks:
+            gated = replace(p, name=f"bench/{p.name}", arrival=101.0)
+            pods[gated.name] = _k8s_pod(gated, gated=True)
+        clock.at += 1.0
+        cluster.observe()
+        warm: list[float] = []
+        launches = 0
+        for _ in range(repeat):
+            trial_cluster, trial = copy.deepcopy((cluster, controller))
+            gc.collect()
+            t0 = time.perf_counter()
+            trial.on_wake(trial_cluster, clock.at, "place")
+            warm.append((time.perf_counter() - t0) * 1000)
+            launches = len(trial_cluster.log.launches) - len(cluster.log.launches)
+        cold: list[float] = []
+        for _ in range(repeat):
+            fresh = LiveCluster(live_types, nodes, pods, clock=clock)
+            restarted = Controller(live_config())
+            restarted.start(fresh)
+            fresh.observe()
+            gc.collect()
+            t0 = time.perf_counter()
+            restarted.on_wake(fresh, clock.at, "place")
+            cold.append((time.perf_counter() - t0) * 1000)
+        out.append(
+            {
+                "case": f"live, cluster of {n} nodes",
+                "nodes": n,
+                "pods": pending,
+                "running": n,
+                "median_ms": statistics.median(warm),
+                "min_ms": min(warm),
+                "cold_median_ms": statistics.median(cold),
+                "launches": launches,
+            }
+        )
+    return out
+
+
 def _replay_from_first_task(sim: Sim) -> tuple[SimResult, float]:
     """Run ``sim`` to its end: its result and the seconds from its first event at or after time 0 (the first
     task's arrival; the long tasks arrived before) to the end."""
@@ -451,6 +533,24 @@ def live_table(rows: list[dict[str, object]]) -> Table:
             str(r["running"]),
             f"{float(str(r['median_ms'])):.1f}",
             f"{float(str(r['min_ms'])):.1f}",
+            str(r["launches"]),
+        )
+    return table
+
+
+def live_sizes_table(rows: list[dict[str, object]]) -> Table:
+    table = Table(
+        title="One live placement decision against cluster size (Node and Pod objects → recorded actions)"
+    )
+    for col in ("nodes", "pending pods", "warm median ms", "warm min ms", "cold median ms", "launches"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            f"{r['nodes']:,}",
+            str(r["pods"]),
+            f"{float(str(r['median_ms'])):.1f}",
+            f"{float(str(r['min_ms'])):.1f}",
+            f"{float(str(r['cold_median_ms'])):.1f}",
             str(r["launches"]),
         )
     return table

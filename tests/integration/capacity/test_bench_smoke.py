@@ -87,13 +87,17 @@ def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
     assert busy[0]["pods"] >= 100 and busy[2]["pods"] < 100
     assert not busy[1]["second_plan"] and not busy[3]["second_plan"]
     # a live decision from Node and Pod objects places the same gated pods and launches nodes for them
-    live = [r for r in rows if str(r.get("case", "")).startswith("live")]
+    live = [r for r in rows if str(r.get("case", "")).endswith("decision")]
     assert [r["case"] for r in live] == ["live place decision", "live review decision"]
     assert all(r["pods"] == 100 and r["launches"] > 0 and r["running"] > 0 for r in live)
     # decisions and replays against the cluster's size, at the smoke sizes
     sized = [r for r in rows if str(r.get("case", "")).startswith("cluster of")]
     assert [r["nodes"] for r in sized] == [20, 100]
     assert all(r["pods"] == 100 and r["replay_plans"] > 0 and r["replay_ms_per_pod"] > 0 for r in sized)
+    # live decisions against the cluster's size: Node objects, their long tasks bound, the tasks gated
+    live_sized = [r for r in rows if str(r.get("case", "")).startswith("live, cluster of")]
+    assert [r["nodes"] for r in live_sized] == [20, 100]
+    assert all(r["pods"] == 100 and r["launches"] > 0 and r["cold_median_ms"] > 0 for r in live_sized)
 
 
 def test_capacity_seeds_bench_smoke(tmp_path: Path) -> None:
