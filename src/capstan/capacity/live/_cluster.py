@@ -7,9 +7,14 @@ retried on the next pass if it fails. Until the informers show an action's resul
 node launched, a pod promised), so the next plan does not launch a second node for the same pods; a remembered
 action that never shows up within :data:`FORGET_AFTER_S` is forgotten and planned again.
 
-What the live cluster does not do yet (the simulator does): move running pods (room moves, repacks) and hold
-headroom with placeholder pods; a live plan is made with ``consolidate`` and ``make_room_moves`` off, and the
-nodes it holds as headroom are simply not drained.
+A decision on a large cluster costs what changed since the last one, as in the simulator: each Node and Pod
+object is read once (the informer replaces an object when it changes), a node whose object, pods and idle clock
+are unchanged keeps its view object and its place in the snapshot's order, and the snapshot says which views
+changed (:class:`capstan.capacity.Snapshot` ``changes``), so the planner reads only those.
+
+What the live cluster does not do yet (the simulator does): move running pods (room moves, repacks); a live plan
+is made with ``consolidate`` and ``make_room_moves`` off. The nodes it holds as headroom are not drained, and
+with a placeholder namespace placeholder pods hold their free GPUs.
 """
 
 from __future__ import annotations
