@@ -154,6 +154,14 @@ def test_an_empty_node_is_idle_from_when_it_can_take_pods_not_from_its_boot() ->
     now[0] += 50
     live.observe()
     assert live.snapshot().nodes[0].idle_since == up  # still empty: the same clock
+    # drained and gone, its idle clock goes with it: a node of that name coming back is idle from then
+    del nodes["capstan-n1"]
+    live.observe()
+    assert live.snapshot().nodes == ()
+    now[0] += 100
+    nodes["capstan-n1"] = node("capstan-n1")
+    live.observe()
+    assert live.snapshot().nodes[0].idle_since == now[0]
 
 
 def test_a_snapshot_keeps_unchanged_nodes_views_and_says_what_changed() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import logging
 import math
+import operator
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -205,7 +206,7 @@ class LiveCluster:
             node = id_of.get(on, on) if on else released
             if node:
                 running.setdefault(node, []).append(self._pod(obj, name))
-        managed.sort(key=_first)
+        managed.sort(key=operator.itemgetter(0))
         return managed, running
 
     def _managed(self) -> list[Mapping[str, Any]]:
@@ -405,11 +406,16 @@ class LiveCluster:
             taken = tuple(waiting_on.get(name, ()))
             made_of = (launch.type, launch.purpose, launch.at, taken)
             cached = self._views.get(name)
-            fits = cached is not None and cached[0] == made_of
-            view = cached[1] if cached is not None and fits else _launch_view(name, launch, taken)
+            if cached is not None and cached[0] == made_of:
+                view = cached[1]
+            else:
+                view = _launch_view(name, launch, taken)
             views[name] = (made_of, view)
             here[name] = view
         self._views = views
+        # bounded: a node gone (drained, deleted) leaves no idle clock behind
+        if len(self._idle) > len(views):
+            self._idle = {k: v for k, v in self._idle.items() if k in views}
         nodes, changes = self._in_order(here)
         return Snapshot(
             now=now,
@@ -817,10 +823,6 @@ def _launch_view(name: str, launch: _Launch, taken: tuple[Pod, ...]) -> NodeView
         (),
         launch.purpose,
     )
-
-
-def _first(pair: tuple[str, Any]) -> str:
-    return pair[0]
 
 
 def _id_num(name: str) -> int:
