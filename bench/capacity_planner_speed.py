@@ -487,103 +487,94 @@ def _replay_from_first_task(sim: Sim) -> tuple[SimResult, float]:
     return result, time.perf_counter() - started[0]
 
 
-def sizes_table(rows: list[dict[str, object]]) -> Table:
-    table = Table(
-        title="Decision and replay time against cluster size (openb nodes, each running a long task)"
-    )
-    cols = (
-        "nodes",
-        "pending pods",
-        "decision median ms",
-        "min ms",
-        "launches",
-        "replay s",
-        "replay ms per pod",
-        "plans",
-        "replay launches",
-    )
-    for col in cols:
-        table.add_column(col, justify="right")
+Column = tuple[str, str, str]
+"""A table column: its header, the row's key, and how its value prints (a format spec; "yes/no" for a flag)."""
+
+
+def rows_table(title: str, columns: tuple[Column, ...], rows: list[dict[str, object]]) -> Table:
+    """``rows`` as a Rich table, one column per ``columns`` entry, right-aligned."""
+    table = Table(title=title)
+    for header, _, _ in columns:
+        table.add_column(header, justify="right")
     for r in rows:
-        table.add_row(
-            f"{r['nodes']:,}",
-            str(r["pods"]),
-            f"{float(str(r['median_ms'])):.1f}",
-            f"{float(str(r['min_ms'])):.1f}",
-            str(r["launches"]),
-            f"{float(str(r['replay_s'])):.2f}",
-            f"{float(str(r['replay_ms_per_pod'])):.2f}",
-            str(r["replay_plans"]),
-            str(r["replay_launches"]),
-        )
+        table.add_row(*(_cell(r[key], spec) for _, key, spec in columns))
     return table
+
+
+def _cell(value: object, spec: str) -> str:
+    if spec == "yes/no":
+        return "yes" if value else "no"
+    if spec.endswith("f"):
+        return format(float(str(value)), spec)
+    return format(value, spec)
+
+
+MS = (("median ms", "median_ms", ".1f"), ("min ms", "min_ms", ".1f"))
+
+
+def sizes_table(rows: list[dict[str, object]]) -> Table:
+    return rows_table(
+        "Decision and replay time against cluster size (openb nodes, each running a long task)",
+        (
+            ("nodes", "nodes", ","),
+            ("pending pods", "pods", ""),
+            ("decision median ms", "median_ms", ".1f"),
+            ("min ms", "min_ms", ".1f"),
+            ("launches", "launches", ""),
+            ("replay s", "replay_s", ".2f"),
+            ("replay ms per pod", "replay_ms_per_pod", ".2f"),
+            ("plans", "replay_plans", ""),
+            ("replay launches", "replay_launches", ""),
+        ),
+        rows,
+    )
 
 
 def live_table(rows: list[dict[str, object]]) -> Table:
-    table = Table(
-        title="One live decision: Node and Pod objects → snapshot → plan → recorded actions (median)"
+    return rows_table(
+        "One live decision: Node and Pod objects → snapshot → plan → recorded actions (median)",
+        (
+            ("case", "case", ""),
+            ("pending pods", "pods", ""),
+            ("nodes", "nodes", ""),
+            ("running pods", "running", ""),
+            *MS,
+            ("launches", "launches", ""),
+        ),
+        rows,
     )
-    for col in ("case", "pending pods", "nodes", "running pods", "median ms", "min ms", "launches"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
-            str(r["case"]),
-            str(r["pods"]),
-            str(r["nodes"]),
-            str(r["running"]),
-            f"{float(str(r['median_ms'])):.1f}",
-            f"{float(str(r['min_ms'])):.1f}",
-            str(r["launches"]),
-        )
-    return table
 
 
 def live_sizes_table(rows: list[dict[str, object]]) -> Table:
-    table = Table(
-        title="One live placement decision against cluster size (Node and Pod objects → recorded actions)"
+    return rows_table(
+        "One live placement decision against cluster size (Node and Pod objects → recorded actions)",
+        (
+            ("nodes", "nodes", ","),
+            ("pending pods", "pods", ""),
+            ("warm median ms", "median_ms", ".1f"),
+            ("warm min ms", "min_ms", ".1f"),
+            ("cold median ms", "cold_median_ms", ".1f"),
+            ("launches", "launches", ""),
+        ),
+        rows,
     )
-    for col in ("nodes", "pending pods", "warm median ms", "warm min ms", "cold median ms", "launches"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
-            f"{r['nodes']:,}",
-            str(r["pods"]),
-            f"{float(str(r['median_ms'])):.1f}",
-            f"{float(str(r['min_ms'])):.1f}",
-            f"{float(str(r['cold_median_ms'])):.1f}",
-            str(r["launches"]),
-        )
-    return table
 
 
 def busy_table(rows: list[dict[str, object]]) -> Table:
-    table = Table(title="One full decision on a busy cluster (openb default mid-replay, median)")
-    cols = (
-        "case",
-        "pending pods",
-        "nodes",
-        "running pods",
-        "second plan",
-        "median ms",
-        "min ms",
-        "launches",
-        "drains",
+    return rows_table(
+        "One full decision on a busy cluster (openb default mid-replay, median)",
+        (
+            ("case", "case", ""),
+            ("pending pods", "pods", ""),
+            ("nodes", "nodes", ""),
+            ("running pods", "running", ""),
+            ("second plan", "second_plan", "yes/no"),
+            *MS,
+            ("launches", "launches", ""),
+            ("drains", "drains", ""),
+        ),
+        rows,
     )
-    for col in cols:
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
-            str(r["case"]),
-            str(r["pods"]),
-            str(r["nodes"]),
-            str(r["running"]),
-            "yes" if r["second_plan"] else "no",
-            f"{float(str(r['median_ms'])):.1f}",
-            f"{float(str(r['min_ms'])):.1f}",
-            str(r["launches"]),
-            str(r["drains"]),
-        )
-    return table
 
 
 if __name__ == "__main__":
