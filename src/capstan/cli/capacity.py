@@ -564,6 +564,13 @@ def run(
         help="Read Jobs created suspended (in --namespace) as demand announced ahead: nodes for their pods are "
         "launched before the Jobs run.",
     ),
+    provisioning_requests: bool = typer.Option(
+        False,
+        "--serve-provisioning-requests",
+        help="Serve ProvisioningRequests (autoscaling.x-k8s.io/v1, in --namespace; Kueue's admission check makes "
+        "them) of the classes best-effort-atomic-scale-up (nodes for all their pods launched in one plan) and "
+        "check-capacity (room there now), and write their conditions. Needs the CRD.",
+    ),
     gateway_metrics: str | None = typer.Option(
         None,
         "--gateway-metrics",
@@ -631,6 +638,7 @@ def run(
         EventRecorder,
         KarpenterProvider,
         KwokProvider,
+        ProvisioningRequests,
         SuspendedJobs,
         live_config,
         other_autoscalers,
@@ -668,9 +676,16 @@ def run(
         raise UserError(
             "--read-suspended-jobs holds headroom for the Jobs' pods: it cannot go with --no-headroom"
         )
+    if provisioning_requests and no_headroom:
+        raise UserError(
+            "--serve-provisioning-requests holds headroom for the requests' pods: it cannot go with --no-headroom"
+        )
     queue = SuspendedJobs() if suspended_jobs else None
+    provreqs = ProvisioningRequests() if provisioning_requests else None
     gateway = _gateway_demand(gateway_metrics, gateway_deployment, replica_rps, no_headroom)
-    sources: list[Announcements] = [s for s in (queue, gateway[1] if gateway else None) if s is not None]
+    sources: list[Announcements] = [
+        s for s in (queue, provreqs, gateway[1] if gateway else None) if s is not None
+    ]
     controller = Controller(
         live_config(PlannerConfig(headroom=not no_headroom, min_idle_s=min_idle_s)),
         review_interval=review,
@@ -742,6 +757,7 @@ def run(
                     placeholder_namespace=placeholder_namespace,
                     queue=queue,
                     gateway=gateway,
+                    provisioning=provreqs,
                 )
         finally:
             await cluster.close()

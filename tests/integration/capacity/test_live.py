@@ -731,8 +731,11 @@ async def test_capacity_run_reads_suspended_jobs_when_asked(
     assert "dry run, nothing written:" in r.stdout and "1 launches" in r.stdout
     assert "for headroom" in r.stderr + r.stdout
     assert not await labelled_nodes(kube, namespace)
-    bad = await asyncio.to_thread(capstan_run, *common, "--read-suspended-jobs", "--no-headroom")
-    assert bad.returncode == 2 and "--no-headroom" in bad.stderr and "Traceback" not in bad.stderr
+    for flag in ("--read-suspended-jobs", "--serve-provisioning-requests"):
+        bad = await asyncio.to_thread(capstan_run, *common, flag, "--no-headroom")
+        assert (
+            bad.returncode == 2 and f"{flag} holds headroom" in bad.stderr and "Traceback" not in bad.stderr
+        )
     await kube.delete(resources.JOBS, "queued", namespace)
 
 
@@ -1154,3 +1157,152 @@ def test_capacity_run_names_what_is_wrong_with_the_gateway_settings(
             args,
             r.stderr,
         )
+
+
+PROVREQ_APIS = ("k8s.io/autoscaler/cluster-autoscaler/apis", "v0.0.0-20240830133931-adfbe7e45277")
+"""The module the ProvisioningRequest CRD comes from: the version Kueue v0.17.0 requires (the Go module proxy
+serves it; it refuses cluster-autoscaler itself)."""
+
+
+async def install_provisioning_request_crd(kube: KubeClient) -> None:
+    """The real ProvisioningRequest CRD, from the cluster-autoscaler apis module, established and served."""
+    import yaml
+
+    from capstan.capacity.live import PROVISIONING_REQUESTS
+    from capstan.sandbox import go_module_dir
+
+    crds = resources.Resource(
+        "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+    )
+    module = await asyncio.to_thread(go_module_dir, *PROVREQ_APIS)
+    manifest = yaml.safe_load(
+        (module / "config" / "crd" / "autoscaling.x-k8s.io_provisioningrequests.yaml").read_text()
+    )
+    await kube.apply(crds, manifest)
+
+    async def served() -> bool:  # a new CRD's storage answers 404 or 429 until it is established
+        try:
+            await kube.list(PROVISIONING_REQUESTS)
+        except ApiError:
+            return False
+        return True
+
+    await until("ProvisioningRequests to be served", served)
+
+
+def provisioning_request(name: str, namespace: str, template: str, count: int, cls: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling.x-k8s.io/v1",
+        "kind": "ProvisioningRequest",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "provisioningClassName": cls,
+            "podSets": [{"podTemplateRef": {"name": template}, "count": count}],
+        },
+    }
+
+
+async def test_a_provisioning_request_is_provisioned_once_nodes_for_all_its_pods_are_launched(
+    kube: KubeClient, namespace: str, cleanup_nodes: None
+) -> None:
+    """Capstan serves ProvisioningRequests as cluster-autoscaler does for Kueue, on the real CRD: a
+    best-effort-atomic request for three one-GPU pods (two-GPU nodes) gets both nodes launched in one plan and
+    ``Provisioned=True`` while no pod exists; a check-capacity request for one more pod is ``Provisioned`` once
+    the GPUs are allocatable (the fourth GPU); the pods Kueue would then create (gated, consuming the request) are
+    placed on those nodes and nothing more is launched. The pod template's planted secret is in no condition."""
+    from capstan.capacity.live import (
+        BEST_EFFORT_ATOMIC,
+        CHECK_CAPACITY,
+        CONSUME_ANNOTATION,
+        PODTEMPLATES,
+        PROVISIONING_REQUESTS,
+        ProvisioningRequests,
+    )
+    from capstan.errors import UserError
+
+    try:
+        await ProvisioningRequests().check(kube)
+    except UserError as exc:
+        assert "no ProvisioningRequest CRD" in str(exc)
+        await install_provisioning_request_crd(kube)
+    await ProvisioningRequests().check(kube)
+    nt = node_type(namespace)
+    secret = "hf_" + "Zq" * 17
+    spec = gated_pod("unused", namespace)["spec"]
+    spec["containers"][0]["env"] = [{"name": "HF_TOKEN", "value": secret}]
+    await kube.create(
+        PODTEMPLATES,
+        {"metadata": {"name": "workers", "namespace": namespace}, "template": {"metadata": {}, "spec": spec}},
+    )
+    await kube.create(
+        PROVISIONING_REQUESTS, provisioning_request("train", namespace, "workers", 3, BEST_EFFORT_ATOMIC)
+    )
+    await kube.create(
+        PROVISIONING_REQUESTS, provisioning_request("probe", namespace, "workers", 1, CHECK_CAPACITY)
+    )
+    requests = ProvisioningRequests(refresh_s=0.5)
+    controller = Controller(
+        live_config(PlannerConfig(min_idle_s=60.0, headroom_wait_s=0.0)),
+        react=0.2,
+        review_interval=0.5,
+        forecaster=QueuedDemand(requests, NoForecast()),
+    )
+    stop = asyncio.Event()
+    metrics = ControllerMetrics()
+    task = asyncio.create_task(
+        run_controller(kube, KwokProvider(kube), controller, (nt,), stop=stop, namespace=namespace, tick_s=0.2,
+                       provisioning=requests, metrics=metrics)
+    )  # fmt: skip
+
+    async def conditions(name: str) -> dict[str, tuple[str, str]]:
+        obj = await kube.get(PROVISIONING_REQUESTS, name, namespace)
+        return {
+            c["type"]: (c["status"], c["reason"]) for c in (obj.get("status") or {}).get("conditions") or []
+        }
+
+    try:
+
+        async def provisioned() -> bool:
+            return (await conditions("train")).get("Provisioned", ("", ""))[0] == "True"
+
+        await until("the best-effort request to be provisioned", provisioned)
+        pods, _ = await kube.list(resources.PODS, namespace=namespace)
+        assert pods == []  # provisioned ahead: no pod of the workload exists yet
+        assert await conditions("train") == {
+            "Accepted": ("True", "Accepted"),
+            "Provisioned": ("True", "CapacityIsProvisioned"),
+        }
+        nodes = await labelled_nodes(kube, namespace)
+        assert len(nodes) == 2 and {n["metadata"]["labels"][PURPOSE_LABEL] for n in nodes} == {"headroom"}
+
+        async def found() -> bool:
+            return (await conditions("probe")).get("Provisioned") == ("True", "CapacityIsFound")
+
+        await until("the check-capacity request to find its GPU", found)
+        for i in range(3):  # what Kueue does once the workload is admitted: its pods, consuming the request
+            pod = gated_pod(f"train-{i}", namespace)
+            pod["metadata"]["annotations"] = {CONSUME_ANNOTATION: "train"}
+            pod["metadata"]["labels"] = {"app": "train"}
+            await kube.create(resources.PODS, pod)
+
+        async def all_bound() -> bool:
+            pods, _ = await kube.list(resources.PODS, namespace=namespace, label_selector="app=train")
+            return len(pods) == 3 and all(p["spec"].get("nodeName") for p in pods)
+
+        await until("the request's pods to be bound", all_bound)
+        pods, _ = await kube.list(resources.PODS, namespace=namespace, label_selector="app=train")
+        assert {p["spec"]["nodeName"] for p in pods} <= {n["metadata"]["name"] for n in nodes}
+        assert len(await labelled_nodes(kube, namespace)) == 2
+        for name in ("train", "probe"):
+            obj = await kube.get(PROVISIONING_REQUESTS, name, namespace)
+            assert secret not in repr(obj.get("status"))
+        assert (
+            metrics.registry.get_sample_value("capstan_capacity_provisioning_requests", {"outcome": "booked"})
+            == 2.0
+        )
+    finally:
+        stop.set()
+        stats = await asyncio.wait_for(task, 30)
+        for pod in (await kube.list(resources.PODS, namespace=namespace))[0]:
+            await kube.delete(resources.PODS, pod["metadata"]["name"], namespace, grace_seconds=0)
+    assert not stats.failures, stats.failures

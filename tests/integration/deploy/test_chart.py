@@ -404,7 +404,8 @@ async def test_the_demo_s_step_installs_the_defaults_and_shows_what_they_made(
 
 
 def test_the_capacity_controller_reads_the_demand_signals_it_is_given() -> None:
-    """``capacity.readSuspendedJobs`` and ``capacity.gatewayDemand`` reach the controller's command line (a decimal
+    """``capacity.readSuspendedJobs``, ``capacity.serveProvisioningRequests`` and ``capacity.gatewayDemand`` reach
+    the controller's command line (a decimal
     given with --set, a string to Helm, is passed as written), and its ClusterRole may watch the Deployment."""
     base = [
         "--set",
@@ -412,7 +413,7 @@ def test_the_capacity_controller_reads_the_demand_signals_it_is_given() -> None:
         "--set-json",
         'capacity.nodeTypes=[{"name": "gpu-l4", "gpu": 2}]',
     ]
-    signals = ["--set", "capacity.readSuspendedJobs=true",
+    signals = ["--set", "capacity.readSuspendedJobs=true", "--set", "capacity.serveProvisioningRequests=true",
                "--set", "capacity.gatewayDemand.metricsUrl=http://capstan-gateway.llm:8080/metrics",
                "--set", "capacity.gatewayDemand.deployment=llm/vllm", "--set", "capacity.gatewayDemand.replicaRps=2.5"]  # fmt: skip
 
@@ -425,10 +426,12 @@ def test_the_capacity_controller_reads_the_demand_signals_it_is_given() -> None:
         return [str(a) for a in container["args"]]
 
     given = capacity_args(*base, *signals)
-    assert {"--read-suspended-jobs", "--gateway-metrics=http://capstan-gateway.llm:8080/metrics",
+    assert {"--read-suspended-jobs", "--serve-provisioning-requests", "--gateway-metrics=http://capstan-gateway.llm:8080/metrics",
             "--gateway-deployment=llm/vllm", "--replica-rps=2.5"} <= set(given)  # fmt: skip
     plain = capacity_args(*base)
-    assert not [a for a in plain if a.startswith(("--read-suspended-jobs", "--gateway-", "--replica-rps"))]
+    assert not [
+        a for a in plain if a.startswith(("--read-suspended-jobs", "--serve-", "--gateway-", "--replica-rps"))
+    ]
     roles = [
         d
         for d in documents(render(*base))

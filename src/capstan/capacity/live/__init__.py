@@ -4,7 +4,9 @@ replays, over the Node and Pod informers, acting through a :class:`Provider`.
 Entry points: :func:`run_controller` (the loop; until its ``stop`` event), :class:`LiveCluster` (the informers'
 view as a :class:`capstan.capacity.Cluster`), :class:`KwokProvider` (nodes for the sandbox), :class:`KarpenterProvider` (NodeClaims: Capstan decides, Karpenter launches), :func:`live_config`
 (the planner's settings for a live cluster), :class:`ControllerMetrics` and :class:`EventRecorder` (what it
-tells people), :class:`SuspendedJobs` (suspended Jobs as demand announced ahead, for ``QueuedDemand``), :class:`GatewayDemand` and :func:`follow_gateway` (an inference gateway's request rate as the replicas it will need, announced ahead the same way), :func:`replay_pods` (a workload's pods created and deleted on a cluster, time-compressed, and how
+tells people), :class:`SuspendedJobs` (suspended Jobs as demand announced ahead, for ``QueuedDemand``),
+:class:`ProvisioningRequests` and :func:`review_requests` (ProvisioningRequests served: their pods announced, their
+conditions written), :class:`GatewayDemand` and :func:`follow_gateway` (an inference gateway's request rate as the replicas it will need, announced ahead the same way), :func:`replay_pods` (a workload's pods created and deleted on a cluster, time-compressed, and how
 long each waited) and :func:`replay_under_controller` (the same, placed by the controller), and the names pods and nodes carry (:data:`GATE`,
 :data:`PROMISED_ANNOTATION`, :data:`PURPOSE_LABEL`, the taints) and what makes a pod a service replica
 (:func:`service_of`, :data:`SERVICE_LABEL`). docs/capacity.md, "Live", says how pods are
@@ -42,6 +44,19 @@ from capstan.capacity.live._objects import (
     pod_from_object,
     service_of,
 )
+from capstan.capacity.live._provreq import (
+    BEST_EFFORT_ATOMIC,
+    BOOKING_S,
+    CHECK_CAPACITY,
+    CONSUME_ANNOTATION,
+    PODTEMPLATES,
+    PROVISIONING_REQUESTS,
+    ProvisioningRequests,
+    RequestView,
+    Verdict,
+    request_view,
+)
+from capstan.capacity.live._provreq import review as review_requests
 from capstan.capacity.live._queue import MAX_PODS_PER_JOB, SuspendedJobs, job_pods
 from capstan.capacity.live._replay import (
     POOL_LABEL,
@@ -57,7 +72,11 @@ from capstan.capacity.live._report import ControllerMetrics, EventRecorder
 from capstan.capacity.planner import PlannerConfig
 
 __all__ = [
+    "BEST_EFFORT_ATOMIC",
+    "BOOKING_S",
     "BOOTING_TAINT",
+    "CHECK_CAPACITY",
+    "CONSUME_ANNOTATION",
     "DRAINING_TAINT",
     "FORGET_AFTER_S",
     "GATE",
@@ -65,8 +84,10 @@ __all__ = [
     "MAX_PODS_PER_JOB",
     "NODECLAIMS",
     "NODE_PREFIX",
+    "PODTEMPLATES",
     "POOL_LABEL",
     "PROMISED_ANNOTATION",
+    "PROVISIONING_REQUESTS",
     "PURPOSE_LABEL",
     "RESPONSES_METRIC",
     "SERVICE_LABEL",
@@ -80,9 +101,12 @@ __all__ = [
     "KwokProvider",
     "LiveCluster",
     "Provider",
+    "ProvisioningRequests",
     "ReplayResult",
+    "RequestView",
     "RunStats",
     "SuspendedJobs",
+    "Verdict",
     "ensure_namespace",
     "follow_gateway",
     "follow_scale_down",
@@ -93,7 +117,9 @@ __all__ = [
     "pod_manifest",
     "replay_pods",
     "replay_under_controller",
+    "request_view",
     "requests_total",
+    "review_requests",
     "run_controller",
     "service_of",
 ]

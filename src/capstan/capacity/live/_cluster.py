@@ -358,7 +358,9 @@ class LiveCluster:
             self._repack_up_at,
         )
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, *, peek: bool = False) -> Snapshot:
+        """The cluster as a plan reads it, the actions recorded and not yet seen included. With ``peek`` (a look
+        between plans, not for one) the next snapshot still says what changed since the last plan's."""
         now = self.clock()
         while self._recent and self._recent[0].arrival < now - self.recent_window:
             self._recent.popleft()
@@ -416,7 +418,7 @@ class LiveCluster:
         # bounded: a node gone (drained, deleted) leaves no idle clock behind
         if len(self._idle) > len(views):
             self._idle = {k: v for k, v in self._idle.items() if k in views}
-        nodes, changes = self._in_order(here)
+        nodes, changes = self._in_order(here, peek=peek)
         return Snapshot(
             now=now,
             node_types=self.node_types,
@@ -429,7 +431,9 @@ class LiveCluster:
             changes=changes,
         )
 
-    def _in_order(self, here: dict[str, NodeView]) -> tuple[tuple[NodeView, ...], NodeChanges | None]:
+    def _in_order(
+        self, here: dict[str, NodeView], *, peek: bool = False
+    ) -> tuple[tuple[NodeView, ...], NodeChanges | None]:
         """The snapshot's nodes: the last snapshot's still here, in its order (each the same view object while
         it is unchanged), then new ones in launch order; and what changed since the last snapshot (None if
         nothing did: then the nodes are the last snapshot's tuple itself)."""
@@ -449,7 +453,8 @@ class LiveCluster:
         if not changed and not removed and not fresh:
             return since, None
         nodes = (*kept, *fresh)
-        self._nodes_shown = nodes
+        if not peek:
+            self._nodes_shown = nodes
         return nodes, NodeChanges(since, (*changed, *fresh), tuple(removed))
 
     # ----- what the controller asks for (recorded; carried out by carry_out) -----

@@ -24,6 +24,12 @@ from capstan.backoff import Backoff
 from capstan.capacity.controller import Controller
 from capstan.capacity.live._cluster import ActionLog, EventSink, LiveCluster, Provider
 from capstan.capacity.live._gateway import GatewayDemand, follow_gateway
+from capstan.capacity.live._provreq import (
+    OUTCOMES,
+    PODTEMPLATES,
+    PROVISIONING_REQUESTS,
+    ProvisioningRequests,
+)
 from capstan.capacity.live._queue import SuspendedJobs
 from capstan.capacity.live._report import ControllerMetrics, record_pass
 from capstan.capacity.model import NodeType
@@ -70,6 +76,7 @@ async def run_controller(
     placeholder_namespace: str | None = None,
     queue: SuspendedJobs | None = None,
     gateway: tuple[str, GatewayDemand] | None = None,
+    provisioning: ProvisioningRequests | None = None,
 ) -> RunStats:
     """Run until ``stop`` is set; ``namespace`` limits the pods Capstan places (nodes are cluster-wide). With
     ``queue`` (the announcements the controller's :class:`~capstan.capacity.QueuedDemand` reads) a Job informer
@@ -78,12 +85,17 @@ async def run_controller(
     a Deployment informer in its namespace feeds it the Deployment (a failing scrape is retried with backoff and
     counted in :attr:`RunStats.gateway_errors`; it never stops the loop). With
     ``election`` the loop acts only while it holds the Lease: it waits as a candidate, and stops (with
-    :attr:`RunStats.lost_leadership`) the moment leadership is lost; a clean stop releases the Lease."""
+    :attr:`RunStats.lost_leadership`) the moment leadership is lost; a clean stop releases the Lease. With
+    ``provisioning`` (announcements the controller's forecast also reads) the ProvisioningRequests and
+    PodTemplates in ``namespace`` are read, and after each pass the requests' conditions that changed are
+    written (logged only, in a dry run)."""
     await provider.check()
+    if provisioning is not None:
+        await provisioning.check(client)
 
     def acting_until(until: asyncio.Event) -> Awaitable[RunStats]:
         return _run(client, provider, controller, node_types, until, namespace, dry_run, tick_s, clock, on_pass,
-                    metrics, events, placeholder_namespace, queue, gateway)  # fmt: skip
+                    metrics, events, placeholder_namespace, queue, gateway, provisioning)  # fmt: skip
 
     if election is None:
         return await acting_until(stop)
@@ -110,6 +122,7 @@ async def _run(
     placeholder_namespace: str | None,
     queue: SuspendedJobs | None,
     gateway: tuple[str, GatewayDemand] | None,
+    provisioning: ProvisioningRequests | None,
 ) -> RunStats:
     nodes_inf = Informer(client, resources.NODES)
     pods_inf = Informer(client, resources.PODS)
@@ -117,6 +130,12 @@ async def _run(
     if queue is not None:
         informers["jobs"] = Informer(client, resources.JOBS, namespace=namespace)
         queue.follow(informers["jobs"].state)
+    if provisioning is not None:
+        informers["provisioningrequests"] = Informer(client, PROVISIONING_REQUESTS, namespace=namespace)
+        informers["podtemplates"] = Informer(client, PODTEMPLATES, namespace=namespace)
+        provisioning.follow(
+            informers["provisioningrequests"].state, informers["podtemplates"].state, pods_inf.state
+        )
     changed = asyncio.Event()
     synced = {name: asyncio.Event() for name in informers}
     if gateway is not None:
@@ -153,6 +172,7 @@ async def _run(
         tasks.append(
             asyncio.create_task(follow_gateway(*gateway, scraping, clock=clock, on_error=scrape_failed))
         )
+    said: dict[str, str] = {}  # ProvisioningRequest → the outcome last logged
     seen_plans: dict[str, int] = {}
     counted = [0, 0, 0, 0]
     timed = 0
@@ -193,6 +213,13 @@ async def _run(
             failed = await cluster.carry_out(
                 client, provider, dry_run=dry_run, events=None if dry_run else events
             )
+            if provisioning is not None:
+                failed.extend(await _serve_requests(client, cluster, provisioning, dry_run, said))
+                if metrics is not None:
+                    for outcome in OUTCOMES:
+                        metrics.provisioning_requests.labels(outcome).set(
+                            sum(1 for o in provisioning.outcomes.values() if o == outcome)
+                        )
             if not dry_run:
                 try:
                     stats.provider_changes += await provider.advance(
@@ -249,6 +276,27 @@ async def _run(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
     return stats
+
+
+async def _serve_requests(
+    client: KubeClient,
+    cluster: LiveCluster,
+    provisioning: ProvisioningRequests,
+    dry_run: bool,
+    said: dict[str, str],
+) -> list[str]:
+    """Review the ProvisioningRequests against the cluster as this pass left it (its launches included) and write
+    the conditions that changed; one log line when a request's outcome changes (``dry run:`` when not written)."""
+    updates = provisioning.updates(cluster.snapshot(peek=True))
+    prefix = "dry run: " if dry_run else ""
+    for ns, name, _, _, verdict in updates:
+        key = f"{ns}/{name}"
+        if said.get(key) != verdict.outcome:
+            said[key] = verdict.outcome
+            log.info(f"{prefix}ProvisioningRequest {key}: {verdict.outcome} ({verdict.message})")
+    for key in [k for k in said if k not in provisioning.outcomes]:  # bounded: only requests still open
+        del said[key]
+    return [] if dry_run else await provisioning.write(client, updates)
 
 
 def _log_new_actions(cluster: LiveCluster, dry_run: bool) -> None:

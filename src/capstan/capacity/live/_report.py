@@ -20,7 +20,7 @@ _DECISION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 class ControllerMetrics:
     """``capstan_capacity_*``: decisions by scope and their latency, launches, placements, drains, headroom held,
     refused actions and failed API calls; with a gateway's demand signal, the rate read, the replicas announced
-    and the failed scrapes."""
+    and the failed scrapes; with ProvisioningRequests served, how many each outcome had on the last pass."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -75,6 +75,13 @@ class ControllerMetrics:
         self.gateway_replicas = Gauge(
             "capstan_capacity_gateway_announced_replicas",
             "Replicas the gateway's rate asks for beyond the Deployment's, announced as demand",
+            registry=r,
+        )
+        self.provisioning_requests = Gauge(
+            "capstan_capacity_provisioning_requests",
+            "Open ProvisioningRequests served, by the last pass's outcome (provisioned, booked, waiting, "
+            "not-found, failed, expired, no-template)",
+            ["outcome"],
             registry=r,
         )
         self.gateway_scrape_errors = Counter(
