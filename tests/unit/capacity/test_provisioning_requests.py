@@ -177,7 +177,8 @@ def test_only_open_requests_of_served_classes_are_read() -> None:
     # a check-capacity request launches nothing: only the best-effort one's pods are announced
     assert len(pods) == 3 and {p.name.split("-")[1] for p in pods} == {"w"} and again == 5.0
     assert [u[1] for u in reqs.updates(_snap())] == ["c", "w"]
-    reqs.follow({}, {}, {})
-    assert reqs.announced(0.0) == ((), None)
+    assert reqs.any_open()
+    reqs.follow({"ml/f": failed, "ml/o": other}, {}, {})
+    assert not reqs.any_open() and reqs.announced(0.0) == ((), None)
     with pytest.raises(ValueError, match="booking_s"):
         ProvisioningRequests(booking_s=0)

@@ -330,6 +330,10 @@ class ProvisioningRequests:
                 ) from None
             raise
 
+    def any_open(self) -> bool:
+        """Whether any request is open (a pass with none needs no review)."""
+        return any(is_open(obj) for obj in self._requests.values())
+
     def _open(self) -> list[tuple[str, Mapping[str, Any]]]:
         return [(k, self._requests[k]) for k in sorted(self._requests) if is_open(self._requests[k])]
 
