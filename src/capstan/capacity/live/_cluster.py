@@ -193,7 +193,7 @@ class LiveCluster:
         return facts
 
     def _scan(self) -> tuple[list[tuple[str, Mapping[str, Any]]], dict[str, list[Pod]]]:
-        """One pass over the pods: the managed ones (namespace/name and object, in name order) and the pods
+        """One pass over the pods: the managed ones (namespace/name and object, in the informer's order) and the pods
         holding resources per node: bound and not finished, or released to a node by Capstan (gate off, pinned
         to it) and not yet bound by the scheduler."""
         managed: list[tuple[str, Mapping[str, Any]]] = []
@@ -206,7 +206,6 @@ class LiveCluster:
             node = id_of.get(on, on) if on else released
             if node:
                 running.setdefault(node, []).append(self._pod(obj, name))
-        managed.sort(key=operator.itemgetter(0))
         return managed, running
 
     def _managed(self) -> list[Mapping[str, Any]]:
@@ -365,6 +364,7 @@ class LiveCluster:
         while self._recent and self._recent[0].arrival < now - self.recent_window:
             self._recent.popleft()
         managed, running = self._scan()
+        managed.sort(key=operator.itemgetter(0))  # name order: a plan's ties are broken the same way each time
         pending: list[Pod] = []
         promised: list[tuple[str, str]] = []
         waiting_on: dict[str, list[Pod]] = {}
