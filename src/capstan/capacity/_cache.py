@@ -122,6 +122,10 @@ class PlanCache:
             self._forecast = (key, self._sliding.forecast(snap, cfg, headroom_window(cfg, self.horizon)))
         return self._forecast[1]
 
+    def forget_forecast(self) -> None:
+        """Read the forecast afresh at the next decision (what its forecaster reads changed, unannounced)."""
+        self._forecast = None
+
     def phantoms(
         self, fc: Forecast, cfg: PlannerConfig, fits: Callable[[Pod], frozenset[str]] | None = None
     ) -> list[Pod]:

@@ -169,6 +169,17 @@ class Controller:
             self._review_at = max(now + self.react, self._last_review + self.review_interval)
             cluster.wake(self._review_at, "review")
 
+    def on_announced(self, cluster: Cluster, now: float) -> None:
+        """Demand announced ahead has changed (a queued Job, a ProvisioningRequest, read by the forecaster): the
+        forecast is read afresh, and a review comes ``react`` seconds from now rather than after the review
+        interval, since what was announced is waiting for its nodes."""
+        self._cache.forget_forecast()
+        self._forced = True
+        at = now + self.react
+        if self._review_at is None or self._review_at < now or self._review_at > at:
+            self._review_at = at
+            cluster.wake(at, "review")
+
     def _scope_at(self, cluster: Cluster, now: float, tag: str) -> Scope | None:
         """What a wake-up tagged ``tag`` at ``now`` decides (None: nothing); updates the controller's timers."""
         if tag == "recheck":  # a timer a plan asked for: review then, within the review interval

@@ -1205,8 +1205,8 @@ def provisioning_request(name: str, namespace: str, template: str, count: int, c
 async def test_a_provisioning_request_is_provisioned_once_nodes_for_all_its_pods_are_launched(
     kube: KubeClient, namespace: str, cleanup_nodes: None
 ) -> None:
-    """Capstan serves ProvisioningRequests as cluster-autoscaler does for Kueue, on the real CRD: a
-    best-effort-atomic request for three one-GPU pods (two-GPU nodes) gets both nodes launched in one plan and
+    """Capstan serves ProvisioningRequests as cluster-autoscaler does for Kueue, on the real CRD: made while the
+    controller runs, a best-effort-atomic request for three one-GPU pods (two-GPU nodes) gets both nodes launched in one plan and
     ``Provisioned=True`` while no pod exists; a check-capacity request for one more pod is ``Provisioned`` once
     the GPUs are allocatable (the fourth GPU); the pods Kueue would then create (gated, consuming the request) are
     placed on those nodes and nothing more is launched. The pod template's planted secret is in no condition."""
@@ -1230,6 +1230,24 @@ async def test_a_provisioning_request_is_provisioned_once_nodes_for_all_its_pods
     secret = "hf_" + "Zq" * 17
     spec = gated_pod("unused", namespace)["spec"]
     spec["containers"][0]["env"] = [{"name": "HF_TOKEN", "value": secret}]
+    requests = ProvisioningRequests()
+    controller = Controller(
+        live_config(PlannerConfig(min_idle_s=60.0, headroom_wait_s=0.0)),
+        react=0.2,
+        review_interval=0.5,
+        forecaster=QueuedDemand(requests, NoForecast()),
+    )
+    stop = asyncio.Event()
+    metrics = ControllerMetrics()
+    passes = asyncio.Event()
+    task = asyncio.create_task(
+        run_controller(kube, KwokProvider(kube), controller, (nt,), stop=stop, namespace=namespace, tick_s=0.2,
+                       provisioning=requests, metrics=metrics, on_pass=lambda c, s: passes.set())
+    )  # fmt: skip
+    # the controller is running, and quiet, before Kueue makes the request (made first, a request was served,
+    # but one made later waited with nothing launched until the next full plan)
+    await asyncio.wait_for(passes.wait(), 30)
+    await asyncio.sleep(1.0)
     await kube.create(
         PODTEMPLATES,
         {"metadata": {"name": "workers", "namespace": namespace}, "template": {"metadata": {}, "spec": spec}},
@@ -1240,19 +1258,6 @@ async def test_a_provisioning_request_is_provisioned_once_nodes_for_all_its_pods
     await kube.create(
         PROVISIONING_REQUESTS, provisioning_request("probe", namespace, "workers", 1, CHECK_CAPACITY)
     )
-    requests = ProvisioningRequests(refresh_s=0.5)
-    controller = Controller(
-        live_config(PlannerConfig(min_idle_s=60.0, headroom_wait_s=0.0)),
-        react=0.2,
-        review_interval=0.5,
-        forecaster=QueuedDemand(requests, NoForecast()),
-    )
-    stop = asyncio.Event()
-    metrics = ControllerMetrics()
-    task = asyncio.create_task(
-        run_controller(kube, KwokProvider(kube), controller, (nt,), stop=stop, namespace=namespace, tick_s=0.2,
-                       provisioning=requests, metrics=metrics)
-    )  # fmt: skip
 
     async def conditions(name: str) -> dict[str, tuple[str, str]]:
         obj = await kube.get(PROVISIONING_REQUESTS, name, namespace)

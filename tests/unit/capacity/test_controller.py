@@ -181,3 +181,34 @@ def test_an_empty_node_the_forecast_does_not_need_is_drained_by_a_review() -> No
     controller = Controller(PlannerConfig(headroom=False))
     controller.on_wake(cluster, 4000.0, "review")
     assert ("drain", "n1") in cluster.actions
+
+
+def test_demand_announced_anew_gets_a_review_react_seconds_later_with_the_forecast_read_again() -> None:
+    """A queue's announcement changes with no pod arriving (a ProvisioningRequest made while the cluster is
+    quiet): the review comes ``react`` seconds later, not after the review interval, and is not skipped; the
+    forecast is read again although no arrival moved it (without this a request made after start-up waited, with
+    nothing launched, until the next full plan)."""
+    from capstan.capacity import Forecast
+
+    class Queue:
+        def __init__(self) -> None:
+            self.pods: tuple[Pod, ...] = ()
+
+        def forecast(self, snap: Snapshot, cfg: PlannerConfig, horizon: float) -> Forecast:
+            return Forecast(self.pods, None, frozenset(p.name for p in self.pods), False)
+
+    queue = Queue()
+    cluster = RecordingCluster(seen=Activity(0, 0, 0, (), False))
+    controller = Controller(
+        PlannerConfig(headroom_wait_s=0.0), react=1.0, review_interval=60.0, forecaster=queue
+    )
+    controller.on_wake(cluster, 0.0, "review")  # the first review is a full plan: nothing to hold
+    assert not [a for a in cluster.actions if a[0] == "launch"]
+    queue.pods = (gpu_pod("announced"),)
+    cluster.now = 10.0
+    controller.on_announced(cluster, 10.0)
+    assert cluster.wakes[-1] == (11.0, "review")  # not at 60 s
+    cluster.now = 11.0
+    controller.on_wake(cluster, 11.0, "review")
+    assert controller.plans["skipped"] == 0 and controller.plans["review"] == 1
+    assert [a[1:3] for a in cluster.actions if a[0] == "launch"] == [("g1", "headroom")]

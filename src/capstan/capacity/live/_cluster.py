@@ -364,7 +364,8 @@ class LiveCluster:
         while self._recent and self._recent[0].arrival < now - self.recent_window:
             self._recent.popleft()
         managed, running = self._scan()
-        managed.sort(key=operator.itemgetter(0))  # name order: a plan's ties are broken the same way each time
+        # name order: a plan's ties are broken the same way each time
+        managed.sort(key=operator.itemgetter(0))
         pending: list[Pod] = []
         promised: list[tuple[str, str]] = []
         waiting_on: dict[str, list[Pod]] = {}

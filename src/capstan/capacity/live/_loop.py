@@ -144,10 +144,14 @@ async def _run(
         informers["deployments"] = Informer(client, resources.DEPLOYMENTS, namespace=gateway[1].namespace)
         gateway[1].follow(informers["deployments"].state)
 
+    announcing = asyncio.Event()  # an informer of announced demand (Jobs, ProvisioningRequests) saw a change
+
     async def follow(name: str, inf: Informer) -> None:
         async for delta in inf.deltas():
             if delta.type == "synced" and name in synced:
                 synced[name].set()
+            if name in _ANNOUNCING:
+                announcing.set()
             changed.set()
 
     tasks = [asyncio.create_task(follow(name, inf)) for name, inf in informers.items()]
@@ -173,6 +177,7 @@ async def _run(
             asyncio.create_task(follow_gateway(*gateway, scraping, clock=clock, on_error=scrape_failed))
         )
     said: dict[str, str] = {}  # ProvisioningRequest → the outcome last logged
+    announced: tuple[tuple[str, ...], ...] = ((), ())  # the pods announced when last told to the controller
     seen_plans: dict[str, int] = {}
     counted = [0, 0, 0, 0]
     timed = 0
@@ -202,6 +207,12 @@ async def _run(
             if changed.is_set():
                 changed.clear()
                 controller.on_change(cluster, now)
+            if announcing.is_set():
+                announcing.clear()
+                heard = _announced_names(queue, provisioning, now)
+                if heard != announced:
+                    announced = heard
+                    controller.on_announced(cluster, now)
             for tag in cluster.due(now):
                 started = time.perf_counter()
                 before = sum(controller.plans.values())
@@ -276,6 +287,19 @@ async def _run(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
     return stats
+
+
+_ANNOUNCING = frozenset({"jobs", "provisioningrequests", "podtemplates"})
+"""The informers whose changes change the demand announced ahead."""
+
+
+def _announced_names(
+    queue: SuspendedJobs | None, provisioning: ProvisioningRequests | None, now: float
+) -> tuple[tuple[str, ...], ...]:
+    return tuple(
+        tuple(p.name for p in source.announced(now)[0]) if source is not None else ()
+        for source in (queue, provisioning)
+    )
 
 
 async def _serve_requests(

@@ -292,19 +292,17 @@ class ProvisioningRequests:
     (the pods of every open best-effort-atomic request, and of every booked one its pods still to come) and as
     the conditions to write after each pass (:meth:`updates`)."""
 
-    def __init__(
-        self, *, booking_s: float = BOOKING_S, refresh_s: float = 5.0, redactor: Redactor | None = None
-    ) -> None:
-        """``refresh_s``: while any request is open, the announcements are read again this often (nothing says
-        when one will be created, provisioned or consumed)."""
-        if booking_s <= 0 or refresh_s <= 0:
-            raise ValueError(f"booking_s {booking_s}, refresh_s {refresh_s}: each must be more than 0")
+    def __init__(self, *, booking_s: float = BOOKING_S, redactor: Redactor | None = None) -> None:
+        if booking_s <= 0:
+            raise ValueError(f"booking_s {booking_s}: it must be more than 0")
         self.booking_s = booking_s
-        self.refresh_s = refresh_s
         self.redactor = redactor or Redactor()
         self._requests: Mapping[str, Mapping[str, Any]] = {}
         self._templates: Mapping[str, Mapping[str, Any]] = {}
         self._pods: Mapping[str, Mapping[str, Any]] = {}
+        self._wrote: dict[str, str] = {}
+        """Request → the resourceVersion a status write was made from: until the informer shows a newer one, the
+        same write is not made again from the stale copy (it would only meet a conflict)."""
         self.outcomes: dict[str, Outcome] = {}
         """The last pass's outcome per open request (``namespace/name``)."""
 
@@ -354,27 +352,36 @@ class ProvisioningRequests:
         return [(obj, request_view(obj, self._templates, consumed.get(k, 0), now)) for k, obj in open_]
 
     def announced(self, now: float) -> tuple[tuple[Pod, ...], float | None]:
+        """The pods of the open best-effort-atomic requests, and the booked requests' pods still to come; the
+        answer next changes by itself when a booking ends (a request made, changed or consumed is a change the
+        loop tells the controller of: :meth:`capstan.capacity.Controller.on_announced`)."""
         pods: list[Pod] = []
-        views = self.views(now)
-        for _, view in views:
+        ends: list[float] = []
+        for _, view in self.views(now):
             if view.provisioned_at is not None:
-                if now - view.provisioned_at < self.booking_s:
+                end = view.provisioned_at + self.booking_s
+                if now < end:
                     pods.extend(view.to_come)
+                    ends.append(end)
             elif view.class_name == BEST_EFFORT_ATOMIC and len(view.pods) <= MAX_PODS_PER_REQUEST:
                 pods.extend(view.pods)
-        return tuple(pods), (now + self.refresh_s if views else None)
+        return tuple(pods), min(ends, default=None)
 
     def updates(self, snap: Snapshot) -> list[tuple[str, str, str, list[dict[str, Any]], Verdict]]:
         """(namespace, name, resourceVersion, conditions, verdict) for each request whose conditions change."""
         pairs = self.views(snap.now)
         verdicts = review([v for _, v in pairs], snap, booking_s=self.booking_s)
         self.outcomes = {v.key: v.outcome for v in verdicts}
+        if len(self._wrote) > len(self.outcomes):  # bounded: only requests still open
+            self._wrote = {k: v for k, v in self._wrote.items() if k in self.outcomes}
         out = []
         for (obj, _), verdict in zip(pairs, verdicts, strict=True):
+            meta = obj.get("metadata") or {}
+            if self._wrote.get(verdict.key) == str(meta.get("resourceVersion", "")):
+                continue  # written from this copy already: wait for the informer to show the result
             conditions = conditions_for(obj, verdict, snap.now, self.redactor)
             if conditions is None:
                 continue
-            meta = obj.get("metadata") or {}
             out.append(
                 (str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("resourceVersion", "")),
                  conditions, verdict)
@@ -384,7 +391,8 @@ class ProvisioningRequests:
     async def write(
         self, client: KubeClient, updates: Sequence[tuple[str, str, str, list[dict[str, Any]], Verdict]]
     ) -> list[str]:
-        """Patch each request's status; one line per failed call (a conflict too: the next pass reads again)."""
+        """Patch each request's status; one line per failed call. A request deleted meanwhile, or changed by
+        another writer (a conflict), is not a failure: the next pass reads it again."""
         failed = []
         for ns, name, version, conditions, _ in updates:
             body: dict[str, Any] = {"status": {"conditions": conditions}}
@@ -393,6 +401,8 @@ class ProvisioningRequests:
             try:
                 await client.patch(PROVISIONING_REQUESTS, name, body, namespace=ns, subresource="status")
             except ApiError as exc:
-                if not exc.not_found:  # deleted meanwhile: nothing to write
+                if not (exc.not_found or exc.conflict):
                     failed.append(f"ProvisioningRequest {ns}/{name} status: {exc}")
+                continue
+            self._wrote[f"{ns}/{name}"] = version
         return failed
