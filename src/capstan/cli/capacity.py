@@ -571,6 +571,13 @@ def run(
         "them) of the classes best-effort-atomic-scale-up (nodes for all their pods launched in one plan) and "
         "check-capacity (room there now), and write their conditions. Needs the CRD.",
     ),
+    announced_only: bool = typer.Option(
+        False,
+        "--queue-only",
+        help="The demand announced ahead (--read-suspended-jobs, --serve-provisioning-requests, --gateway-metrics) "
+        "is Capstan's whole forecast: no headroom for its own forecast of arrivals (where every GPU pod comes "
+        "through a queue, such as Kueue's).",
+    ),
     gateway_metrics: str | None = typer.Option(
         None,
         "--gateway-metrics",
@@ -629,6 +636,7 @@ def run(
         Announcements,
         Controller,
         Delay,
+        NoForecast,
         PlannerConfig,
         QueuedDemand,
         load_node_type_file,
@@ -686,10 +694,17 @@ def run(
     sources: list[Announcements] = [
         s for s in (queue, provreqs, gateway[1] if gateway else None) if s is not None
     ]
+    if announced_only and not sources:
+        raise UserError(
+            "--queue-only: no demand is announced; give --read-suspended-jobs, --serve-provisioning-requests or "
+            "--gateway-metrics"
+        )
     controller = Controller(
         live_config(PlannerConfig(headroom=not no_headroom, min_idle_s=min_idle_s)),
         review_interval=review,
-        forecaster=QueuedDemand(AllAnnounced(*sources)) if sources else None,
+        forecaster=QueuedDemand(AllAnnounced(*sources), NoForecast() if announced_only else None)
+        if sources
+        else None,
     )
 
     async def main() -> None:

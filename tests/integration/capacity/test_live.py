@@ -736,6 +736,8 @@ async def test_capacity_run_reads_suspended_jobs_when_asked(
         assert (
             bad.returncode == 2 and f"{flag} holds headroom" in bad.stderr and "Traceback" not in bad.stderr
         )
+    alone = await asyncio.to_thread(capstan_run, *common, "--queue-only")
+    assert alone.returncode == 2 and "--queue-only: no demand is announced" in alone.stderr
     await kube.delete(resources.JOBS, "queued", namespace)
 
 

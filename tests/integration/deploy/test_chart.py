@@ -413,7 +413,7 @@ def test_the_capacity_controller_reads_the_demand_signals_it_is_given() -> None:
         "--set-json",
         'capacity.nodeTypes=[{"name": "gpu-l4", "gpu": 2}]',
     ]
-    signals = ["--set", "capacity.readSuspendedJobs=true", "--set", "capacity.serveProvisioningRequests=true",
+    signals = ["--set", "capacity.readSuspendedJobs=true", "--set", "capacity.serveProvisioningRequests=true", "--set", "capacity.queueOnly=true",
                "--set", "capacity.gatewayDemand.metricsUrl=http://capstan-gateway.llm:8080/metrics",
                "--set", "capacity.gatewayDemand.deployment=llm/vllm", "--set", "capacity.gatewayDemand.replicaRps=2.5"]  # fmt: skip
 
@@ -426,11 +426,13 @@ def test_the_capacity_controller_reads_the_demand_signals_it_is_given() -> None:
         return [str(a) for a in container["args"]]
 
     given = capacity_args(*base, *signals)
-    assert {"--read-suspended-jobs", "--serve-provisioning-requests", "--gateway-metrics=http://capstan-gateway.llm:8080/metrics",
+    assert {"--read-suspended-jobs", "--serve-provisioning-requests", "--queue-only", "--gateway-metrics=http://capstan-gateway.llm:8080/metrics",
             "--gateway-deployment=llm/vllm", "--replica-rps=2.5"} <= set(given)  # fmt: skip
     plain = capacity_args(*base)
     assert not [
-        a for a in plain if a.startswith(("--read-suspended-jobs", "--serve-", "--gateway-", "--replica-rps"))
+        a
+        for a in plain
+        if a.startswith(("--read-suspended-jobs", "--serve-", "--queue-only", "--gateway-", "--replica-rps"))
     ]
     roles = [
         d
