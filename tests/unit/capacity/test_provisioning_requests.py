@@ -73,6 +73,10 @@ def test_oldest_request_first_whatever_order_they_are_given_in() -> None:
     newer = _request("ml/a", 3, created=2.0)
     verdicts = {v.key: v.outcome for v in review_requests([newer, older], _snap(node))}
     assert verdicts == {"ml/z": "provisioned", "ml/a": "waiting"}
+    # a request that does not fit whole gives back the room it took: a later one of the same shape gets it
+    nodes = (node, _node("n2", NodeState.GPU_ALLOCATABLE, 2))
+    big, small = _request("ml/big", 7, created=1.0), _request("ml/small", 6, created=2.0)
+    assert [v.outcome for v in review_requests([big, small], _snap(*nodes))] == ["waiting", "provisioned"]
 
 
 def test_check_capacity_counts_only_nodes_whose_gpus_are_allocatable_now() -> None:

@@ -35,7 +35,15 @@ from typing import Any, Literal, get_args
 from capstan.capacity._plan_types import Snapshot
 from capstan.capacity.live._objects import epoch, template_pods
 from capstan.capacity.model import NodeState, NodeType, Pod
-from capstan.capacity.placement import Capacity, choose_devices, fits, take, why_incompatible
+from capstan.capacity.placement import (
+    Assignment,
+    Capacity,
+    choose_devices,
+    fits,
+    give,
+    take,
+    why_incompatible,
+)
 from capstan.errors import UserError
 from capstan.kube import ApiError, KubeClient, Resource
 from capstan.redact import Redactor
@@ -109,27 +117,28 @@ def review(
             view.state is NodeState.READY and nt.gpu == 0
         )
         slots.append((nt, Capacity(view.cpu, view.mem, list(view.devs)), now_usable))
+    room = _Room(slots)
     for pod in sorted(snap.pending, key=lambda p: (p.arrival, p.name)):
-        _place(slots, pod, now_only=False)
+        room.place(pod, now_only=False)
     out: dict[str, Verdict] = {}
     booked = [r for r in requests if r.provisioned_at is not None]
     for r in sorted(booked, key=lambda r: (r.provisioned_at or 0.0, r.key)):
         if snap.now - (r.provisioned_at or 0.0) >= booking_s:
-            out[r.key] = Verdict(r.key, "expired", f"booked {booking_s:.0f} s ago and not all consumed")
+            out[r.key] = Verdict(
+                r.key, "expired", f"provisioned {booking_s:.0f} s ago: its room is held no longer"
+            )
             continue
         for pod in _ffd(r.to_come):
-            _place(slots, pod, now_only=r.class_name == CHECK_CAPACITY)
+            room.place(pod, now_only=r.class_name == CHECK_CAPACITY)
         out[r.key] = Verdict(
             r.key, "booked", f"{len(r.to_come)} of {len(r.pods)} pods to come hold their room"
         )
     for r in sorted((r for r in requests if r.provisioned_at is None), key=lambda r: (r.created, r.key)):
-        out[r.key] = _decide(r, slots, snap.node_types)
+        out[r.key] = _decide(r, room, snap.node_types)
     return tuple(out[r.key] for r in requests)
 
 
-def _decide(
-    r: RequestView, slots: list[tuple[NodeType, Capacity, bool]], node_types: Iterable[NodeType]
-) -> Verdict:
+def _decide(r: RequestView, room: _Room, node_types: Iterable[NodeType]) -> Verdict:
     if r.problem:
         return Verdict(r.key, "no-template", r.problem)
     if not r.pods:
@@ -144,15 +153,10 @@ def _decide(
                 r.key, "failed", f"pod {pod.name} fits no node type the cluster launches ({first})"
             )
     now_only = r.class_name == CHECK_CAPACITY
-    trial = [(nt, cap.copy(), usable) for nt, cap, usable in slots]
-    for pod in _ffd(r.pods):
-        if not _place(trial, pod, now_only=now_only):
-            if now_only:
-                return Verdict(
-                    r.key, "not-found", f"{len(r.pods)} pods do not fit in the capacity there is now"
-                )
-            return Verdict(r.key, "waiting", f"launching nodes for {len(r.pods)} pods")
-    slots[:] = trial
+    if not room.place_all(_ffd(r.pods), now_only=now_only):
+        if now_only:
+            return Verdict(r.key, "not-found", f"{len(r.pods)} pods do not fit in the capacity there is now")
+        return Verdict(r.key, "waiting", f"launching nodes for {len(r.pods)} pods")
     if now_only:
         return Verdict(r.key, "found", f"{len(r.pods)} pods fit at once in capacity there is now")
     return Verdict(r.key, "provisioned", f"{len(r.pods)} pods fit at once in nodes ready or launched")
@@ -162,14 +166,54 @@ def _ffd(pods: Iterable[Pod]) -> list[Pod]:
     return sorted(pods, key=lambda p: (-p.gpu_total_milli, -p.cpu_milli, -p.memory_mib, p.name))
 
 
-def _place(slots: list[tuple[NodeType, Capacity, bool]], pod: Pod, *, now_only: bool) -> bool:
-    for nt, cap, usable in slots:
-        if now_only and not usable:
-            continue
-        if fits(cap, pod) and why_incompatible(nt, pod) is None:
-            take(cap, pod, choose_devices(cap, pod))
-            return True
-    return False
+class _Room:
+    """The free room of a snapshot's nodes, taken pod by pod: first fit in snapshot order. Bounded at scale: a
+    GPU pod looks only at the nodes that had a free GPU, a pod starts where the last of its shape found room,
+    and a pod of a shape that found none skips the scan (room only shrinks, except when a request that did not
+    fit whole gives back what it took, and then those marks are restored)."""
+
+    def __init__(self, slots: list[tuple[NodeType, Capacity, bool]]) -> None:
+        self.slots = slots
+        self.with_gpu = [s for s in slots if any(s[1].devs)]
+        self._full: set[tuple[object, bool]] = set()
+        self._from: dict[tuple[object, bool], int] = {}
+        """Per shape, the first node that may still have room for it (room only shrinks)."""
+        self._admits: dict[tuple[str, object], bool] = {}
+
+    def place(self, pod: Pod, *, now_only: bool) -> tuple[Capacity, Assignment] | None:
+        """Take room for ``pod`` on the first node that has it (None: none has)."""
+        key = (pod.shape, now_only)
+        if key in self._full:
+            return None
+        slots = self.with_gpu if pod.wants_gpu else self.slots
+        for i in range(self._from.get(key, 0), len(slots)):  # bounded by the nodes
+            nt, cap, usable = slots[i]
+            if (now_only and not usable) or not fits(cap, pod):
+                continue
+            admits = self._admits.get((nt.name, pod.shape))
+            if admits is None:
+                admits = self._admits[(nt.name, pod.shape)] = why_incompatible(nt, pod) is None
+            if admits:
+                assignment = choose_devices(cap, pod)
+                take(cap, pod, assignment)
+                self._from[key] = i  # no node before it has room for this shape any more
+                return cap, assignment
+        self._full.add(key)
+        return None
+
+    def place_all(self, pods: Sequence[Pod], *, now_only: bool) -> bool:
+        """All of ``pods`` or none: what a request that does not fit whole took is given back."""
+        full, start = set(self._full), dict(self._from)
+        taken: list[tuple[Pod, Capacity, Assignment]] = []
+        for pod in pods:
+            got = self.place(pod, now_only=now_only)
+            if got is None:
+                for p, cap, assignment in reversed(taken):
+                    give(cap, p, assignment)
+                self._full, self._from = full, start
+                return False
+            taken.append((pod, *got))
+        return True
 
 
 # ----- reading the objects -----
