@@ -50,7 +50,15 @@ from capstan.capacity import (
     read_openb_nodes,
     read_openb_pods,
 )
-from capstan.capacity.live import BOOTING_TAINT, GATE, PURPOSE_LABEL, LiveCluster, live_config
+from capstan.capacity.live import (
+    BEST_EFFORT_ATOMIC,
+    BOOTING_TAINT,
+    GATE,
+    PURPOSE_LABEL,
+    LiveCluster,
+    ProvisioningRequests,
+    live_config,
+)
 from goals import limit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -413,7 +421,8 @@ def live_cluster_sizes(sizes: tuple[int, ...], pending: int, repeat: int) -> lis
     default's first ``pending`` tasks gated at once, on the clusters of :func:`sized_layout` as Node objects
     with their long tasks bound. Warm: the controller and its cluster view as a running controller has them (a
     review decision made before the pods arrived), each trial on a copy; cold: a new controller's first
-    decision (a restart). The heap is collected before each trial, and the collector runs during it."""
+    decision (a restart). The heap is collected before each trial, and the collector runs during it. Also what
+    serving ProvisioningRequests adds to a pass (:func:`provreq_pass_ms`), with the gated pods still pending."""
     boot, ready = Delay("fixed", 300), Delay("fixed", 90)
     types = read_openb_nodes(OPENB / "openb_node_list_all_node.csv", boot, ready)
     tasks = read_openb_pods(OPENB / "openb_pod_list_default.csv").pods[:pending]
@@ -440,9 +449,12 @@ def live_cluster_sizes(sizes: tuple[int, ...], pending: int, repeat: int) -> lis
         clock.at += 1.0
         cluster.observe()
         warm: list[float] = []
+        served: list[float] = []
         launches = 0
         for _ in range(repeat):
             trial_cluster, trial = copy.deepcopy((cluster, controller))
+            gc.collect()
+            served.append(provreq_pass_ms(trial_cluster, pods, clock.at))
             gc.collect()
             t0 = time.perf_counter()
             trial.on_wake(trial_cluster, clock.at, "place")
@@ -467,10 +479,42 @@ def live_cluster_sizes(sizes: tuple[int, ...], pending: int, repeat: int) -> lis
                 "median_ms": statistics.median(warm),
                 "min_ms": min(warm),
                 "cold_median_ms": statistics.median(cold),
+                "provreq_ms": statistics.median(served),
                 "launches": launches,
             }
         )
     return out
+
+
+PROVREQ_PODS = 64
+
+
+def provreq_pass_ms(cluster: LiveCluster, pods: dict[str, dict[str, object]], now: float) -> float:
+    """Milliseconds that serving one open best-effort-atomic ProvisioningRequest (:data:`PROVREQ_PODS` one-GPU
+    pods) adds to a loop pass on ``cluster``: its pods announced, a look at the cluster, the review and the
+    conditions to write (what the loop does after a pass's decisions)."""
+    template = _k8s_pod(Pod("bench/worker", 0.0, 4000, 16384, 1, 1000))
+    request = {
+        "metadata": {
+            "name": "gang",
+            "namespace": "bench",
+            "creationTimestamp": _rfc3339(now),
+            "resourceVersion": "1",
+        },
+        "spec": {
+            "provisioningClassName": BEST_EFFORT_ATOMIC,
+            "podSets": [{"podTemplateRef": {"name": "worker"}, "count": PROVREQ_PODS}],
+        },
+    }
+    served = ProvisioningRequests()
+    served.follow({"bench/gang": request}, {"bench/worker": {"template": template}}, pods)
+    t0 = time.perf_counter()
+    announced, _ = served.announced(now)
+    updates = served.updates(cluster.snapshot(peek=True))
+    took = (time.perf_counter() - t0) * 1000
+    if len(announced) != PROVREQ_PODS or len(updates) != 1:
+        raise SystemExit(f"capacity_planner_speed: the ProvisioningRequest read as {len(announced)} pods")
+    return took
 
 
 def _replay_from_first_task(sim: Sim) -> tuple[SimResult, float]:
@@ -554,6 +598,7 @@ def live_sizes_table(rows: list[dict[str, object]]) -> Table:
             ("warm median ms", "median_ms", ".1f"),
             ("warm min ms", "min_ms", ".1f"),
             ("cold median ms", "cold_median_ms", ".1f"),
+            ("ProvisioningRequest ms", "provreq_ms", ".1f"),
             ("launches", "launches", ""),
         ),
         rows,

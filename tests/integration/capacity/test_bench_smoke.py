@@ -98,6 +98,7 @@ def test_capacity_planner_speed_bench_smoke(tmp_path: Path) -> None:
     live_sized = [r for r in rows if str(r.get("case", "")).startswith("live, cluster of")]
     assert [r["nodes"] for r in live_sized] == [20, 100]
     assert all(r["pods"] == 100 and r["launches"] > 0 and r["cold_median_ms"] > 0 for r in live_sized)
+    assert all(r["provreq_ms"] > 0 for r in live_sized)
 
 
 def test_capacity_seeds_bench_smoke(tmp_path: Path) -> None:
