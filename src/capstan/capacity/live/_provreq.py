@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
-from capstan.capacity._plan_types import Snapshot
+from capstan.capacity._plan_types import NodeView, Snapshot
 from capstan.capacity.live._objects import epoch, template_pods
 from capstan.capacity.model import NodeState, NodeType, Pod
 from capstan.capacity.placement import (
@@ -107,17 +107,7 @@ def review(
     requests booked (provisioned within ``booking_s``) take room for their pods still to come, then the others,
     oldest first, each all or nothing. A pod goes to the first node in snapshot order whose type admits it and
     that has room; a request's pods are tried most GPUs first. Deterministic for a given snapshot."""
-    types = {t.name: t for t in snap.node_types}
-    slots: list[tuple[NodeType, Capacity, bool]] = []  # (type, free room, capacity exists now)
-    for view in snap.nodes:
-        nt = types.get(view.type)
-        if nt is None or view.state is NodeState.DRAINING:
-            continue
-        now_usable = view.state is NodeState.GPU_ALLOCATABLE or (
-            view.state is NodeState.READY and nt.gpu == 0
-        )
-        slots.append((nt, Capacity(view.cpu, view.mem, list(view.devs)), now_usable))
-    room = _Room(slots)
+    room = _Room(snap)
     for pod in sorted(snap.pending, key=lambda p: (p.arrival, p.name)):
         room.place(pod, now_only=False)
     out: dict[str, Verdict] = {}
@@ -172,13 +162,38 @@ class _Room:
     and a pod of a shape that found none skips the scan (room only shrinks, except when a request that did not
     fit whole gives back what it took, and then those marks are restored)."""
 
-    def __init__(self, slots: list[tuple[NodeType, Capacity, bool]]) -> None:
-        self.slots = slots
-        self.with_gpu = [s for s in slots if any(s[1].devs)]
+    def __init__(self, snap: Snapshot) -> None:
+        types = {t.name: t for t in snap.node_types}
+        self._nodes: list[tuple[NodeView, NodeType, bool]] = []  # (view, type, capacity exists now)
+        for view in snap.nodes:  # bounded by the nodes
+            nt = types.get(view.type)
+            if nt is None or view.state is NodeState.DRAINING:
+                continue
+            now_usable = view.state is NodeState.GPU_ALLOCATABLE or (
+                view.state is NodeState.READY and nt.gpu == 0
+            )
+            self._nodes.append((view, nt, now_usable))
+        self._caps: dict[str, Capacity] = {}
+        self.with_gpu = [self._slot(v, nt, u) for v, nt, u in self._nodes if any(v.devs)]
+        self._all: list[tuple[NodeType, Capacity, bool]] | None = None
         self._full: set[tuple[object, bool]] = set()
         self._from: dict[tuple[object, bool], int] = {}
         """Per shape, the first node that may still have room for it (room only shrinks)."""
         self._admits: dict[tuple[str, object], bool] = {}
+
+    def _slot(self, view: NodeView, nt: NodeType, usable: bool) -> tuple[NodeType, Capacity, bool]:
+        cap = self._caps.get(view.id)
+        if cap is None:
+            cap = self._caps[view.id] = Capacity(view.cpu, view.mem, list(view.devs))
+        return nt, cap, usable
+
+    @property
+    def slots(self) -> list[tuple[NodeType, Capacity, bool]]:
+        """Every node's room (made when a pod that wants no GPU first asks: most of a GPU cluster's nodes have
+        no free GPU, and a GPU pod need not look at them)."""
+        if self._all is None:
+            self._all = [self._slot(v, nt, u) for v, nt, u in self._nodes]
+        return self._all
 
     def place(self, pod: Pod, *, now_only: bool) -> tuple[Capacity, Assignment] | None:
         """Take room for ``pod`` on the first node that has it (None: none has)."""
